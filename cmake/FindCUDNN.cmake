@@ -1,0 +1,10 @@
+# Finds cuDNN: sets CUDNN_FOUND, CUDNN_INCLUDE_DIR, CUDNN_LIBRARY.
+find_path(CUDNN_INCLUDE_DIR cudnn.h
+  HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_ROOT
+  PATH_SUFFIXES include)
+find_library(CUDNN_LIBRARY cudnn
+  HINTS ${CUDAToolkit_LIBRARY_DIR} ENV CUDNN_ROOT
+  PATH_SUFFIXES lib lib64)
+include(FindPackageHandleStandardArgs)
+find_package_handle_standard_args(CUDNN DEFAULT_MSG CUDNN_LIBRARY CUDNN_INCLUDE_DIR)
+mark_as_advanced(CUDNN_INCLUDE_DIR CUDNN_LIBRARY)

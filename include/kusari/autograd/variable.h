@@ -1,0 +1,161 @@
+// Variable and Parameter: arrays that take part in define-by-run differentiation.
+//
+// Note [Graph ownership]
+// A Variable is a handle to a VariableImpl, which holds the data, the gradient and a strong
+// reference to the FunctionNode that created it. A FunctionNode holds strong references to its
+// input VariableImpls (the graph's edges, and the inputs that backward rules read) and weak
+// references to its outputs. So the graph lives exactly as long as some output Variable is held:
+// dropping the loss frees the whole graph. Retained outputs are kept as arrays and turned back
+// into Variables (with the same creator) on demand, so no output is kept alive by its own node.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kusari/core/array.h"
+
+namespace kusari {
+
+class FunctionNode;
+class Initializer;
+
+namespace detail {
+
+/// The state behind a Variable handle. See Note [Graph ownership].
+struct VariableImpl {
+  Array data;
+  std::shared_ptr<VariableImpl> grad;
+  std::shared_ptr<FunctionNode> creator;
+  int64_t generation = 0;
+  bool requires_grad = false;
+  std::string name;
+  // Parameters only: how to fill the data when it is first sized, and where.
+  std::shared_ptr<Initializer> initializer;
+  Device device;
+  // Set on leaves by backward(loss_scale=s); optimizers divide gradients by it.
+  double loss_scale = 1.0;
+};
+
+}  // namespace detail
+
+/// Options of Variable::backward().
+struct BackwardOptions {
+  /// Keep the gradients of intermediate variables (by default only leaves keep theirs).
+  bool retain_grad = false;
+  /// Record the backward computation so that gradients can be differentiated again.
+  bool enable_double_backprop = false;
+  /// Multiply the initial gradient by this factor (for float16 training); leaves remember it.
+  std::optional<double> loss_scale;
+};
+
+/// A node of the computational graph: an array, its gradient, and the function that made it.
+/// Copies are handles to the same variable (like Python references).
+class Variable {
+ public:
+  /// An undefined variable (defined() is false).
+  Variable() = default;
+  /// Wraps `data`; pass requires_grad = true for a leaf whose gradient you want.
+  Variable(Array data, bool requires_grad = false);  // NOLINT: arrays convert implicitly
+  explicit Variable(std::shared_ptr<detail::VariableImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return static_cast<bool>(impl_); }
+  const Array& data() const { return impl().data; }
+  /// Chainer's spelling of data().
+  const Array& array() const { return impl().data; }
+  /// Replaces the data (shape may change; the graph is not touched).
+  void set_data(Array data) { impl().data = std::move(data); }
+
+  const Shape& shape() const { return data().shape(); }
+  Dtype dtype() const { return data().dtype(); }
+  Device device() const { return data().device(); }
+  int ndim() const { return data().ndim(); }
+  int64_t size() const { return data().size(); }
+
+  /// The gradient array (undefined when none has been computed).
+  Array grad() const;
+  /// The gradient as a Variable (with a graph when computed with enable_double_backprop).
+  Variable grad_var() const;
+  void set_grad(const Array& grad);
+  void set_grad_var(const Variable& grad);
+  /// Drops the gradient (Chainer's cleargrad).
+  void cleargrad();
+  /// Sets the gradient to zeros of the data's shape (allocating it).
+  void zerograd();
+
+  bool requires_grad() const { return impl().requires_grad; }
+  void set_requires_grad(bool value) { impl().requires_grad = value; }
+  /// The function that produced this variable (null for a leaf).
+  FunctionNode* creator() const { return impl().creator.get(); }
+  const std::shared_ptr<FunctionNode>& creator_ptr() const { return impl().creator; }
+  int64_t generation() const { return impl().generation; }
+
+  const std::string& name() const { return impl().name; }
+  void set_name(std::string name) { impl().name = std::move(name); }
+
+  /// Computes the gradients of this variable with respect to every variable it depends on
+  /// (a scalar's gradient starts at 1; a non-scalar needs its grad set first).
+  void backward(const BackwardOptions& options = {}) const;
+  /// Cuts the link to the creator: this variable becomes a leaf (Chainer's unchain).
+  void unchain();
+  /// Cuts every link reachable backwards from this variable (Chainer's unchain_backward).
+  void unchain_backward();
+  /// A new leaf variable sharing this variable's data (PyTorch's detach).
+  Variable detached() const { return Variable(data(), false); }
+
+  /// True when both handles refer to the same variable.
+  bool is(const Variable& other) const { return impl_ == other.impl_; }
+  detail::VariableImpl& impl() const;
+  const std::shared_ptr<detail::VariableImpl>& impl_ptr() const { return impl_; }
+
+  std::string to_string() const;
+
+ protected:
+  std::shared_ptr<detail::VariableImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Variable& v);
+
+/// Fills a parameter's array when the parameter is first sized (see links/initializers.h).
+class Initializer {
+ public:
+  virtual ~Initializer() = default;
+  /// Writes initial values into `array` (already allocated with the right shape).
+  virtual void operator()(Array& array) const = 0;
+  /// The dtype arrays are created with (float32 unless the initializer says otherwise).
+  virtual Dtype dtype() const { return Dtype::kFloat32; }
+};
+
+/// A trainable Variable owned by a Link. It may be created without a shape and sized later
+/// (lazy initialisation, e.g. Linear with in_size unknown until the first forward).
+class Parameter : public Variable {
+ public:
+  /// An undefined handle.
+  Parameter() = default;
+  /// A parameter initialised from `data` (requires_grad is true).
+  explicit Parameter(Array data);
+  /// A parameter to be filled by `initializer`; sized now when `shape` is given, else later.
+  explicit Parameter(std::shared_ptr<Initializer> initializer, std::optional<Shape> shape = std::nullopt,
+                     Device device = default_device());
+  /// Rewraps a Variable handle that refers to a parameter.
+  static Parameter from_variable(const Variable& v);
+
+  /// True once the data exists.
+  bool is_initialized() const { return impl().data.defined(); }
+  /// Allocates the data with `shape` and fills it with the initializer.
+  void initialize(const Shape& shape);
+  const std::shared_ptr<Initializer>& initializer() const { return impl().initializer; }
+  /// The device the parameter lives (or will live) on.
+  Device device() const { return is_initialized() ? data().device() : impl().device; }
+  /// Moves the data (and gradient) to `device`, or records it for a later initialize().
+  void to_device(Device device);
+};
+
+/// Computes d outputs / d inputs without touching any variable's grad (Chainer's chainer.grad).
+/// grad_outputs may be empty (ones for scalar outputs). Inputs the outputs do not depend on get
+/// an undefined Variable.
+std::vector<Variable> grad(const std::vector<Variable>& outputs, const std::vector<Variable>& inputs,
+                           const std::vector<Variable>& grad_outputs = {}, bool enable_double_backprop = false);
+
+}  // namespace kusari

@@ -1,0 +1,156 @@
+// Array routines: NumPy-like operations on Arrays, without autograd. Each routine checks its
+// arguments (devices, dtypes, shapes), allocates the output and calls the device's kernel.
+// The differentiable versions, on Variables, live in kusari/functions/.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "kusari/core/array.h"
+#include "kusari/core/kernels.h"
+
+namespace kusari {
+
+// --- elementwise, one operand ------------------------------------------------------------------
+/// Applies a unary kernel op; the building block of the named routines below.
+Array unary(UnaryOp op, const Array& x, double p0 = 0.0, double p1 = 0.0);
+Array negative(const Array& x);
+Array abs(const Array& x);
+Array sign(const Array& x);
+Array exp(const Array& x);
+Array log(const Array& x);
+Array log1p(const Array& x);
+Array expm1(const Array& x);
+Array sqrt(const Array& x);
+Array rsqrt(const Array& x);
+Array square(const Array& x);
+Array reciprocal(const Array& x);
+Array sin(const Array& x);
+Array cos(const Array& x);
+Array tanh(const Array& x);
+Array sigmoid(const Array& x);
+Array relu(const Array& x);
+Array floor(const Array& x);
+Array ceil(const Array& x);
+Array erf(const Array& x);
+Array softplus(const Array& x, double beta = 1.0);
+Array leaky_relu(const Array& x, double slope);
+Array elu(const Array& x, double alpha);
+Array clip(const Array& x, double lo, double hi);
+Array power(const Array& x, Scalar exponent);
+Array power(Scalar base, const Array& x);
+Array isnan(const Array& x);
+Array isinf(const Array& x);
+Array isfinite(const Array& x);
+Array logical_not(const Array& x);
+
+// --- elementwise, two operands (NumPy broadcasting; dtypes must agree) -----------------------------
+/// Applies a binary kernel op after broadcasting; `fn` names the caller in errors (the op's name by default).
+Array binary(BinaryOp op, const Array& a, const Array& b, const char* fn = nullptr);
+Array add(const Array& a, const Array& b);
+Array subtract(const Array& a, const Array& b);
+Array multiply(const Array& a, const Array& b);
+Array divide(const Array& a, const Array& b);
+Array power(const Array& a, const Array& b);
+Array maximum(const Array& a, const Array& b);
+Array minimum(const Array& a, const Array& b);
+Array maximum(const Array& a, Scalar b);
+Array minimum(const Array& a, Scalar b);
+Array equal(const Array& a, const Array& b);
+Array not_equal(const Array& a, const Array& b);
+Array less(const Array& a, const Array& b);
+Array less_equal(const Array& a, const Array& b);
+Array greater(const Array& a, const Array& b);
+Array greater_equal(const Array& a, const Array& b);
+Array equal(const Array& a, Scalar b);
+Array not_equal(const Array& a, Scalar b);
+Array less(const Array& a, Scalar b);
+Array less_equal(const Array& a, Scalar b);
+Array greater(const Array& a, Scalar b);
+Array greater_equal(const Array& a, Scalar b);
+Array logical_and(const Array& a, const Array& b);
+Array logical_or(const Array& a, const Array& b);
+/// cond ? a : b, broadcasting all three; cond must be bool.
+Array where(const Array& cond, const Array& a, const Array& b);
+Array where(const Array& cond, const Array& a, Scalar b);
+Array where(const Array& cond, Scalar a, const Array& b);
+
+Array operator+(const Array& a, const Array& b);
+Array operator-(const Array& a, const Array& b);
+Array operator*(const Array& a, const Array& b);
+Array operator/(const Array& a, const Array& b);
+Array operator-(const Array& a);
+Array operator+(const Array& a, Scalar b);
+Array operator-(const Array& a, Scalar b);
+Array operator*(const Array& a, Scalar b);
+Array operator/(const Array& a, Scalar b);
+Array operator+(Scalar a, const Array& b);
+Array operator-(Scalar a, const Array& b);
+Array operator*(Scalar a, const Array& b);
+Array operator/(Scalar a, const Array& b);
+
+// --- reductions ---------------------------------------------------------------------------------
+/// Sum over `axes` (all axes when empty).
+Array sum(const Array& x, const Axes& axes = {}, bool keepdims = false);
+Array mean(const Array& x, const Axes& axes = {}, bool keepdims = false);
+Array prod(const Array& x, const Axes& axes = {}, bool keepdims = false);
+Array amax(const Array& x, const Axes& axes = {}, bool keepdims = false);
+Array amin(const Array& x, const Axes& axes = {}, bool keepdims = false);
+Array any(const Array& x, const Axes& axes = {}, bool keepdims = false);
+Array all(const Array& x, const Axes& axes = {}, bool keepdims = false);
+/// Variance with `ddof` delta degrees of freedom.
+Array var(const Array& x, const Axes& axes = {}, bool keepdims = false, int ddof = 0);
+/// Index of the maximum along `axis` (of the flattened array when absent); int64.
+Array argmax(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+Array argmin(const Array& x, std::optional<int> axis = std::nullopt, bool keepdims = false);
+/// Sums `x` down to `shape` (the adjoint of broadcast_to); `shape` must broadcast to x's shape.
+Array sum_to(const Array& x, const Shape& shape);
+/// log(sum(exp(x))) over axes, computed stably.
+Array logsumexp(const Array& x, const Axes& axes = {}, bool keepdims = false);
+Array softmax(const Array& x, int axis = 1);
+Array log_softmax(const Array& x, int axis = 1);
+
+// --- linear algebra -------------------------------------------------------------------------------
+/// NumPy matmul: 1-d operands are promoted; batch axes broadcast.
+Array matmul(const Array& a, const Array& b);
+
+// --- joining, splitting, indexing -------------------------------------------------------------------
+Array concatenate(const std::vector<Array>& xs, int axis = 0);
+Array stack(const std::vector<Array>& xs, int axis = 0);
+/// Splits into `sections` equal parts along axis (views).
+std::vector<Array> split(const Array& x, int64_t sections, int axis = 0);
+/// Splits at the given indices along axis (views).
+std::vector<Array> split_at(const Array& x, const std::vector<int64_t>& indices, int axis = 0);
+/// Elements of x at integer `indices` along `axis` (indices int32/int64; negative wrap).
+Array take(const Array& x, const Array& indices, int axis = 0);
+/// The gradient of take: zeros of `shape` with `values` added at `indices` along `axis`.
+Array add_at_zeros(const Shape& shape, const Array& indices, int axis, const Array& values);
+
+// --- neural-network kernels ---------------------------------------------------------------------------
+/// Output length of a convolution / pooling window sweep (Chainer's get_conv_outsize).
+int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation = 1,
+                      bool cover_all = false);
+/// y = conv2d(x, w) + b for NCHW x and OIHW w (b may be undefined).
+Array conv2d(const Array& x, const Array& w, const Array& b, const Conv2dParams& p);
+/// The gradient of conv2d with respect to x, for an x of shape `x_shape`.
+Array conv2d_backward_data(const Array& w, const Array& gy, const Shape& x_shape, const Conv2dParams& p);
+/// The gradient of conv2d with respect to w, for a w of shape `w_shape`.
+Array conv2d_backward_filter(const Array& x, const Array& gy, const Shape& w_shape, const Conv2dParams& p);
+Array pool2d(const Array& x, const Pool2dParams& p);
+Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Pool2dParams& p);
+
+// --- comparisons for tests and checks -------------------------------------------------------------
+/// True when |a - b| <= atol + rtol |b| everywhere (NaNs equal when equal_nan).
+bool allclose(const Array& a, const Array& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+/// True when shapes and all elements are equal.
+bool array_equal(const Array& a, const Array& b);
+
+// --- helpers for routines and kernels ------------------------------------------------------------------
+/// Throws DeviceError naming `fn` unless all defined arrays are on the same device.
+void check_same_device(const char* fn, std::initializer_list<const Array*> arrays);
+/// Throws DtypeError naming `fn` unless all arrays have the same dtype.
+void check_same_dtype(const char* fn, std::initializer_list<const Array*> arrays);
+/// Throws DtypeError naming `fn` unless x has a floating dtype.
+void check_floating(const char* fn, const Array& x);
+
+}  // namespace kusari

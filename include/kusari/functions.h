@@ -1,0 +1,9 @@
+// All differentiable functions (Chainer's chainer.functions). Users often write
+//   namespace F = kusari::functions;
+#pragma once
+
+#include "kusari/functions/array.h"
+#include "kusari/functions/math.h"
+#include "kusari/functions/activation.h"
+#include "kusari/functions/connection.h"
+#include "kusari/functions/loss.h"

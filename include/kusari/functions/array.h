@@ -1,0 +1,41 @@
+// Differentiable array manipulation: shapes, axes, joining, splitting, indexing, casting
+// (Chainer's F.array family).
+#pragma once
+
+#include <vector>
+
+#include "kusari/autograd/function_node.h"
+#include "kusari/autograd/variable.h"
+
+namespace kusari::functions {
+
+/// A view with a new shape (one entry may be -1).
+Variable reshape(const Variable& x, const Shape& shape);
+/// Permutes axes (reverses them when none are given).
+Variable transpose(const Variable& x, const Axes& axes = {});
+Variable swapaxes(const Variable& x, int a, int b);
+/// Broadcasts to `shape`; the gradient is summed back.
+Variable broadcast_to(const Variable& x, const Shape& shape);
+/// Removes length-1 axes (all when none are given).
+Variable squeeze(const Variable& x, const Axes& axes = {});
+Variable expand_dims(const Variable& x, int axis);
+/// Flattens to 1-d.
+Variable flatten(const Variable& x);
+/// Converts the dtype; the gradient is converted back.
+Variable cast(const Variable& x, Dtype dtype);
+/// Copies to another device; the gradient is copied back (Chainer's F.copy).
+Variable copy(const Variable& x, Device device);
+/// Joins along an existing axis.
+Variable concat(const std::vector<Variable>& xs, int axis = 1);
+/// Joins along a new axis.
+Variable stack(const std::vector<Variable>& xs, int axis = 0);
+/// Splits into `sections` equal parts along axis.
+std::vector<Variable> split_axis(const Variable& x, int64_t sections, int axis);
+/// Splits at the given indices along axis.
+std::vector<Variable> split_axis(const Variable& x, const std::vector<int64_t>& indices, int axis);
+/// NumPy basic indexing (integers, slices, NewAxis, Ellipsis); the gradient is scattered back.
+Variable get_item(const Variable& x, const std::vector<Index>& indices);
+/// cond ? a : b (cond is a bool array, not differentiated).
+Variable where(const Array& cond, const Variable& a, const Variable& b);
+
+}  // namespace kusari::functions

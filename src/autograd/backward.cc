@@ -1,0 +1,211 @@
+// The backward engine: walks the graph from the outputs, newest node first.
+#include <atomic>
+#include <optional>
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/graph_access.h"
+#include "kusari/core/routines.h"
+
+namespace kusari {
+namespace detail {
+namespace {
+
+std::atomic<uint64_t> g_visit_counter{0};
+
+// Where gradients go while the engine runs. In the normal mode (Variable::backward) they live in
+// each VariableImpl's grad slot and leaves keep theirs; in the functional mode (kusari::grad)
+// they live in a map and no variable's grad slot is touched.
+class GradStore {
+ public:
+  explicit GradStore(bool functional) : functional_(functional) {}
+
+  Variable get(VariableImpl* v) const {
+    if (functional_) {
+      auto it = map_.find(v);
+      return it == map_.end() ? Variable() : it->second;
+    }
+    return v->grad ? Variable(v->grad) : Variable();
+  }
+
+  void set(VariableImpl* v, const Variable& g) {
+    if (functional_) {
+      map_[v] = g;
+    } else {
+      v->grad = g.impl_ptr();
+    }
+  }
+
+  void clear(VariableImpl* v) {
+    if (functional_) {
+      map_.erase(v);
+    } else {
+      v->grad.reset();
+    }
+  }
+
+  void accumulate(VariableImpl* v, const Variable& g) {
+    Variable cur = get(v);
+    if (!cur.defined()) {
+      set(v, (!functional_ && !v->creator) ? adopt_leaf_grad(g) : g);
+      return;
+    }
+    // Differentiable sum when double backprop records; otherwise plain arrays.
+    if (is_backprop_enabled() && (cur.requires_grad() || g.requires_grad())) {
+      Array sum = add(cur.data(), g.data());
+      set(v, record("accumulate_grad", {cur, g}, std::move(sum), [](BackwardContext& ctx) {
+            ctx.set_input_grad(0, ctx.output_grad());
+            ctx.set_input_grad(1, ctx.output_grad());
+          }));
+    } else {
+      set(v, Variable(add(cur.data(), g.data())));
+    }
+  }
+
+  bool functional() const { return functional_; }
+
+  // Note [Leaf gradients own their memory]
+  // Backward rules may pass a gradient through unchanged (add, reshape, broadcast views), so the
+  // same array can reach two leaves, or be a stride-0 view. Optimizers, hooks and the multi-node
+  // allreduce write into leaf gradients in place, so a leaf adopts a gradient only when nothing
+  // else refers to it and it is contiguous; otherwise it gets its own copy.
+  static Variable adopt_leaf_grad(const Variable& g) {
+    if (g.requires_grad()) return g;  // a double-backprop graph: keep it
+    const Array& a = g.data();
+    if (g.impl_ptr().use_count() == 1 && a.storage().use_count() == 1 && a.is_contiguous()) return g;
+    return Variable(a.copy());
+  }
+
+ private:
+  bool functional_;
+  std::unordered_map<VariableImpl*, Variable> map_;
+};
+
+struct QueueEntry {
+  int64_t generation;
+  uint64_t sequence;
+  FunctionNode* node;
+  bool operator<(const QueueEntry& o) const {
+    if (generation != o.generation) return generation < o.generation;
+    return sequence < o.sequence;
+  }
+};
+
+void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, bool retain_grad, bool double_backprop,
+                  double loss_scale, const std::vector<VariableImpl*>& keep) {
+  const uint64_t mark = ++g_visit_counter;
+  std::priority_queue<QueueEntry> queue;
+  uint64_t sequence = 0;
+  auto push = [&](FunctionNode* node) {
+    uint64_t& m = GraphAccess::visit_mark(*node);
+    if (m == mark) return;
+    m = mark;
+    queue.push({node->generation(), sequence++, node});
+  };
+  for (VariableImpl* r : roots) {
+    if (r->creator) push(r->creator.get());
+  }
+  auto is_kept = [&](VariableImpl* v) {
+    for (VariableImpl* k : keep) {
+      if (k == v) return true;
+    }
+    return false;
+  };
+
+  std::vector<Variable> gys, gxs;
+  while (!queue.empty()) {
+    FunctionNode* node = queue.top().node;
+    queue.pop();
+    auto& outputs = GraphAccess::outputs(*node);
+    auto& inputs = GraphAccess::inputs(*node);
+    gys.assign(outputs.size(), Variable());
+    bool any = false;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (auto impl = outputs[i].impl.lock()) {
+        gys[i] = store.get(impl.get());
+        any = any || gys[i].defined();
+      }
+    }
+    if (!any) continue;
+    gxs.assign(inputs.size(), Variable());
+    {
+      BackwardContext ctx(*node, gys, gxs, double_backprop);
+      if (double_backprop) {
+        ForceBackpropMode mode;
+        GraphAccess::rule(*node)(ctx);
+      } else {
+        NoBackpropMode mode;
+        GraphAccess::rule(*node)(ctx);
+      }
+    }
+    if (!retain_grad) {
+      for (auto& out : outputs) {
+        if (auto impl = out.impl.lock()) {
+          if (!is_kept(impl.get())) store.clear(impl.get());
+        }
+      }
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!gxs[i].defined()) continue;
+      VariableImpl* in = inputs[i].get();
+      if (!in->requires_grad) continue;
+      store.accumulate(in, gxs[i]);
+      if (in->creator) {
+        push(in->creator.get());
+      } else if (!store.functional()) {
+        in->loss_scale = loss_scale;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+void Variable::backward(const BackwardOptions& options) const {
+  detail::VariableImpl& self = impl();
+  detail::GradStore store(false);
+  const double scale = options.loss_scale.value_or(1.0);
+  if (!self.grad) {
+    KUSARI_CHECK(self.data.size() == 1, GradientError, "backward: the variable has shape ", self.data.shape(),
+                 "; backward() starts from a scalar, or from a variable whose grad was set first");
+    Array ones = Array::full(self.data.shape(), scale, self.data.dtype(), self.data.device());
+    self.grad = Variable(ones).impl_ptr();
+  } else if (options.loss_scale) {
+    self.grad = Variable(Variable(self.grad).data() * scale).impl_ptr();
+  }
+  if (!self.creator) return;
+  detail::run_backward({&self}, store, options.retain_grad, options.enable_double_backprop, scale, {&self});
+}
+
+std::vector<Variable> grad(const std::vector<Variable>& outputs, const std::vector<Variable>& inputs,
+                           const std::vector<Variable>& grad_outputs, bool enable_double_backprop) {
+  KUSARI_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), ValueError, "grad: ", outputs.size(),
+               " outputs but ", grad_outputs.size(), " grad_outputs");
+  detail::GradStore store(true);
+  std::vector<detail::VariableImpl*> roots, keep;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Variable& y = outputs[i];
+    Variable gy;
+    if (!grad_outputs.empty() && grad_outputs[i].defined()) {
+      gy = grad_outputs[i];
+      KUSARI_CHECK(gy.shape() == y.shape(), ShapeError, "grad: grad_outputs[", i, "] has shape ", gy.shape(),
+                   " but outputs[", i, "] has shape ", y.shape());
+    } else {
+      KUSARI_CHECK(y.size() == 1, GradientError, "grad: outputs[", i, "] has shape ", y.shape(),
+                   "; give its gradient in grad_outputs");
+      gy = Variable(Array::ones_like(y.data()));
+    }
+    store.accumulate(&y.impl(), gy);
+    roots.push_back(&y.impl());
+  }
+  for (const Variable& x : inputs) keep.push_back(&x.impl());
+  for (auto* r : roots) keep.push_back(r);
+  detail::run_backward(roots, store, false, enable_double_backprop, 1.0, keep);
+  std::vector<Variable> result;
+  result.reserve(inputs.size());
+  for (const Variable& x : inputs) result.push_back(store.get(&x.impl()));
+  return result;
+}
+
+}  // namespace kusari

@@ -1,0 +1,157 @@
+// CPU kernels: matrix products through CBLAS (OpenBLAS).
+#include <cblas.h>
+
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+#include "kusari/core/routines.h"
+
+namespace kusari::cpu {
+namespace {
+
+// Note [BLAS operand layout]
+// A matrix operand (the last two axes of a view) goes to BLAS without a copy when one of its
+// axes is unit-stride: row-major with leading dimension = the row stride, or column-major,
+// passed as the transpose, with leading dimension = the column stride. That covers the transposed
+// views that backward rules produce (x.T @ gy). Other layouts are copied once to be contiguous.
+struct MatrixOperand {
+  bool transposed = false;
+  int64_t ld = 0;
+  bool usable = false;
+};
+
+MatrixOperand describe(const Array& a) {
+  const int nd = a.ndim();
+  const int64_t rows = a.shape()[nd - 2], cols = a.shape()[nd - 1];
+  const int64_t rs = a.strides()[nd - 2], cs = a.strides()[nd - 1];
+  MatrixOperand m;
+  if ((cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1)) {
+    m.ld = std::max<int64_t>(rs, std::max<int64_t>(cols, 1));
+    m.usable = true;
+  } else if ((rs == 1 || rows == 1) && cs >= std::max<int64_t>(rows, 1)) {
+    m.transposed = true;
+    m.ld = std::max<int64_t>(cs, std::max<int64_t>(rows, 1));
+    m.usable = true;
+  }
+  if (rows == 1 && cols == 1) {
+    m.transposed = false;
+    m.ld = 1;
+    m.usable = true;
+  }
+  return m;
+}
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+          int64_t ldc) {
+  const CBLAS_TRANSPOSE ta_ = ta ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb_ = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta_, tb_, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+                static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c, static_cast<int>(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta_, tb_, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,
+                static_cast<int>(lda), b, static_cast<int>(ldb), 0.0, c, static_cast<int>(ldc));
+  }
+}
+
+template <typename T>
+void matmul_blas(const Array& a_in, const Array& b_in, Array& out) {
+  Array a = a_in, b = b_in;
+  MatrixOperand ma = describe(a), mb = describe(b);
+  if (!ma.usable) {
+    a = a.copy();
+    ma = describe(a);
+  }
+  if (!mb.usable) {
+    b = b.copy();
+    mb = describe(b);
+  }
+  const int nd = out.ndim();
+  const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a.shape()[nd - 1];
+  if (m == 0 || n == 0) return;
+  T* c = out.data<T>();
+  if (k == 0) {
+    std::fill(c, c + out.size(), T(0));
+    return;
+  }
+  const int64_t batch = out.size() / (m * n);
+  const T* ap = static_cast<const T*>(a.raw_data());
+  const T* bp = static_cast<const T*>(b.raw_data());
+  // Batch offsets in elements, walking the (broadcast) batch axes in C order.
+  Shape batch_shape(out.shape().begin(), out.shape().end() - 2);
+  std::vector<int64_t> idx(batch_shape.size(), 0);
+  for (int64_t i = 0; i < batch; ++i) {
+    int64_t oa = 0, ob = 0;
+    for (int d = 0; d < batch_shape.size(); ++d) {
+      oa += idx[d] * a.strides()[d];
+      ob += idx[d] * b.strides()[d];
+    }
+    gemm<T>(ma.transposed, mb.transposed, m, n, k, ap + oa, ma.ld, bp + ob, mb.ld, c + i * m * n, n);
+    for (int d = batch_shape.size() - 1; d >= 0; --d) {
+      if (++idx[d] < batch_shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+template <typename T>
+void matmul_naive(const Array& a, const Array& b, Array& out) {
+  // Integer matmul (rare): straightforward triple loop over contiguous copies.
+  Array ac = a.contiguous(), bc = b.contiguous();
+  const int nd = out.ndim();
+  const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a.shape()[nd - 1];
+  const int64_t batch = m * n == 0 ? 0 : out.size() / (m * n);
+  Shape bshape(out.shape().begin(), out.shape().end() - 2);
+  std::vector<int64_t> idx(bshape.size(), 0);
+  T* c = out.data<T>();
+  for (int64_t i = 0; i < batch; ++i) {
+    int64_t oa = 0, ob = 0;
+    for (int d = 0; d < bshape.size(); ++d) {
+      oa += idx[d] * ac.strides()[d];
+      ob += idx[d] * bc.strides()[d];
+    }
+    const T* ap = ac.data<T>() + oa;
+    const T* bp = bc.data<T>() + ob;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t col = 0; col < n; ++col) {
+        compute_t<T> s = 0;
+        for (int64_t j = 0; j < k; ++j) s += static_cast<compute_t<T>>(ap[r * k + j]) * static_cast<compute_t<T>>(bp[j * n + col]);
+        c[i * m * n + r * n + col] = static_cast<T>(s);
+      }
+    }
+    for (int d = bshape.size() - 1; d >= 0; --d) {
+      if (++idx[d] < bshape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void matmul(const Array& a, const Array& b, Array& out) {
+  switch (a.dtype()) {
+    case Dtype::kFloat32:
+      return matmul_blas<float>(a, b, out);
+    case Dtype::kFloat64:
+      return matmul_blas<double>(a, b, out);
+    case Dtype::kFloat16:
+    case Dtype::kBFloat16: {
+      // 16-bit floats: compute in float32, round once.
+      Array a32 = a.astype(Dtype::kFloat32), b32 = b.astype(Dtype::kFloat32);
+      Array o32 = Array::empty(out.shape(), Dtype::kFloat32, out.device());
+      matmul_blas<float>(a32, b32, o32);
+      copy(o32, out);
+      return;
+    }
+    case Dtype::kInt32:
+      return matmul_naive<int32_t>(a, b, out);
+    case Dtype::kInt64:
+      return matmul_naive<int64_t>(a, b, out);
+    default:
+      KUSARI_THROW(DtypeError, "matmul: not supported for dtype ", dtype_name(a.dtype()));
+  }
+}
+
+}  // namespace kusari::cpu

@@ -1,0 +1,202 @@
+// CPU kernels: reductions over axes, arg-reductions and softmax.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+
+namespace kusari::cpu {
+namespace {
+
+// Note [CPU reductions]
+// The output, in keepdims form, is broadcast back to x's shape (stride 0 along reduced axes) and
+// x is walked in memory order, so each row either folds into one accumulator (the inner axis is
+// reduced) or updates a row of accumulators (it is kept). Sums and products accumulate in double
+// (int64 for integers) in a scratch buffer, then are rounded once into the output's dtype.
+// Rows are split over threads only along an outer axis that the output keeps, so no two threads
+// write the same accumulator.
+
+template <typename Acc, typename T, typename Fold>
+void reduce_into(const Array& x, const Shape& out_shape, Acc init, Fold fold, std::vector<Acc>& acc) {
+  const int64_t out_size = out_shape.numel();
+  acc.assign(static_cast<size_t>(out_size), init);
+  // A contiguous accumulator view of out's shape, broadcast to x's shape.
+  std::shared_ptr<void> holder(acc.data(), [](void*) {});
+  Array acc_view = Array::from_blob(holder, acc.data(), out_shape, dtype_of<Acc>);
+  Strides bstrides = acc_view.strides();
+  for (int d = 0; d < x.ndim(); ++d) {
+    if (out_shape[d] == 1 && x.shape()[d] != 1) bstrides[d] = 0;
+  }
+  Array acc_b = acc_view.as_strided(x.shape(), bstrides, 0);
+  StridedLoop<2> loop(x.shape(), {&acc_b, &x});
+  // Parallel only if the outermost loop axis is kept (non-zero accumulator stride).
+  const bool parallel = loop.ndim() > 1 && loop.stride(0, 0) != 0;
+  loop.run(
+      [&](char** p, int64_t n, const int64_t* s) {
+        const char* xp = p[1];
+        if (s[0] == 0) {
+          Acc a = *reinterpret_cast<Acc*>(p[0]);
+          if (s[1] == sizeof(T)) {
+            const T* xv = reinterpret_cast<const T*>(xp);
+            for (int64_t i = 0; i < n; ++i) a = fold(a, static_cast<Acc>(static_cast<compute_t<T>>(xv[i])));
+          } else {
+            for (int64_t i = 0; i < n; ++i) {
+              a = fold(a, static_cast<Acc>(static_cast<compute_t<T>>(*reinterpret_cast<const T*>(xp + i * s[1]))));
+            }
+          }
+          *reinterpret_cast<Acc*>(p[0]) = a;
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            Acc& a = *reinterpret_cast<Acc*>(p[0] + i * s[0]);
+            a = fold(a, static_cast<Acc>(static_cast<compute_t<T>>(*reinterpret_cast<const T*>(xp + i * s[1]))));
+          }
+        }
+      },
+      parallel, 1);
+}
+
+// Rounds the accumulators into the output's dtype (out is contiguous, made by the routine).
+template <typename Acc>
+void store(const std::vector<Acc>& acc, Array& out) {
+  visit_dtype(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* o = out.data<T>();
+    for (size_t i = 0; i < acc.size(); ++i) {
+      if constexpr (std::is_same_v<T, bool>) {
+        o[i] = acc[i] != Acc(0);
+      } else {
+        o[i] = static_cast<T>(static_cast<compute_t<T>>(acc[i]));
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void reduce(ReduceOp op, const Array& x, Array& out) {
+  KUSARI_ASSERT(out.is_contiguous());
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kProd: {
+        using Acc = std::conditional_t<std::is_same_v<T, bool>, int64_t, accum_t<T>>;
+        std::vector<Acc> acc;
+        if (op == ReduceOp::kSum) {
+          reduce_into<Acc, T>(x, out.shape(), Acc(0), [](Acc a, Acc v) { return a + v; }, acc);
+        } else {
+          reduce_into<Acc, T>(x, out.shape(), Acc(1), [](Acc a, Acc v) { return a * v; }, acc);
+        }
+        store<Acc>(acc, out);
+        return;
+      }
+      case ReduceOp::kMax:
+      case ReduceOp::kMin: {
+        using Acc = std::conditional_t<std::is_same_v<T, bool>, int64_t, C>;
+        KUSARI_CHECK(x.size() > 0, ValueError, op == ReduceOp::kMax ? "max" : "min",
+                     ": zero-size array has no maximum or minimum");
+        std::vector<Acc> acc;
+        if (op == ReduceOp::kMax) {
+          Acc init = std::numeric_limits<Acc>::has_infinity ? -std::numeric_limits<Acc>::infinity()
+                                                             : std::numeric_limits<Acc>::lowest();
+          reduce_into<Acc, T>(x, out.shape(), init, [](Acc a, Acc v) { return (v > a || v != v) ? v : a; }, acc);
+        } else {
+          Acc init = std::numeric_limits<Acc>::has_infinity ? std::numeric_limits<Acc>::infinity()
+                                                             : std::numeric_limits<Acc>::max();
+          reduce_into<Acc, T>(x, out.shape(), init, [](Acc a, Acc v) { return (v < a || v != v) ? v : a; }, acc);
+        }
+        store<Acc>(acc, out);
+        return;
+      }
+      case ReduceOp::kAny:
+      case ReduceOp::kAll: {
+        std::vector<int64_t> acc;
+        if (op == ReduceOp::kAny) {
+          reduce_into<int64_t, T>(x, out.shape(), 0, [](int64_t a, int64_t v) { return (a || v) ? 1 : 0; }, acc);
+        } else {
+          reduce_into<int64_t, T>(x, out.shape(), 1, [](int64_t a, int64_t v) { return (a && v) ? 1 : 0; }, acc);
+        }
+        bool* o = out.data<bool>();
+        for (size_t i = 0; i < acc.size(); ++i) o[i] = acc[i] != 0;
+        return;
+      }
+    }
+  });
+}
+
+void arg_reduce(ArgReduceOp op, const Array& x, int axis, Array& out) {
+  KUSARI_ASSERT(out.is_contiguous());
+  const int64_t len = x.shape()[axis];
+  KUSARI_CHECK(len > 0, ValueError, op == ArgReduceOp::kArgMax ? "argmax" : "argmin",
+               ": attempt to take the index of an empty axis");
+  // Iterate output positions; for each, scan along the axis.
+  Shape outer_shape = x.shape();
+  outer_shape[axis] = 1;
+  Array x0 = x.as_strided(outer_shape, x.strides(), x.offset());
+  int64_t* o = out.data<int64_t>();
+  const int64_t step = x.strides()[axis];
+  visit_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    // Walk x0 (one element per output) in C order alongside a running output index.
+    StridedLoop<1> loop(outer_shape, {&x0});
+    int64_t out_index = 0;
+    loop.run(
+        [&](char** p, int64_t n, const int64_t* s) {
+          for (int64_t i = 0; i < n; ++i) {
+            const T* base = reinterpret_cast<const T*>(p[0] + i * s[0]);
+            C best = static_cast<C>(base[0]);
+            int64_t best_j = 0;
+            for (int64_t j = 1; j < len; ++j) {
+              C v = static_cast<C>(base[j * step]);
+              if (best != best) break;  // NaN wins, like NumPy
+              bool better = op == ArgReduceOp::kArgMax ? (v > best || v != v) : (v < best || v != v);
+              if (better) {
+                best = v;
+                best_j = j;
+              }
+            }
+            o[out_index++] = best_j;
+          }
+        },
+        false);
+  });
+}
+
+void softmax(const Array& x_in, int axis, bool log, Array& out) {
+  KUSARI_ASSERT(out.is_contiguous());
+  Array x = x_in.contiguous();
+  const Shape& shape = x.shape();
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= shape[d];
+  for (int d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t n = shape[axis];
+  visit_floating_dtype(x.dtype(), "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    const T* xp = x.data<T>();
+    T* op = out.data<T>();
+    parallel_for(outer * inner, n * 10, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t o = r / inner, in = r % inner;
+        const T* xr = xp + o * n * inner + in;
+        T* yr = op + o * n * inner + in;
+        C m = -std::numeric_limits<C>::infinity();
+        for (int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<C>(xr[j * inner]));
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(static_cast<C>(xr[j * inner]) - m));
+        if (log) {
+          C lse = m + static_cast<C>(std::log(sum));
+          for (int64_t j = 0; j < n; ++j) yr[j * inner] = static_cast<T>(static_cast<C>(xr[j * inner]) - lse);
+        } else {
+          C inv = static_cast<C>(1.0 / sum);
+          for (int64_t j = 0; j < n; ++j) yr[j * inner] = static_cast<T>(std::exp(static_cast<C>(xr[j * inner]) - m) * inv);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace kusari::cpu

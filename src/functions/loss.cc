@@ -1,0 +1,70 @@
+#include "kusari/functions/loss.h"
+
+#include "functions/function_util.h"
+#include "kusari/core/routines.h"
+#include "kusari/functions/array.h"
+#include "kusari/functions/math.h"
+
+namespace kusari::functions {
+
+// Note [Softmax cross entropy]
+// Forward computes log_softmax once and gathers the labels' entries. The gradient with respect
+// to x is (softmax(x) - onehot(t)) * gy / count, masked where t == ignore_label; it is written
+// with differentiable functions (softmax = exp(log_softmax)) so the loss can be differentiated twice.
+Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label, Reduce reduce) {
+  const char* fn = "softmax_cross_entropy";
+  detail::check_floating(fn, x);
+  KUSARI_CHECK(x.ndim() == 2, ShapeError, fn, ": x must be 2-d (batch, classes), got shape ", x.shape());
+  KUSARI_CHECK(t.dtype() == int32 || t.dtype() == int64, DtypeError, fn, ": labels must be int32 or int64, got ",
+               dtype_name(t.dtype()));
+  KUSARI_CHECK(t.ndim() == 1 && t.shape()[0] == x.shape()[0], ShapeError, fn, ": labels of shape ", t.shape(),
+               " do not match x of shape ", x.shape(), " (expected (", x.shape()[0], ",))");
+  KUSARI_CHECK(t.device() == x.device(), DeviceError, fn, ": x is on ", x.device(), " but the labels are on ",
+               t.device());
+  const int64_t n = x.shape()[0], classes = x.shape()[1];
+  Array t64 = t.astype(int64);
+  Array valid = kusari::not_equal(t64, ignore_label);
+  Array safe_t = kusari::where(valid, t64, Scalar(int64_t{0}));
+  {
+    // Labels out of range are a user error; report the first one.
+    Array bad = kusari::logical_and(valid, kusari::logical_or(kusari::less(safe_t, int64_t{0}),
+                                                              kusari::greater_equal(safe_t, classes)));
+    if (kusari::any(bad).item<bool>()) {
+      int64_t i = kusari::argmax(bad.astype(int32)).item<int64_t>();
+      KUSARI_THROW(IndexError, fn, ": label ", t64.at({i}).item<int64_t>(), " of sample ", i,
+                   " is out of range for ", classes, " classes (ignore_label is ", ignore_label, ")");
+    }
+  }
+  // log p[i, t_i] through a differentiable gather: one-hot mask sum keeps it simple and fused.
+  Array onehot = kusari::equal(Array::arange(classes, int64, x.device()).reshape({1, classes}).broadcast_to({n, classes}),
+                               safe_t.reshape({n, 1}).broadcast_to({n, classes}));
+  onehot = kusari::logical_and(onehot, valid.reshape({n, 1}).broadcast_to({n, classes}));
+  Array onehot_f = onehot.astype(x.dtype());
+  Array logp = kusari::log_softmax(x.data(), 1);
+  Array per_sample = kusari::negative(kusari::sum(kusari::multiply(logp, onehot_f), {1}));
+  const int64_t count = kusari::sum(valid).item<int64_t>();
+  const double coeff = reduce == Reduce::kMean ? 1.0 / static_cast<double>(std::max<int64_t>(count, 1)) : 1.0;
+  Array y = reduce == Reduce::kMean ? kusari::sum(per_sample) * coeff : per_sample;
+  return record(fn, {x}, std::move(y), [onehot_f, coeff, reduce, logp](BackwardContext& ctx) {
+    Variable x = ctx.input(0);
+    const int64_t n = x.shape()[0], k = x.shape()[1];
+    Variable gy = ctx.output_grad();
+    // p - onehot, masked rows already zero in onehot; rows with ignored labels need p masked too.
+    Array row_valid = kusari::sum(onehot_f, {1}, true);  // 1 for valid rows, 0 for ignored
+    Variable p;
+    if (ctx.is_double_backprop()) {
+      // softmax(x) = e / sum(e) with e = exp(x - rowmax); the shift is a constant, so this is
+      // exactly softmax and differentiable.
+      Variable e = exp(sub(x, Variable(kusari::amax(x.data(), {1}, true))));
+      p = div(e, sum(e, {1}, true));
+    } else {
+      p = Variable(kusari::exp(logp));
+    }
+    Variable diff = mul(sub(p, Variable(onehot_f)), Variable(row_valid));
+    Variable scale = reduce == Reduce::kMean ? broadcast_to(reshape(mul(gy, coeff), {1, 1}), {n, k})
+                                             : broadcast_to(reshape(gy, {n, 1}), {n, k});
+    ctx.set_input_grad(0, mul(diff, scale));
+  });
+}
+
+}  // namespace kusari::functions

@@ -1,0 +1,64 @@
+// Helpers for kusari's unit tests: device parameterisation and array assertions.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kusari/config.h"
+#include "kusari/core/array.h"
+#include "kusari/core/random.h"
+#include "kusari/core/routines.h"
+
+namespace kusari::testing {
+
+/// The devices a parameterised test runs on: CPU, plus cuda:0 in a CUDA build (skipped at run
+/// time with a message when no GPU is present).
+inline std::vector<Device> test_devices() {
+  std::vector<Device> d{Device::cpu()};
+#if KUSARI_HAVE_CUDA
+  d.push_back(Device::cuda(0));
+#endif
+  return d;
+}
+
+inline std::string device_name(const ::testing::TestParamInfo<Device>& info) {
+  return info.param.is_cpu() ? "cpu" : "cuda" + std::to_string(info.param.index());
+}
+
+/// Base fixture for tests parameterised over devices; skips GPU runs when no GPU is present.
+class DeviceTest : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    if (GetParam().is_cuda() && !cuda_available()) {
+      GTEST_SKIP() << "no CUDA device is available on this machine; the GPU variant of this test is skipped";
+    }
+  }
+  Device device() const { return GetParam(); }
+};
+
+/// Asserts that two arrays have the same shape and are close elementwise.
+inline ::testing::AssertionResult ArraysClose(const Array& actual, const Array& expected, double rtol = 1e-5,
+                                              double atol = 1e-7) {
+  if (actual.shape() != expected.shape()) {
+    return ::testing::AssertionFailure() << "shapes differ: " << actual.shape() << " vs expected " << expected.shape();
+  }
+  std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool both_nan = std::isnan(a[i]) && std::isnan(e[i]);
+    if (!both_nan && !(std::abs(a[i] - e[i]) <= atol + rtol * std::abs(e[i]))) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs expected " << e[i]
+                                           << " (rtol " << rtol << ", atol " << atol << ")\nactual:   "
+                                           << actual << "\nexpected: " << expected;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace kusari::testing
+
+#define KUSARI_INSTANTIATE_DEVICE_TEST(Suite) \
+  INSTANTIATE_TEST_SUITE_P(Devices, Suite, ::testing::ValuesIn(::kusari::testing::test_devices()), \
+                           ::kusari::testing::device_name)

@@ -1,0 +1,196 @@
+#include <gtest/gtest.h>
+
+#include "kusari/autograd/function_node.h"
+#include "kusari/autograd/gradient_check.h"
+#include "kusari/autograd/mode.h"
+#include "kusari/functions/array.h"
+#include "kusari/functions/math.h"
+#include "test_util.h"
+
+namespace kusari {
+namespace {
+
+namespace F = functions;
+using testing::ArraysClose;
+
+class AutogradTest : public testing::DeviceTest {
+ protected:
+  Variable leaf(std::initializer_list<double> v, std::optional<Shape> s = std::nullopt, Dtype d = float64) {
+    return Variable(Array::from(v, s, d, device()), true);
+  }
+};
+
+TEST_P(AutogradTest, BackwardOfAScalarChain) {
+  Variable x = leaf({2.0});
+  Variable y = F::sum(x * x * x + x * 2.0);  // y = x^3 + 2x, dy/dx = 3x^2 + 2
+  y.backward();
+  EXPECT_DOUBLE_EQ(x.grad().item<double>(), 14.0);
+  EXPECT_DOUBLE_EQ(y.grad().item<double>(), 1.0);
+}
+
+TEST_P(AutogradTest, GradientsAccumulateAcrossUsesAndCalls) {
+  Variable x = leaf({1, 2, 3});
+  Variable y = F::sum(x + x);
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 2, 2}));
+  // A second backward without cleargrad accumulates (Chainer semantics).
+  F::sum(x).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 3, 3}));
+  x.cleargrad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST_P(AutogradTest, LeafGradientsNeverAlias) {
+  // add passes gy through unchanged to both inputs; the leaves must not share one array.
+  Variable a = leaf({1, 2}), b = leaf({3, 4});
+  F::sum(a + b).backward();
+  EXPECT_FALSE(a.grad().shares_memory_with(b.grad()));
+  EXPECT_TRUE(a.grad().is_contiguous());
+  // Broadcast gradients (stride 0) are materialised for leaves.
+  Variable c = leaf({5});
+  F::sum(F::broadcast_to(c, {4})).backward();
+  EXPECT_DOUBLE_EQ(c.grad().item<double>(), 4.0);
+}
+
+TEST_P(AutogradTest, IntermediateGradsAreFreedUnlessRetained) {
+  Variable x = leaf({1, 2});
+  Variable h = x * 3.0;
+  Variable y = F::sum(h * h);
+  y.backward();
+  EXPECT_FALSE(h.grad().defined());
+  x.cleargrad();
+  Variable h2 = x * 3.0;
+  Variable y2 = F::sum(h2 * h2);
+  y2.backward({.retain_grad = true});
+  EXPECT_EQ(h2.grad().to_vector<double>(), (std::vector<double>{6, 12}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{18, 36}));
+}
+
+TEST_P(AutogradTest, NonScalarNeedsAGradient) {
+  Variable x = leaf({1, 2});
+  Variable y = x * 2.0;
+  EXPECT_THROW(y.backward(), GradientError);
+  y.set_grad(Array::from({1, 10}, std::nullopt, float64, device()));
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 20}));
+}
+
+TEST_P(AutogradTest, NoBackpropModeRecordsNothing) {
+  Variable x = leaf({1, 2});
+  {
+    NoBackpropMode mode;
+    Variable y = x * 2.0;
+    EXPECT_EQ(y.creator(), nullptr);
+    EXPECT_FALSE(y.requires_grad());
+  }
+  Variable y = x * 2.0;
+  ASSERT_NE(y.creator(), nullptr);
+  EXPECT_STREQ(y.creator()->name(), "mul_scalar");
+  // Inputs that do not require grad are not recorded either.
+  Variable c(Array::from({1, 2}, std::nullopt, float64, device()));
+  EXPECT_EQ((c * 2.0).creator(), nullptr);
+}
+
+TEST_P(AutogradTest, DoubleBackprop) {
+  Variable x = leaf({3.0});
+  Variable y = F::sum(x * x * x);  // dy/dx = 3x^2 = 27, d2y/dx2 = 6x = 18
+  y.backward({.enable_double_backprop = true});
+  Variable gx = x.grad_var();
+  EXPECT_DOUBLE_EQ(gx.data().item<double>(), 27.0);
+  ASSERT_NE(gx.creator(), nullptr);
+  x.cleargrad();
+  F::sum(gx).backward();
+  EXPECT_DOUBLE_EQ(x.grad().item<double>(), 18.0);
+}
+
+TEST_P(AutogradTest, FunctionalGradLeavesGradsAlone) {
+  Variable x = leaf({1, 2});
+  Variable h = F::exp(x);
+  Variable y = F::sum(h * 2.0);
+  std::vector<Variable> g = grad({y}, {x, h});
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_TRUE(ArraysClose(g[0].data(), kusari::exp(x.data()) * 2.0));
+  EXPECT_EQ(g[1].data().to_vector<double>(), (std::vector<double>{2, 2}));
+  // Second order through grad(): d/dx sum(d/dx sum(x^3)) = 6x.
+  Variable z = F::sum(F::pow(x, 3));
+  Variable gz = grad({z}, {x}, {}, true)[0];
+  Variable gg = grad({F::sum(gz)}, {x})[0];
+  EXPECT_EQ(gg.data().to_vector<double>(), (std::vector<double>{6, 12}));
+}
+
+TEST_P(AutogradTest, LossScaleScalesGradientsAndIsRecorded) {
+  Variable x = leaf({1, 2});
+  F::sum(x * 3.0).backward({.loss_scale = 128.0});
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{384, 384}));
+  EXPECT_DOUBLE_EQ(x.impl().loss_scale, 128.0);
+}
+
+TEST_P(AutogradTest, UnchainMakesALeaf) {
+  Variable x = leaf({1, 2});
+  Variable h = x * 2.0;
+  h.unchain();
+  EXPECT_EQ(h.creator(), nullptr);
+  Variable y = F::sum(h * h);
+  y.unchain_backward();
+  EXPECT_EQ(y.creator(), nullptr);
+}
+
+TEST_P(AutogradTest, RetainedOutputSurvivesDroppedHandle) {
+  // exp retains its output; dropping every handle to it must not break backward.
+  Variable x = leaf({0.5, 1.0});
+  Variable y;
+  {
+    Variable e = F::exp(x);
+    y = F::sum(e * 1.0);
+  }
+  y.backward();
+  EXPECT_TRUE(ArraysClose(x.grad(), kusari::exp(x.data())));
+}
+
+TEST_P(AutogradTest, DeepGraphTeardownDoesNotOverflowTheStack) {
+  Variable x = leaf({1.0});
+  Variable h = x;
+  for (int i = 0; i < 200000; ++i) h = h + 0.0;
+  h = Variable();  // the whole chain is freed here
+  SUCCEED();
+}
+
+TEST_P(AutogradTest, GradientCheckerCatchesAWrongRule) {
+  auto wrong = [](const Variable& x) {
+    return record("wrong_square", {x}, kusari::square(x.data()), [](BackwardContext& ctx) {
+      ctx.set_input_grad(0, ctx.output_grad() * ctx.input(0) * 3.0);  // should be 2x
+    });
+  };
+  Array x = Array::uniform({3, 2}, -1, 1, float64, device());
+  EXPECT_THROW(check_backward(wrong, x), GradientCheckError);
+  auto right = [](const Variable& x) { return F::square(x); };
+  EXPECT_NO_THROW(check_backward(right, x));
+  EXPECT_NO_THROW(check_double_backward(right, x));
+}
+
+TEST_P(AutogradTest, WrongGradientShapeIsReported) {
+  Variable x = leaf({1, 2, 3});
+  Variable y = record("bad_shape", {x}, x.data() * 2.0, [](BackwardContext& ctx) {
+    ctx.set_input_grad(0, F::sum(ctx.output_grad()));
+  });
+  EXPECT_THROW(F::sum(y).backward(), GradientError);
+}
+
+KUSARI_INSTANTIATE_DEVICE_TEST(AutogradTest);
+
+TEST(ParameterTest, LazyInitialisation) {
+  struct Fill : Initializer {
+    void operator()(Array& a) const override { a.fill(0.25); }
+  };
+  Parameter p(std::make_shared<Fill>());
+  EXPECT_FALSE(p.is_initialized());
+  EXPECT_TRUE(p.requires_grad());
+  p.initialize({2, 3});
+  EXPECT_TRUE(p.is_initialized());
+  EXPECT_EQ(p.data().to_vector<float>(), std::vector<float>(6, 0.25f));
+  Parameter q{Parameter(nullptr, Shape{2})};
+  EXPECT_TRUE(std::isnan(q.data().to_vector<float>()[0]));
+}
+
+}  // namespace
+}  // namespace kusari
