@@ -36,6 +36,8 @@ struct VariableImpl {
   Device device;
   // Set on leaves by backward(loss_scale=s); optimizers divide gradients by it.
   double loss_scale = 1.0;
+  // Parameters only: false when the owning link disabled updates (Link::disable_update).
+  bool update_enabled = true;
 };
 
 }  // namespace detail

@@ -1,0 +1,112 @@
+// Optimizers (Chainer's chainer.Optimizer with its per-parameter update rules) and hooks.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kusari/links/link.h"
+#include "kusari/serializers/serializer.h"
+
+namespace kusari {
+
+/// What an optimizer keeps for one parameter: named state arrays (moment estimates, ...) and
+/// the number of updates applied to it.
+struct ParamState {
+  /// Path of the parameter in the target link, e.g. "/l1/W".
+  std::string path;
+  Parameter param;
+  std::vector<std::pair<std::string, Array>> arrays;
+  int64_t t = 0;
+  bool initialized = false;
+
+  /// The state array `name` (ValueError when missing).
+  Array& get(const std::string& name);
+  /// Adds a state array (zeros like the parameter unless given).
+  void add(const std::string& name, Array value);
+};
+
+class Optimizer;
+
+/// A function called by Optimizer::update() before (kPre, the default) or after (kPost) the
+/// parameter updates, e.g. weight decay or gradient clipping.
+class OptimizerHook {
+ public:
+  enum class Timing { kPre, kPost };
+  virtual ~OptimizerHook() = default;
+  /// The hook's default name ("WeightDecay", ...).
+  virtual const char* name() const = 0;
+  virtual Timing timing() const { return Timing::kPre; }
+  virtual void operator()(Optimizer& optimizer) = 0;
+};
+
+/// Updates the parameters of a target link from their gradients.
+///
+/// Note [Optimizer hyperparameters]
+/// Hyperparameters live in a name -> value table ("lr", "momentum", "alpha", ...) so that
+/// schedules (ExponentialShift("lr", 0.5)) and observers (observe_lr) reach them by name, as in
+/// Chainer; each optimizer also has typed accessors for its own.
+class Optimizer : public Serializable {
+ public:
+  ~Optimizer() override = default;
+
+  /// Attaches the optimizer to the link whose parameters it updates.
+  virtual void setup(std::shared_ptr<Link> target);
+  Link* target() const { return target_.get(); }
+  const std::shared_ptr<Link>& target_ptr() const { return target_; }
+
+  /// One step from the gradients already in the parameters.
+  virtual void update();
+  /// Clears the gradients, computes lossfun() and its gradients, then takes one step.
+  virtual void update(const std::function<Variable()>& lossfun);
+
+  /// Adds a hook (its name defaults to hook->name()); names must be unique.
+  virtual void add_hook(std::shared_ptr<OptimizerHook> hook, const std::string& name = "");
+  virtual void remove_hook(const std::string& name);
+
+  /// Called by iterators' epoch boundaries through the updater.
+  virtual void new_epoch() { ++epoch_; }
+  int64_t t() const { return t_; }
+  int64_t epoch() const { return epoch_; }
+
+  /// The hyperparameter `name` (ValueError listing the valid names when unknown).
+  virtual double& hyperparam(const std::string& name);
+  double hyperparam(const std::string& name) const { return const_cast<Optimizer*>(this)->hyperparam(name); }
+  virtual bool has_hyperparam(const std::string& name) const;
+  std::vector<std::string> hyperparam_names() const;
+  /// The learning rate steps are taken with (observe_lr reports it); Adam's depends on t.
+  virtual double lr() const { return hyperparam("lr"); }
+
+  /// The per-parameter states, in sorted parameter-path order, refreshed against the target's
+  /// current parameters (lazily sized parameters appear once initialised).
+  virtual std::vector<ParamState>& param_states();
+
+  /// Loss scale used by update(lossfun) (1 = none); gradients are divided by it before hooks.
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
+  double loss_scale() const { return loss_scale_; }
+
+  /// Saves or loads t, epoch and the per-parameter states ("l1/W/m", ...), Chainer's layout.
+  void serialize(Serializer& serializer) override;
+  virtual const char* type_name() const = 0;
+
+ protected:
+  /// Declares a hyperparameter with its default value (constructors call this).
+  void declare_hyperparam(const std::string& name, double value);
+  /// Allocates the per-parameter state before the parameter's first update.
+  virtual void init_state(ParamState& state) {}
+  /// Applies one step to one parameter whose gradient is present.
+  virtual void update_one(ParamState& state) = 0;
+  void call_hooks(OptimizerHook::Timing timing);
+
+  std::shared_ptr<Link> target_;
+  std::vector<std::pair<std::string, double>> hyperparams_;
+  std::vector<std::pair<std::string, std::shared_ptr<OptimizerHook>>> hooks_;
+  std::vector<ParamState> states_;
+  int64_t t_ = 0;
+  int64_t epoch_ = 0;
+  double loss_scale_ = 1.0;
+};
+
+}  // namespace kusari

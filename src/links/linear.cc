@@ -1,0 +1,31 @@
+#include "kusari/links/linear.h"
+
+#include "kusari/functions/connection.h"
+
+namespace kusari::links {
+
+Linear::Linear(std::optional<int64_t> in_size, int64_t out_size, bool nobias, std::shared_ptr<Initializer> initialW,
+               std::shared_ptr<Initializer> initial_bias)
+    : out_size_(out_size) {
+  KUSARI_CHECK(out_size > 0, ValueError, "Linear: out_size must be positive, got ", out_size);
+  KUSARI_CHECK(!in_size || *in_size > 0, ValueError, "Linear: in_size must be positive, got ", *in_size);
+  if (!initialW) initialW = std::make_shared<initializers::LeCunNormal>();
+  std::optional<Shape> wshape;
+  if (in_size) wshape = Shape{out_size, *in_size};
+  W = add_param("W", Parameter(initialW, wshape, device()));
+  if (!nobias) {
+    if (!initial_bias) initial_bias = std::make_shared<initializers::Zero>(initialW->dtype());
+    b = add_param("b", Parameter(initial_bias, Shape{out_size}, device()));
+  }
+}
+
+Variable Linear::forward(const Variable& x) {
+  if (!W.is_initialized()) {
+    KUSARI_CHECK(x.ndim() >= 1 && x.shape()[0] > 0, ShapeError, "Linear: cannot infer in_size from input of shape ",
+                 x.shape());
+    W.initialize({out_size_, x.size() / x.shape()[0]});
+  }
+  return functions::linear(x, W, b.defined() ? Variable(b) : Variable());
+}
+
+}  // namespace kusari::links

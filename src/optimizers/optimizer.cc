@@ -1,0 +1,170 @@
+#include "kusari/optimizers/optimizer.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "kusari/core/routines.h"
+
+namespace kusari {
+
+Array& ParamState::get(const std::string& name) {
+  for (auto& [n, a] : arrays) {
+    if (n == name) return a;
+  }
+  KUSARI_THROW(ValueError, "optimizer state of ", path, ": no array named '", name, "'");
+}
+
+void ParamState::add(const std::string& name, Array value) {
+  if (!value.defined()) value = Array::zeros_like(param.data());
+  for (auto& [n, a] : arrays) {
+    if (n == name) {
+      a = std::move(value);
+      return;
+    }
+  }
+  arrays.emplace_back(name, std::move(value));
+}
+
+void Optimizer::setup(std::shared_ptr<Link> target) {
+  KUSARI_CHECK(target, ValueError, type_name(), "::setup: the target link is null");
+  target_ = std::move(target);
+  states_.clear();
+  t_ = 0;
+  epoch_ = 0;
+}
+
+std::vector<ParamState>& Optimizer::param_states() {
+  KUSARI_CHECK(target_, ValueError, type_name(), ": call setup(link) before using the optimizer");
+  auto named = target_->namedparams(false);
+  std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  bool same = named.size() == states_.size();
+  for (size_t i = 0; same && i < named.size(); ++i) {
+    same = named[i].first == states_[i].path && named[i].second.is(states_[i].param);
+  }
+  if (!same) {
+    // Keep the state of parameters that are still there; add the new ones.
+    std::vector<ParamState> next;
+    next.reserve(named.size());
+    for (auto& [path, p] : named) {
+      auto it = std::find_if(states_.begin(), states_.end(),
+                             [&](const ParamState& s) { return s.path == path && s.param.is(p); });
+      if (it != states_.end()) {
+        next.push_back(std::move(*it));
+      } else {
+        ParamState s;
+        s.path = path;
+        s.param = p;
+        next.push_back(std::move(s));
+      }
+    }
+    states_ = std::move(next);
+  }
+  return states_;
+}
+
+void Optimizer::call_hooks(OptimizerHook::Timing timing) {
+  for (auto& [name, hook] : hooks_) {
+    if (hook->timing() == timing) (*hook)(*this);
+  }
+}
+
+void Optimizer::update() {
+  std::vector<ParamState>& states = param_states();
+  // Undo a loss scale (the leaves remember the factor their gradient was computed with).
+  for (ParamState& s : states) {
+    const double scale = s.param.impl().loss_scale;
+    if (scale != 1.0 && s.param.grad().defined()) {
+      s.param.set_grad(s.param.grad() * (1.0 / scale));
+      s.param.impl().loss_scale = 1.0;
+    }
+  }
+  call_hooks(OptimizerHook::Timing::kPre);
+  for (ParamState& s : states) {
+    if (!s.param.impl().update_enabled || !s.param.grad().defined()) continue;
+    if (!s.initialized) {
+      init_state(s);
+      s.initialized = true;
+    }
+    ++s.t;
+    update_one(s);
+  }
+  call_hooks(OptimizerHook::Timing::kPost);
+  ++t_;
+}
+
+void Optimizer::update(const std::function<Variable()>& lossfun) {
+  KUSARI_CHECK(target_, ValueError, type_name(), ": call setup(link) before update");
+  Variable loss = lossfun();
+  target_->cleargrads();
+  BackwardOptions options;
+  if (loss_scale_ != 1.0) options.loss_scale = loss_scale_;
+  loss.backward(options);
+  loss = Variable();  // free the graph before the update
+  update();
+}
+
+void Optimizer::add_hook(std::shared_ptr<OptimizerHook> hook, const std::string& name_in) {
+  KUSARI_CHECK(hook, ValueError, type_name(), "::add_hook: the hook is null");
+  std::string name = name_in.empty() ? hook->name() : name_in;
+  for (auto& [n, h] : hooks_) {
+    KUSARI_CHECK(n != name, ValueError, type_name(), "::add_hook: a hook named '", name, "' already exists");
+  }
+  hooks_.emplace_back(name, std::move(hook));
+}
+
+void Optimizer::remove_hook(const std::string& name) {
+  auto it = std::find_if(hooks_.begin(), hooks_.end(), [&](const auto& h) { return h.first == name; });
+  KUSARI_CHECK(it != hooks_.end(), ValueError, type_name(), "::remove_hook: no hook named '", name, "'");
+  hooks_.erase(it);
+}
+
+void Optimizer::declare_hyperparam(const std::string& name, double value) {
+  for (auto& [n, v] : hyperparams_) {
+    if (n == name) {
+      v = value;
+      return;
+    }
+  }
+  hyperparams_.emplace_back(name, value);
+}
+
+double& Optimizer::hyperparam(const std::string& name) {
+  for (auto& [n, v] : hyperparams_) {
+    if (n == name) return v;
+  }
+  std::ostringstream names;
+  for (size_t i = 0; i < hyperparams_.size(); ++i) names << (i ? ", " : "") << hyperparams_[i].first;
+  KUSARI_THROW(ValueError, type_name(), ": no hyperparameter named '", name, "' (it has: ", names.str(), ")");
+}
+
+bool Optimizer::has_hyperparam(const std::string& name) const {
+  return std::any_of(hyperparams_.begin(), hyperparams_.end(), [&](const auto& h) { return h.first == name; });
+}
+
+std::vector<std::string> Optimizer::hyperparam_names() const {
+  std::vector<std::string> names;
+  for (const auto& [n, v] : hyperparams_) names.push_back(n);
+  return names;
+}
+
+void Optimizer::serialize(Serializer& s) {
+  s("t", t_);
+  s("epoch", epoch_);
+  if (!target_) return;
+  for (ParamState& st : param_states()) {
+    auto child = s.child(st.path.substr(1));
+    if (s.is_loading()) {
+      if (!child->contains("t")) continue;
+      if (!st.initialized) {
+        init_state(st);
+        st.initialized = true;
+      }
+    } else if (!st.initialized) {
+      continue;
+    }
+    (*child)("t", st.t);
+    for (auto& [name, a] : st.arrays) (*child)(name, a);
+  }
+}
+
+}  // namespace kusari

@@ -1,0 +1,104 @@
+#include "kusari/training/trainer.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace kusari::training {
+
+Trainer::Trainer(std::shared_ptr<Updater> updater, std::shared_ptr<Trigger> stop_trigger, std::string out)
+    : updater_(std::move(updater)), stop_trigger_(std::move(stop_trigger)), out_(std::move(out)) {
+  KUSARI_CHECK(updater_, ValueError, "Trainer: the updater is null");
+  if (!stop_trigger_) stop_trigger_ = interval(20, "epoch");
+  // Reports from the model go to "main/...", from its sub-links to "main/<path>/...".
+  Link* target = updater_->optimizer("main").target();
+  reporter_.add_observer("main", target);
+  std::vector<std::pair<std::string, const void*>> links;
+  for (auto& [path, link] : target->namedlinks(true)) links.emplace_back(path, link);
+  reporter_.add_observers("main", links);
+}
+
+void Trainer::extend(std::shared_ptr<Extension> extension, const std::string& name_in,
+                     std::shared_ptr<Trigger> trigger, std::optional<int> priority) {
+  KUSARI_CHECK(extension, ValueError, "Trainer::extend: the extension is null");
+  std::string base = name_in.empty() ? extension->default_name() : name_in;
+  // Chainer numbers duplicates: "name", "name_1", "name_2", ...
+  std::string name = base;
+  for (int k = 1; std::any_of(extensions_.begin(), extensions_.end(), [&](const Entry& e) { return e.name == name; });
+       ++k) {
+    name = base + "_" + std::to_string(k);
+  }
+  Entry e{name, extension, trigger ? trigger : extension->default_trigger(),
+          priority ? *priority : extension->priority(), extensions_.size()};
+  extensions_.push_back(std::move(e));
+}
+
+Extension& Trainer::get_extension(const std::string& name) {
+  for (Entry& e : extensions_) {
+    if (e.name == name) return *e.extension;
+  }
+  KUSARI_THROW(ValueError, "Trainer: no extension named '", name, "'");
+}
+
+double Trainer::elapsed_time() const {
+  double now = 0;
+  if (start_) now = std::chrono::duration<double>(std::chrono::steady_clock::now() - *start_).count();
+  return elapsed_before_ + now;
+}
+
+void Trainer::run() {
+  KUSARI_CHECK(!done_, ValueError, "Trainer::run: this trainer has already finished; create a new one");
+  std::filesystem::create_directories(out_);
+  std::stable_sort(extensions_.begin(), extensions_.end(),
+                   [](const Entry& a, const Entry& b) { return a.priority > b.priority; });
+  for (Entry& e : extensions_) e.extension->initialize(*this);
+  updater_->connect_trainer(*this);
+  start_ = std::chrono::steady_clock::now();
+  auto finalize_all = [&]() {
+    for (Entry& e : extensions_) e.extension->finalize();
+    updater_->finalize();
+  };
+  try {
+    while (!(*stop_trigger_)(*this)) {
+      observation_.clear();
+      ReporterScope scope(reporter_, observation_);
+      updater_->update();
+      for (Entry& e : extensions_) {
+        if ((*e.trigger)(*this)) (*e.extension)(*this);
+      }
+    }
+  } catch (const std::exception& ex) {
+    for (Entry& e : extensions_) {
+      try {
+        e.extension->on_error(*this, ex);
+      } catch (...) {
+        // The original error is the one to report.
+      }
+    }
+    try {
+      finalize_all();
+    } catch (...) {
+    }
+    throw;
+  }
+  finalize_all();
+  done_ = true;
+}
+
+void Trainer::serialize(Serializer& s) {
+  updater_->serialize(*s.child("updater"));
+  stop_trigger_->serialize(*s.child("stop_trigger"));
+  auto exts = s.child("extensions");
+  auto trigs = s.child("extension_triggers");
+  for (Entry& e : extensions_) {
+    e.extension->serialize(*exts->child(e.name));
+    e.trigger->serialize(*trigs->child(e.name));
+  }
+  double elapsed = elapsed_time();
+  s("_snapshot_elapsed_time", elapsed);
+  if (s.is_loading()) {
+    elapsed_before_ = elapsed;
+    if (start_) start_ = std::chrono::steady_clock::now();
+  }
+}
+
+}  // namespace kusari::training
