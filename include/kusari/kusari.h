@@ -9,6 +9,7 @@
 #include "kusari/core/error.h"
 #include "kusari/core/random.h"
 #include "kusari/core/routines.h"
+#include "kusari/core/threads.h"
 #include "kusari/autograd/function_node.h"
 #include "kusari/autograd/gradient_check.h"
 #include "kusari/autograd/mode.h"

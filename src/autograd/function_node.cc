@@ -6,8 +6,7 @@
 
 namespace kusari {
 
-FunctionNode::FunctionNode(const char* name, std::vector<std::shared_ptr<detail::VariableImpl>> inputs,
-                           BackwardRule rule)
+FunctionNode::FunctionNode(const char* name, Inputs inputs, BackwardRule rule)
     : name_(name), inputs_(std::move(inputs)), rule_(std::move(rule)) {}
 
 // Note [Iterative graph teardown]
@@ -95,7 +94,7 @@ namespace detail {
 namespace {
 
 std::shared_ptr<FunctionNode> make_node(const char* name, const Variable* inputs, size_t n, BackwardRule rule) {
-  std::vector<std::shared_ptr<VariableImpl>> in;
+  FunctionNode::Inputs in;
   in.reserve(n);
   int64_t gen = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -114,7 +113,12 @@ std::shared_ptr<VariableImpl> make_output(const std::shared_ptr<FunctionNode>& n
   impl->requires_grad = true;
   impl->generation = node->generation() + 1;
   auto& outputs = GraphAccess::outputs(*node);
-  outputs.push_back({impl, retain ? data : Array(), data.shape(), data.dtype(), data.device()});
+  auto& out = outputs.emplace_back();
+  out.impl = impl;
+  if (retain) out.retained = data;
+  out.shape = data.shape();
+  out.dtype = data.dtype();
+  out.device = data.device();
   impl->data = std::move(data);
   return impl;
 }

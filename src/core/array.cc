@@ -11,6 +11,10 @@
 
 namespace kusari {
 
+namespace {
+constexpr size_t kSmallHostArrayBytes = 512;
+}  // namespace
+
 Array::Array(std::shared_ptr<void> data, size_t alloc_nbytes, Device device, Dtype dtype, Shape shape, Strides strides,
              int64_t offset)
     : data_(std::move(data)),
@@ -28,6 +32,17 @@ Array Array::empty(const Shape& shape, Dtype dtype, Device device) {
     KUSARI_CHECK(d >= 0, ShapeError, "Array::empty: negative dimension in shape ", shape);
   }
   const size_t nbytes = static_cast<size_t>(shape.numel()) * kusari::itemsize(dtype);
+  if (device.is_cpu() && nbytes <= kSmallHostArrayBytes) {
+    // Note [Small host arrays]
+    // Small CPU arrays (scalars, per-op temporaries) dominate the per-op overhead of tiny
+    // models; they get their control block and data in one allocation.
+    struct alignas(16) Block {
+      std::byte bytes[16];
+    };
+    auto blocks = std::make_shared<Block[]>(std::max<size_t>((nbytes + 15) / 16, 1));
+    std::shared_ptr<void> data(blocks, blocks.get());
+    return Array(std::move(data), nbytes, device, dtype, shape, contiguous_strides(shape), 0);
+  }
   Backend& backend = device.backend();
   void* p = backend.allocate(device.index(), nbytes);
   const int index = device.index();

@@ -26,6 +26,7 @@
 
 #include "kusari/autograd/mode.h"
 #include "kusari/autograd/variable.h"
+#include "kusari/core/small_vector.h"
 
 namespace kusari {
 
@@ -40,7 +41,9 @@ using BackwardRule = std::function<void(BackwardContext&)>;
 /// One application of a function in the graph. See Note [Graph ownership].
 class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
  public:
-  FunctionNode(const char* name, std::vector<std::shared_ptr<detail::VariableImpl>> inputs, BackwardRule rule);
+  /// Inputs as the graph stores them: most functions have at most three.
+  using Inputs = SmallVector<std::shared_ptr<detail::VariableImpl>, 3>;
+  FunctionNode(const char* name, Inputs inputs, BackwardRule rule);
   ~FunctionNode();
   FunctionNode(const FunctionNode&) = delete;
   FunctionNode& operator=(const FunctionNode&) = delete;
@@ -62,13 +65,13 @@ class FunctionNode : public std::enable_shared_from_this<FunctionNode> {
     std::weak_ptr<detail::VariableImpl> impl;
     Array retained;  // defined only when the output was retained
     Shape shape;
-    Dtype dtype;
+    Dtype dtype = Dtype::kFloat32;
     Device device;
   };
 
   const char* name_;
-  std::vector<std::shared_ptr<detail::VariableImpl>> inputs_;
-  std::vector<Output> outputs_;
+  Inputs inputs_;
+  SmallVector<Output, 1> outputs_;
   BackwardRule rule_;
   int64_t generation_ = 0;
   uint64_t visit_mark_ = 0;

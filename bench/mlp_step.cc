@@ -1,0 +1,61 @@
+// GEMM-bound step: an MLP 784-1000-1000-10 (ReLU) forward + backward with softmax cross entropy
+// at batch 100, against PyTorch's CPU build in the same run, over thread settings
+// (kernel threads + BLAS threads); the figure to compare is each framework's best setting.
+//
+//   bench_mlp_step [--python python3] [--repeats 30] [--configs 1+1,1+2,2+2]
+#include <cstdio>
+#include <sstream>
+
+#include "bench_util.h"
+#include "kusari/kusari.h"
+
+namespace F = kusari::functions;
+using kusari::Array;
+using kusari::Variable;
+
+int main(int argc, char** argv) {
+  const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
+  const int repeats = std::stoi(kusari::bench::flag(argc, argv, "repeats", "30"));
+  const std::string configs = kusari::bench::flag(argc, argv, "configs", "1+1,1+2,2+2");
+  const int64_t batch = 100;
+  kusari::manual_seed(0);
+  Array x = Array::uniform({batch, 784});
+  std::vector<int32_t> labels(batch);
+  for (int64_t i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>(i % 10);
+  Array t = Array::from_vector(labels);
+  kusari::Parameter W1(Array::normal({1000, 784}, 0, 0.035)), b1(Array::zeros({1000}));
+  kusari::Parameter W2(Array::normal({1000, 1000}, 0, 0.03)), b2(Array::zeros({1000}));
+  kusari::Parameter W3(Array::normal({10, 1000}, 0, 0.03)), b3(Array::zeros({10}));
+  auto step = [&]() {
+    for (auto* p : {&W1, &b1, &W2, &b2, &W3, &b3}) p->cleargrad();
+    Variable h = F::relu(F::linear(x, W1, b1));
+    h = F::relu(F::linear(h, W2, b2));
+    Variable loss = F::softmax_cross_entropy(F::linear(h, W3, b3), t);
+    loss.backward();
+  };
+
+  std::printf("MLP 784-1000-1000-10, batch 100, forward + backward (ms per step, median of %d)\n", repeats);
+  std::printf("%-22s %12s %12s\n", "threads (omp+blas)", "kusari", "pytorch");
+  double best_k = 1e9, best_p = 1e9;
+  std::string best_k_cfg, best_p_cfg;
+  std::stringstream ss(configs);
+  std::string cfg;
+  while (std::getline(ss, cfg, ',')) {
+    const int omp = std::stoi(cfg.substr(0, cfg.find('+')));
+    const int blas = std::stoi(cfg.substr(cfg.find('+') + 1));
+    kusari::set_num_threads(omp);
+    kusari::set_blas_num_threads(blas);
+    double k = kusari::bench::median_seconds(step, repeats) * 1e3;
+    auto peer = kusari::bench::run_peer(python, "mlp_step.py",
+                                        "--threads " + std::to_string(omp) + " --repeats " + std::to_string(repeats),
+                                        "OPENBLAS_NUM_THREADS=" + std::to_string(blas));
+    double p = peer.at("ms_per_step");
+    std::printf("%-22s %12.3f %12.3f\n", cfg.c_str(), k, p);
+    if (k < best_k) best_k = k, best_k_cfg = cfg;
+    if (p < best_p) best_p = p, best_p_cfg = cfg;
+  }
+  std::printf("best: kusari %.3f ms (%s), pytorch %.3f ms (%s), ratio kusari/pytorch = %.3f\n", best_k,
+              best_k_cfg.c_str(), best_p, best_p_cfg.c_str(), best_k / best_p);
+  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
+  return 0;
+}

@@ -1,0 +1,49 @@
+// Per-op overhead: small elementwise ops (8 elements) recorded for autograd, in microseconds per
+// op, against PyTorch's eager Python path doing the same ops.
+//
+//   bench_op_overhead [--python python3] [--chains 2000]
+#include <cstdio>
+
+#include "bench_util.h"
+#include "kusari/kusari.h"
+
+namespace F = kusari::functions;
+
+int main(int argc, char** argv) {
+  const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
+  const int chains = std::stoi(kusari::bench::flag(argc, argv, "chains", "2000"));
+  constexpr int kLength = 100;  // ops per chain: 50 x (mul, add)
+  kusari::set_num_threads(1);
+  kusari::Variable x(kusari::Array::uniform({8}), true);
+  kusari::Variable w(kusari::Array::uniform({8}), true);
+  auto run_chain = [&]() {
+    kusari::Variable y = x;
+    for (int i = 0; i < kLength / 2; ++i) y = y * w + x;
+    return y;
+  };
+  double fwd = kusari::bench::median_seconds(
+      [&]() {
+        for (int c = 0; c < chains / 10; ++c) run_chain();
+      },
+      10);
+  double per_op_fwd = fwd / (chains / 10 * kLength) * 1e6;
+  double fwd_bwd = kusari::bench::median_seconds(
+      [&]() {
+        for (int c = 0; c < chains / 10; ++c) {
+          kusari::Variable y = F::sum(run_chain());
+          y.backward();
+        }
+      },
+      10);
+  double per_op_fwd_bwd = fwd_bwd / (chains / 10 * kLength) * 1e6;
+
+  auto peer = kusari::bench::run_peer(python, "op_overhead.py", "--chains " + std::to_string(chains));
+  std::printf("per-op overhead, 8-element float32 ops recorded for autograd (1 thread)\n");
+  std::printf("%-34s %12s %12s %8s\n", "", "kusari us", "pytorch us", "ratio");
+  std::printf("%-34s %12.3f %12.3f %8.3f\n", "forward, per op", per_op_fwd, peer["forward_us"],
+              per_op_fwd / peer["forward_us"]);
+  std::printf("%-34s %12.3f %12.3f %8.3f\n", "forward + backward, per op", per_op_fwd_bwd, peer["forward_backward_us"],
+              per_op_fwd_bwd / peer["forward_backward_us"]);
+  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
+  return 0;
+}

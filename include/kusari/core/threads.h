@@ -1,0 +1,15 @@
+// CPU thread counts for kusari's own kernels (OpenMP) and for BLAS.
+#pragma once
+
+namespace kusari {
+
+/// Sets the threads used by CPU kernels and by BLAS (0 restores the defaults).
+void set_num_threads(int n);
+/// Sets only the BLAS threads (GEMM), e.g. to give BLAS both cores while small kernels use one.
+void set_blas_num_threads(int n);
+/// Threads CPU kernels use.
+int get_num_threads();
+/// Threads BLAS uses (1 when unknown).
+int get_blas_num_threads();
+
+}  // namespace kusari
