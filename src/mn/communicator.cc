@@ -1,0 +1,277 @@
+#include "kusari/mn/communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "kusari/config.h"
+#include "kusari/core/routines.h"
+#include "mn/mpi_communicator.h"
+#include "mn/mpi_util.h"
+#include "mn/object_codec.h"
+
+namespace kusari::mn {
+
+using detail::to_comm;
+
+namespace {
+
+MPI_Comm comm_of(const Communicator& c) { return to_comm(c.mpi_comm_handle()); }
+
+// Array metadata on the wire: dtype, ndim, shape.
+Bytes encode_meta(const Array& x) {
+  detail::Writer w;
+  w.put<int32_t>(static_cast<int32_t>(x.dtype()));
+  w.put<int32_t>(x.ndim());
+  for (int64_t d : x.shape()) w.put<int64_t>(d);
+  return w.take();
+}
+
+Array decode_meta_alloc(const Bytes& b) {
+  detail::Reader r(b);
+  Dtype dtype = static_cast<Dtype>(r.get<int32_t>());
+  int nd = r.get<int32_t>();
+  Shape s;
+  for (int i = 0; i < nd; ++i) s.push_back(r.get<int64_t>());
+  return Array::empty(s, dtype, Device::cpu());
+}
+
+Array host_contiguous(const Array& x) { return x.to_device(Device::cpu()).contiguous(); }
+
+}  // namespace
+
+// --- models ------------------------------------------------------------------------------------
+
+void Communicator::bcast_data(Link& model) {
+  auto params = model.namedparams(false);
+  std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [path, p] : params) {
+    Array data = p.data();
+    Array host = host_contiguous(data);
+    detail::bcast_bytes(host.raw_data(), host.nbytes(), 0, comm_of(*this));
+    if (rank_ != 0) data.assign(host.to_device(data.device()));
+  }
+}
+
+// --- arrays ---------------------------------------------------------------------------------------
+
+void Communicator::send(const Array& x, int dest, int tag) {
+  KUSARI_CHECK(dest != rank_, ValueError, "send: rank ", rank_, " cannot send to itself");
+  KUSARI_CHECK(dest >= 0 && dest < size_, ValueError, "send: destination rank ", dest, " is outside 0..", size_ - 1);
+  send_obj(encode_meta(x), dest, tag);
+  Array h = host_contiguous(x);
+  detail::send_bytes(h.raw_data(), h.nbytes(), dest, tag, comm_of(*this));
+}
+
+Array Communicator::recv(int source, int tag, std::optional<Device> device) {
+  KUSARI_CHECK(source != rank_, ValueError, "recv: rank ", rank_, " cannot receive from itself");
+  KUSARI_CHECK(source >= 0 && source < size_, ValueError, "recv: source rank ", source, " is outside 0..", size_ - 1);
+  Array h = decode_meta_alloc(recv_obj(source, tag));
+  detail::recv_bytes(h.raw_data(), h.nbytes(), source, tag, comm_of(*this));
+  return h.to_device(device.value_or(Device::cpu()));
+}
+
+Array Communicator::bcast(const Array& x, int root, std::optional<Device> device) {
+  Bytes meta = bcast_obj(rank_ == root ? encode_meta(x) : Bytes{}, root);
+  Array h = rank_ == root ? host_contiguous(x).copy() : decode_meta_alloc(meta);
+  detail::bcast_bytes(h.raw_data(), h.nbytes(), root, comm_of(*this));
+  return h.to_device(device.value_or(rank_ == root ? x.device() : Device::cpu()));
+}
+
+std::vector<Array> Communicator::gather(const Array& x, int root) {
+  std::vector<Array> out;
+  if (rank_ == root) {
+    out.resize(static_cast<size_t>(size_));
+    out[static_cast<size_t>(root)] = x.copy();
+    for (int r = 0; r < size_; ++r) {
+      if (r != root) out[static_cast<size_t>(r)] = recv(r, 7001);
+    }
+  } else {
+    send(x, root, 7001);
+  }
+  return out;
+}
+
+std::vector<Array> Communicator::allgather(const Array& x) {
+  std::vector<Array> out;
+  out.reserve(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) out.push_back(bcast(x, r));
+  return out;
+}
+
+std::vector<Array> Communicator::alltoall(const std::vector<Array>& xs) {
+  KUSARI_CHECK(static_cast<int>(xs.size()) == size_, ValueError, "alltoall: got ", xs.size(),
+               " arrays but the communicator has ", size_, " ranks (one array per rank is needed)");
+  std::vector<Array> out(static_cast<size_t>(size_));
+  out[static_cast<size_t>(rank_)] = xs[static_cast<size_t>(rank_)].copy();
+  // Pairwise exchange in a fixed order so that no two ranks wait on each other.
+  for (int step = 1; step < size_; ++step) {
+    const int to = (rank_ + step) % size_;
+    const int from = (rank_ - step + size_) % size_;
+    if (rank_ < to) {
+      send(xs[static_cast<size_t>(to)], to, 7002);
+      out[static_cast<size_t>(from)] = recv(from, 7002);
+    } else {
+      out[static_cast<size_t>(from)] = recv(from, 7002);
+      send(xs[static_cast<size_t>(to)], to, 7002);
+    }
+  }
+  return out;
+}
+
+Array Communicator::scatter(const std::vector<Array>& xs, int root, std::optional<Device> device) {
+  if (rank_ == root) {
+    KUSARI_CHECK(static_cast<int>(xs.size()) == size_, ValueError, "scatter: the root has ", xs.size(),
+                 " arrays for ", size_, " ranks");
+    for (int r = 0; r < size_; ++r) {
+      if (r != root) send(xs[static_cast<size_t>(r)], r, 7003);
+    }
+    const Array& mine = xs[static_cast<size_t>(root)];
+    return mine.copy().to_device(device.value_or(mine.device()));
+  }
+  return recv(root, 7003, device);
+}
+
+Array Communicator::allreduce(const Array& x, ReduceOp op) {
+  Array y = x.copy();
+  allreduce_inplace(y, op);
+  return y;
+}
+
+void Communicator::allreduce_inplace(Array& x, ReduceOp op) {
+  KUSARI_CHECK(x.is_contiguous(), ValueError, "allreduce: the array must be contiguous");
+  if (x.device().is_cpu()) {
+    detail::allreduce_host(x.raw_data(), x.size(), x.dtype(), op, comm_of(*this));
+  } else {
+    Array h = x.to_device(Device::cpu());
+    detail::allreduce_host(h.raw_data(), h.size(), h.dtype(), op, comm_of(*this));
+    x.assign(h.to_device(x.device()));
+  }
+  if (op == ReduceOp::kMean) {
+    KUSARI_CHECK(is_floating(x.dtype()), DtypeError, "allreduce: mean needs a floating dtype, got ",
+                 dtype_name(x.dtype()));
+    x.assign(x * (1.0 / size_));
+  }
+}
+
+// --- objects -----------------------------------------------------------------------------------
+
+void Communicator::send_obj(const Bytes& obj, int dest, int tag) {
+  const int64_t n = static_cast<int64_t>(obj.size());
+  KUSARI_MPI_CHECK(MPI_Send(&n, 1, MPI_INT64_T, dest, tag, comm_of(*this)));
+  detail::send_bytes(obj.data(), n, dest, tag, comm_of(*this));
+}
+
+Bytes Communicator::recv_obj(int source, int tag) {
+  int64_t n = 0;
+  KUSARI_MPI_CHECK(MPI_Recv(&n, 1, MPI_INT64_T, source, tag, comm_of(*this), MPI_STATUS_IGNORE));
+  Bytes b(static_cast<size_t>(n));
+  detail::recv_bytes(b.data(), n, source, tag, comm_of(*this));
+  return b;
+}
+
+Bytes Communicator::bcast_obj(const Bytes& obj, int root) {
+  int64_t n = rank_ == root ? static_cast<int64_t>(obj.size()) : 0;
+  KUSARI_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_of(*this)));
+  Bytes b = rank_ == root ? obj : Bytes(static_cast<size_t>(n));
+  detail::bcast_bytes(b.data(), n, root, comm_of(*this));
+  return b;
+}
+
+std::vector<Bytes> Communicator::gather_obj(const Bytes& obj, int root) {
+  std::vector<Bytes> out;
+  if (rank_ == root) {
+    out.resize(static_cast<size_t>(size_));
+    out[static_cast<size_t>(root)] = obj;
+    for (int r = 0; r < size_; ++r) {
+      if (r != root) out[static_cast<size_t>(r)] = recv_obj(r, 7004);
+    }
+  } else {
+    send_obj(obj, root, 7004);
+  }
+  return out;
+}
+
+std::vector<Bytes> Communicator::allgather_obj(const Bytes& obj) {
+  std::vector<Bytes> all = gather_obj(obj, 0);
+  detail::Writer w;
+  if (rank_ == 0) {
+    for (const Bytes& b : all) w.put_bytes(b);
+  }
+  Bytes packed = bcast_obj(w.take(), 0);
+  detail::Reader r(packed);
+  std::vector<Bytes> out;
+  out.reserve(static_cast<size_t>(size_));
+  for (int i = 0; i < size_; ++i) out.push_back(r.get_bytes());
+  return out;
+}
+
+double Communicator::allreduce_obj(double value, ReduceOp op) {
+  detail::allreduce_host(&value, 1, Dtype::kFloat64, op, comm_of(*this));
+  return op == ReduceOp::kMean ? value / size_ : value;
+}
+
+int64_t Communicator::allreduce_obj(int64_t value, ReduceOp op) {
+  KUSARI_CHECK(op != ReduceOp::kMean, ValueError, "allreduce_obj: mean of integers is not defined; use double");
+  detail::allreduce_host(&value, 1, Dtype::kInt64, op, comm_of(*this));
+  return value;
+}
+
+std::vector<double> Communicator::allreduce_obj(const std::vector<double>& values, ReduceOp op) {
+  std::vector<double> v = values;
+  detail::allreduce_host(v.data(), static_cast<int64_t>(v.size()), Dtype::kFloat64, op, comm_of(*this));
+  if (op == ReduceOp::kMean) {
+    for (double& x : v) x /= size_;
+  }
+  return v;
+}
+
+void Communicator::barrier() { KUSARI_MPI_CHECK(MPI_Barrier(comm_of(*this))); }
+
+std::shared_ptr<Communicator> Communicator::split(int, int) {
+  KUSARI_THROW(NotImplementedError, name(), ": split is not implemented for this communicator");
+}
+
+void Communicator::finalize() {}
+
+// --- creation ------------------------------------------------------------------------------------
+
+std::vector<std::string> communicator_names() {
+  return {"naive", "flat", "dummy", "pure_nccl", "non_cuda_aware", "hierarchical", "two_dimensional", "single_node"};
+}
+
+namespace detail {
+std::shared_ptr<Communicator> create_nccl_communicator(const std::string& name, MPI_Comm comm,
+                                                       const CommunicatorOptions& options);
+}  // namespace detail
+
+std::shared_ptr<Communicator> create_communicator(const std::string& name, intptr_t mpi_comm,
+                                                  const CommunicatorOptions& options) {
+  detail::ensure_mpi_initialized();
+  MPI_Comm comm = to_comm(mpi_comm);
+  if (name == "naive") return std::make_shared<detail::NaiveCommunicator>(comm, options);
+  if (name == "flat") return std::make_shared<detail::FlatCommunicator>(comm, options);
+  if (name == "dummy") return std::make_shared<detail::DummyCommunicator>(comm, options);
+  const std::vector<std::string> gpu = {"pure_nccl", "non_cuda_aware", "hierarchical", "two_dimensional",
+                                        "single_node"};
+  if (std::find(gpu.begin(), gpu.end(), name) != gpu.end()) {
+#if KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL
+    return detail::create_nccl_communicator(name, comm, options);
+#else
+    KUSARI_THROW(CommunicatorError, "create_communicator: '", name,
+                 "' needs CUDA and NCCL, but this kusari was built without them; on CPU use 'naive' or 'flat'");
+#endif
+  }
+  std::ostringstream names;
+  auto all = communicator_names();
+  for (size_t i = 0; i < all.size(); ++i) names << (i ? ", " : "") << all[i];
+  KUSARI_THROW(ValueError, "create_communicator: unknown communicator '", name, "'; valid names are: ", names.str());
+}
+
+std::shared_ptr<Communicator> create_communicator(const std::string& name, const CommunicatorOptions& options) {
+  detail::ensure_mpi_initialized();
+  return create_communicator(name, detail::from_comm(MPI_COMM_WORLD), options);
+}
+
+}  // namespace kusari::mn

@@ -1,0 +1,240 @@
+#include "mn/mpi_communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include "kusari/core/routines.h"
+#include "mn/mpi_util.h"
+#include "mn/object_codec.h"
+
+namespace kusari::mn::detail {
+
+// Note [Topology]
+// Ranks are grouped into hosts by processor name; hosts are ordered by their smallest rank and
+// intra_rank is a rank's position among its host's ranks (ChainerMN's rule, so process i on a
+// host drives GPU i). The intra-host communicator is split(color=inter_rank, key=intra_rank),
+// the inter-host one split(color=intra_rank, key=inter_rank). KUSARI_MN_RANKS_PER_HOST=N makes
+// pretend hosts of N consecutive ranks, so the hierarchical paths can be tested on one machine.
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options) {
+  options_ = options;
+  const char* dbg = std::getenv("KUSARI_MN_DEBUG");
+  debug_ = options.debug || (dbg && std::string(dbg) == "1");
+  if (const char* t = std::getenv("KUSARI_MN_TIMEOUT")) options_.timeout_seconds = std::atof(t);
+  KUSARI_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  KUSARI_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  KUSARI_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  KUSARI_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+
+  std::string host;
+  if (const char* per = std::getenv("KUSARI_MN_RANKS_PER_HOST")) {
+    const int n = std::atoi(per);
+    KUSARI_CHECK(n > 0, ValueError, "KUSARI_MN_RANKS_PER_HOST must be a positive integer, got '", per, "'");
+    host = "pretend-host-" + std::to_string(rank_ / n);
+  } else {
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int len = 0;
+    KUSARI_MPI_CHECK(MPI_Get_processor_name(name, &len));
+    host.assign(name, static_cast<size_t>(len));
+  }
+  Writer w;
+  w.put_string(host);
+  std::vector<Bytes> all = allgather_obj(w.take());
+  std::vector<std::string> hosts;
+  for (const Bytes& b : all) hosts.push_back(Reader(b).get_string());
+  std::map<std::string, int> host_index;
+  std::map<std::string, int> host_count;
+  for (int r = 0; r < size_; ++r) {
+    if (!host_index.count(hosts[static_cast<size_t>(r)])) {
+      const int next = static_cast<int>(host_index.size());
+      host_index[hosts[static_cast<size_t>(r)]] = next;
+    }
+    if (r == rank_) intra_rank_ = host_count[hosts[static_cast<size_t>(r)]];
+    ++host_count[hosts[static_cast<size_t>(r)]];
+  }
+  inter_rank_ = host_index[host];
+  inter_size_ = static_cast<int>(host_index.size());
+  intra_size_ = host_count[host];
+  KUSARI_MPI_CHECK(MPI_Comm_split(comm_, inter_rank_, intra_rank_, &intra_comm_));
+  KUSARI_MPI_CHECK(MPI_Comm_split(comm_, intra_rank_, inter_rank_, &inter_comm_));
+}
+
+MpiCommunicator::~MpiCommunicator() { finalize(); }
+
+intptr_t MpiCommunicator::mpi_comm_handle() const {
+  KUSARI_CHECK(comm_ != MPI_COMM_NULL, CommunicatorError, name(), ": the communicator was finalized");
+  return from_comm(comm_);
+}
+
+void MpiCommunicator::finalize() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm* c : {&intra_comm_, &inter_comm_, &comm_}) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+}
+
+// Note [Gradient sets]
+// Every rank must reduce the same parameters, in the same order, with the same shapes; a rank
+// whose model differs (a parameter without a gradient, another shape) would make the collective
+// mix unrelated numbers or wait forever. Parameters go in sorted path order; with zero_fill a
+// missing gradient becomes zeros. Each reduction first checks, with one small allreduce, that
+// all ranks agree on the number of gradients and elements; debug mode compares every
+// parameter's path, shape and dtype against rank 0 and names the first difference. All ranks
+// reach the same verdict, so all raise together instead of one hanging.
+std::vector<std::pair<std::string, Parameter>> MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
+  auto params = model.namedparams(false);
+  std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<std::string, Parameter>> out;
+  int64_t elements = 0;
+  for (auto& [path, p] : params) {
+    if (!p.grad().defined()) {
+      if (!zero_fill) continue;
+      p.zerograd();
+    } else if (!p.grad().is_contiguous()) {
+      p.set_grad(p.grad().copy());
+    }
+    elements += p.size();
+    out.emplace_back(path, p);
+  }
+  const int64_t n = static_cast<int64_t>(out.size());
+  int64_t check[4] = {n, -n, elements, -elements};
+  allreduce_host(check, 4, Dtype::kInt64, ReduceOp::kMax, comm_);
+  const bool agree = check[0] == -check[1] && check[2] == -check[3];
+  if (debug_ || !agree) {
+    std::ostringstream sig;
+    for (auto& [path, p] : out) sig << path << " " << p.shape() << " " << dtype_name(p.dtype()) << "\n";
+    Writer w;
+    w.put_string(sig.str());
+    std::vector<Bytes> all = allgather_obj(w.take());
+    const std::string ref = Reader(all[0]).get_string();
+    for (int r = 1; r < size_; ++r) {
+      const std::string other = Reader(all[static_cast<size_t>(r)]).get_string();
+      if (other != ref) {
+        // First differing line.
+        std::istringstream a(ref), b(other);
+        std::string la, lb;
+        int line = 0;
+        while (true) {
+          bool ga = static_cast<bool>(std::getline(a, la)), gb = static_cast<bool>(std::getline(b, lb));
+          if (!ga) la = "(nothing)";
+          if (!gb) lb = "(nothing)";
+          if (la != lb || (!ga && !gb)) break;
+          ++line;
+        }
+        KUSARI_THROW(CommunicatorError, "multi_node_mean_grad: the ranks disagree on the gradients to reduce; ",
+                     "gradient #", line, " is '", la, "' on rank 0 but '", lb, "' on rank ", r,
+                     " (models must have the same parameters with the same shapes on every rank; parameters ",
+                     "without a gradient need zero_fill=true)");
+      }
+    }
+    KUSARI_CHECK(agree, CommunicatorError, "multi_node_mean_grad: the ranks disagree on the gradients to reduce");
+  }
+  return out;
+}
+
+void MpiCommunicator::check_finite_after_reduce(const std::vector<std::pair<std::string, Parameter>>& params) {
+  if (!debug_) return;
+  for (const auto& [path, p] : params) {
+    if (!all(isfinite(p.grad())).item<bool>()) {
+      KUSARI_THROW(CommunicatorError, "multi_node_mean_grad: parameters diverged: the averaged gradient of ", path,
+                   " contains NaN or infinity");
+    }
+  }
+}
+
+Array pack_gradients(const std::vector<std::pair<std::string, Parameter>>& params, Dtype dtype, Device device) {
+  int64_t total = 0;
+  for (const auto& [path, p] : params) total += p.size();
+  Array buffer = Array::empty({total}, dtype, device);
+  int64_t at = 0;
+  for (const auto& [path, p] : params) {
+    const int64_t n = p.size();
+    Array dst = buffer.at({Slice(at, at + n)});
+    dst.assign(p.grad().reshape({n}).astype(dtype));
+    at += n;
+  }
+  return buffer;
+}
+
+void unpack_gradients(const Array& buffer, const std::vector<std::pair<std::string, Parameter>>& params,
+                      double scale) {
+  int64_t at = 0;
+  for (const auto& [path, p] : params) {
+    const int64_t n = p.size();
+    Array src = buffer.at({Slice(at, at + n)});
+    if (scale != 1.0) src = src * scale;
+    Array g = p.grad();
+    g.assign(src.astype(g.dtype()).reshape(g.shape()));
+    at += n;
+  }
+}
+
+namespace {
+
+// Groups the gradients by dtype (one packed buffer per dtype).
+std::map<Dtype, std::vector<std::pair<std::string, Parameter>>> by_dtype(
+    const std::vector<std::pair<std::string, Parameter>>& params) {
+  std::map<Dtype, std::vector<std::pair<std::string, Parameter>>> groups;
+  for (const auto& e : params) groups[e.second.dtype()].push_back(e);
+  return groups;
+}
+
+}  // namespace
+
+void NaiveCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
+  auto params = gradients_to_reduce(model, zero_fill);
+  for (auto& [path, p] : params) {
+    Array g = p.grad();
+    allreduce_inplace(g, ReduceOp::kMean);
+  }
+  check_finite_after_reduce(params);
+}
+
+void FlatCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
+  auto params = gradients_to_reduce(model, zero_fill);
+  if (params.empty()) return;
+  for (auto& [dtype, group] : by_dtype(params)) {
+    const Dtype wire = options_.allreduce_grad_dtype.value_or(dtype);
+    Array buffer = pack_gradients(group, wire, Device::cpu());
+    allreduce_host(buffer.raw_data(), buffer.size(), wire, ReduceOp::kSum, comm());
+    unpack_gradients(buffer, group, 1.0 / size_);
+  }
+  check_finite_after_reduce(params);
+}
+
+void DummyCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
+  auto params = gradients_to_reduce(model, zero_fill);
+  for (auto& [dtype, group] : by_dtype(params)) {
+    const Dtype wire = options_.allreduce_grad_dtype.value_or(dtype);
+    Array buffer = pack_gradients(group, wire, Device::cpu());
+    unpack_gradients(buffer, group, 1.0);
+  }
+}
+
+namespace {
+
+template <typename C>
+std::shared_ptr<Communicator> split_as(const MpiCommunicator& self, int color, int key) {
+  MPI_Comm sub;
+  KUSARI_MPI_CHECK(MPI_Comm_split(self.comm(), color, key, &sub));
+  auto c = std::make_shared<C>(sub, self.options());
+  MPI_Comm_free(&sub);  // the new communicator holds its own duplicate
+  return c;
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> NaiveCommunicator::split(int color, int key) {
+  return split_as<NaiveCommunicator>(*this, color, key);
+}
+std::shared_ptr<Communicator> FlatCommunicator::split(int color, int key) {
+  return split_as<FlatCommunicator>(*this, color, key);
+}
+std::shared_ptr<Communicator> DummyCommunicator::split(int color, int key) {
+  return split_as<DummyCommunicator>(*this, color, key);
+}
+
+}  // namespace kusari::mn::detail

@@ -1,0 +1,207 @@
+#include "mn/mpi_util.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+
+#include "kusari/core/half.h"
+
+namespace kusari::mn::detail {
+
+void check_mpi(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, msg, &len);
+  KUSARI_THROW(CommunicatorError, "MPI call failed: ", call, ": ", std::string(msg, static_cast<size_t>(len)));
+}
+
+MPI_Datatype mpi_datatype(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kBool:
+    case Dtype::kUInt8:
+      return MPI_UINT8_T;
+    case Dtype::kInt32:
+      return MPI_INT32_T;
+    case Dtype::kInt64:
+      return MPI_INT64_T;
+    case Dtype::kFloat16:
+    case Dtype::kBFloat16:
+      return MPI_UINT16_T;
+    case Dtype::kFloat32:
+      return MPI_FLOAT;
+    case Dtype::kFloat64:
+      return MPI_DOUBLE;
+  }
+  KUSARI_THROW(DtypeError, "communicator: no MPI datatype for ", dtype_name(dtype));
+}
+
+namespace {
+
+template <typename H, typename F>
+void half_op(void* in, void* inout, int* len, F f) {
+  H* a = static_cast<H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = H(f(static_cast<float>(a[i]), static_cast<float>(b[i])));
+}
+
+void half_sum(void* in, void* inout, int* len, MPI_Datatype*) { half_op<Half>(in, inout, len, [](float a, float b) { return a + b; }); }
+void half_max(void* in, void* inout, int* len, MPI_Datatype*) { half_op<Half>(in, inout, len, [](float a, float b) { return a > b ? a : b; }); }
+void half_min(void* in, void* inout, int* len, MPI_Datatype*) { half_op<Half>(in, inout, len, [](float a, float b) { return a < b ? a : b; }); }
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) { half_op<BFloat16>(in, inout, len, [](float a, float b) { return a + b; }); }
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) { half_op<BFloat16>(in, inout, len, [](float a, float b) { return a > b ? a : b; }); }
+void bf16_min(void* in, void* inout, int* len, MPI_Datatype*) { half_op<BFloat16>(in, inout, len, [](float a, float b) { return a < b ? a : b; }); }
+
+MPI_Op user_op(MPI_User_function* f) {
+  MPI_Op op;
+  KUSARI_MPI_CHECK(MPI_Op_create(f, 1, &op));
+  return op;
+}
+
+}  // namespace
+
+MPI_Op mpi_op(ReduceOp op, Dtype dtype) {
+  if (dtype == Dtype::kFloat16 || dtype == Dtype::kBFloat16) {
+    // Created once, after MPI_Init, and kept for the life of the job.
+    static MPI_Op ops[2][3] = {};
+    static std::once_flag once;
+    std::call_once(once, [] {
+      ops[0][0] = user_op(half_sum);
+      ops[0][1] = user_op(half_max);
+      ops[0][2] = user_op(half_min);
+      ops[1][0] = user_op(bf16_sum);
+      ops[1][1] = user_op(bf16_max);
+      ops[1][2] = user_op(bf16_min);
+    });
+    const int k = dtype == Dtype::kFloat16 ? 0 : 1;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMean:
+        return ops[k][0];
+      case ReduceOp::kMax:
+        return ops[k][1];
+      case ReduceOp::kMin:
+        return ops[k][2];
+    }
+  }
+  if (dtype == Dtype::kBool) {
+    return op == ReduceOp::kMin ? MPI_BAND : MPI_BOR;
+  }
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      return MPI_SUM;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+void allreduce_host(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm comm) {
+  const MPI_Datatype t = mpi_datatype(dtype);
+  const MPI_Op o = mpi_op(op, dtype);
+  char* p = static_cast<char*>(data);
+  const int64_t item = static_cast<int64_t>(itemsize(dtype));
+  for (int64_t done = 0; done < n;) {
+    const int count = static_cast<int>(std::min(n - done, kMaxChunkElements));
+    KUSARI_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done * item, count, t, o, comm));
+    done += count;
+  }
+}
+
+void bcast_bytes(void* data, int64_t n, int root, MPI_Comm comm) {
+  char* p = static_cast<char*>(data);
+  for (int64_t done = 0; done < n;) {
+    const int count = static_cast<int>(std::min(n - done, kMaxChunkElements));
+    KUSARI_MPI_CHECK(MPI_Bcast(p + done, count, MPI_BYTE, root, comm));
+    done += count;
+  }
+}
+
+void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm) {
+  const char* p = static_cast<const char*>(data);
+  for (int64_t done = 0; done < n;) {
+    const int count = static_cast<int>(std::min(n - done, kMaxChunkElements));
+    KUSARI_MPI_CHECK(MPI_Send(p + done, count, MPI_BYTE, dest, tag, comm));
+    done += count;
+  }
+}
+
+void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm) {
+  char* p = static_cast<char*>(data);
+  for (int64_t done = 0; done < n;) {
+    const int count = static_cast<int>(std::min(n - done, kMaxChunkElements));
+    KUSARI_MPI_CHECK(MPI_Recv(p + done, count, MPI_BYTE, source, tag, comm, MPI_STATUS_IGNORE));
+    done += count;
+  }
+}
+
+namespace {
+
+// Note [Failure of one rank ends the job]
+// An exception that escapes main() on one rank would leave the others blocked in their next
+// collective forever. Once a communicator exists, std::terminate prints which rank failed and
+// why, then calls MPI_Abort, which makes mpiexec end every process of the job with a non-zero
+// status. Set KUSARI_MN_ABORT_ON_ERROR=0 to keep the default std::terminate behaviour.
+[[noreturn]] void terminate_with_abort() {
+  int rank = -1, size = 0, initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  char host[MPI_MAX_PROCESSOR_NAME] = "?";
+  int len = 0;
+  if (initialized && !finalized) MPI_Get_processor_name(host, &len);
+  std::string what = "unknown exception";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+  } else {
+    what = "std::terminate called without an active exception";
+  }
+  std::fprintf(stderr, "\n[kusari.mn] rank %d of %d on host %s failed: %s\n[kusari.mn] aborting the whole job\n",
+               rank, size, host, what.c_str());
+  std::fflush(stderr);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+struct MpiLifetime {
+  bool we_initialized = false;
+  ~MpiLifetime() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (we_initialized && !finalized) MPI_Finalize();
+  }
+};
+
+}  // namespace
+
+void ensure_mpi_initialized() {
+  static MpiLifetime lifetime;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    KUSARI_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    lifetime.we_initialized = true;
+  }
+  static std::once_flag handler_once;
+  std::call_once(handler_once, [] {
+    const char* env = std::getenv("KUSARI_MN_ABORT_ON_ERROR");
+    if (!(env && std::string(env) == "0")) std::set_terminate(terminate_with_abort);
+    // Errors come back as codes (turned into CommunicatorError) instead of aborting silently.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  });
+}
+
+}  // namespace kusari::mn::detail

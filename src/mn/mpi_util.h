@@ -1,0 +1,53 @@
+// MPI helpers for the communicators: error checking, dtype mapping, chunked transfers.
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "kusari/core/array.h"
+#include "kusari/core/error.h"
+#include "kusari/mn/communicator.h"
+
+namespace kusari::mn::detail {
+
+/// Throws CommunicatorError naming the MPI call when it did not succeed.
+void check_mpi(int code, const char* call);
+
+#define KUSARI_MPI_CHECK(call) ::kusari::mn::detail::check_mpi((call), #call)
+
+/// Largest element count sent in one MPI call (well under INT_MAX).
+inline constexpr int64_t kMaxChunkElements = int64_t{1} << 30;
+
+/// The MPI datatype of a kusari dtype (16-bit floats travel as 16-bit integers).
+MPI_Datatype mpi_datatype(Dtype dtype);
+/// The MPI operation for `op` on `dtype` (user-defined for 16-bit floats).
+MPI_Op mpi_op(ReduceOp op, Dtype dtype);
+
+// MPI_Comm is a pointer in Open MPI and an int in MPICH; it travels as an intptr_t.
+static_assert(sizeof(MPI_Comm) <= sizeof(intptr_t), "MPI_Comm must fit in intptr_t");
+inline MPI_Comm to_comm(intptr_t handle) {
+  MPI_Comm c;
+  std::memcpy(&c, &handle, sizeof(c));
+  return c;
+}
+inline intptr_t from_comm(MPI_Comm comm) {
+  intptr_t h = 0;
+  std::memcpy(&h, &comm, sizeof(comm));
+  return h;
+}
+
+/// Initialises MPI if nobody has (finalised at exit), and installs the job-wide failure handler.
+void ensure_mpi_initialized();
+
+/// In-place allreduce of `n` elements at `data` (host memory), in chunks.
+void allreduce_host(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm comm);
+/// Broadcast of `n` bytes at `data` (host memory), in chunks.
+void bcast_bytes(void* data, int64_t n, int root, MPI_Comm comm);
+void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm);
+void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm);
+
+}  // namespace kusari::mn::detail
