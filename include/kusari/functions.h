@@ -6,4 +6,7 @@
 #include "kusari/functions/math.h"
 #include "kusari/functions/activation.h"
 #include "kusari/functions/connection.h"
+#include "kusari/functions/evaluation.h"
 #include "kusari/functions/loss.h"
+#include "kusari/functions/noise.h"
+#include "kusari/functions/normalization.h"

@@ -2,8 +2,16 @@
 
 #include "functions/function_util.h"
 #include "kusari/core/routines.h"
+#include "kusari/functions/math.h"
 
 namespace kusari::functions {
+
+// Note [Activation gradients]
+// Every rule below is written with differentiable functions, so it can be differentiated again.
+// Where the derivative is a function of the output (sigmoid, tanh, softmax, log_softmax, elu on
+// its negative side) the output is retained: ctx.output() keeps this node as its creator, so the
+// second derivative flows back through the same function. Piecewise rules select with a constant
+// mask computed from the input, so the kink itself is never differentiated.
 
 Variable relu(const Variable& x) {
   detail::check_floating("relu", x);
@@ -11,6 +19,91 @@ Variable relu(const Variable& x) {
       "relu", {x}, kusari::relu(x.data()),
       [](BackwardContext& ctx) {
         ctx.set_input_grad(0, detail::masked(ctx.output_grad(), kusari::greater(ctx.output().data(), 0.0)));
+      },
+      kRetainOutput);
+}
+
+Variable leaky_relu(const Variable& x, double slope) {
+  detail::check_floating("leaky_relu", x);
+  return record("leaky_relu", {x}, kusari::leaky_relu(x.data(), slope),
+                [slope](BackwardContext& ctx) {
+                  const Variable& gy = ctx.output_grad();
+                  Array positive = kusari::greater_equal(ctx.input(0).data(), 0.0);
+                  ctx.set_input_grad(0, where(positive, gy, mul(gy, slope)));
+                });
+}
+
+Variable elu(const Variable& x, double alpha) {
+  detail::check_floating("elu", x);
+  return record(
+      "elu", {x}, kusari::elu(x.data(), alpha),
+      [alpha](BackwardContext& ctx) {
+        // For x < 0, dy/dx = alpha exp(x) = y + alpha; unlike exp(x) it stays finite on the
+        // discarded positive side, so no inf * 0 appears in the double backward.
+        const Variable& gy = ctx.output_grad();
+        Array positive = kusari::greater_equal(ctx.input(0).data(), 0.0);
+        ctx.set_input_grad(0, where(positive, gy, mul(gy, add(ctx.output(), alpha))));
+      },
+      kRetainOutput);
+}
+
+Variable sigmoid(const Variable& x) {
+  detail::check_floating("sigmoid", x);
+  return record(
+      "sigmoid", {x}, kusari::sigmoid(x.data()),
+      [](BackwardContext& ctx) {
+        Variable y = ctx.output();
+        ctx.set_input_grad(0, mul(ctx.output_grad(), mul(y, rsub(y, 1.0))));
+      },
+      kRetainOutput);
+}
+
+Variable tanh(const Variable& x) {
+  detail::check_floating("tanh", x);
+  return record(
+      "tanh", {x}, kusari::tanh(x.data()),
+      [](BackwardContext& ctx) {
+        ctx.set_input_grad(0, mul(ctx.output_grad(), rsub(square(ctx.output()), 1.0)));
+      },
+      kRetainOutput);
+}
+
+Variable softplus(const Variable& x, double beta) {
+  detail::check_floating("softplus", x);
+  KUSARI_CHECK(beta != 0.0, ValueError, "softplus: beta must be nonzero, got ", beta);
+  return record("softplus", {x}, kusari::softplus(x.data(), beta), [beta](BackwardContext& ctx) {
+    // d/dx log(1 + exp(beta x)) / beta = sigmoid(beta x).
+    ctx.set_input_grad(0, mul(ctx.output_grad(), sigmoid(mul(ctx.input(0), beta))));
+  });
+}
+
+Variable softmax(const Variable& x, int axis_in) {
+  detail::check_floating("softmax", x);
+  KUSARI_CHECK(x.ndim() >= 1, ShapeError, "softmax: x must have at least one axis, got shape ",
+               x.shape());
+  const int axis = normalize_axis(axis_in, x.ndim(), "softmax");
+  return record(
+      "softmax", {x}, kusari::softmax(x.data(), axis),
+      [axis](BackwardContext& ctx) {
+        // gx = y * (gy - sum(gy * y, axis))
+        Variable y = ctx.output();
+        Variable gyy = mul(ctx.output_grad(), y);
+        ctx.set_input_grad(0, sub(gyy, mul(y, sum(gyy, {axis}, true))));
+      },
+      kRetainOutput);
+}
+
+Variable log_softmax(const Variable& x, int axis_in) {
+  detail::check_floating("log_softmax", x);
+  KUSARI_CHECK(x.ndim() >= 1, ShapeError, "log_softmax: x must have at least one axis, got shape ",
+               x.shape());
+  const int axis = normalize_axis(axis_in, x.ndim(), "log_softmax");
+  return record(
+      "log_softmax", {x}, kusari::log_softmax(x.data(), axis),
+      [axis](BackwardContext& ctx) {
+        // gx = gy - exp(y) * sum(gy, axis)
+        const Variable& gy = ctx.output_grad();
+        ctx.set_input_grad(0, sub(gy, mul(exp(ctx.output()), sum(gy, {axis}, true))));
       },
       kRetainOutput);
 }

@@ -1,5 +1,7 @@
 #include "kusari/functions/connection.h"
 
+#include <string>
+
 #include "functions/function_util.h"
 #include "kusari/core/routines.h"
 
@@ -35,6 +37,81 @@ Variable linear(const Variable& x_in, const Variable& W, const Variable& b, int 
     out = reshape(out, os);
   }
   return out;
+}
+
+// Note [Embed ID gradients]
+// embed_id gathers rows of W (kusari::take); its gradient with respect to W scatters gy back into
+// zeros of W's shape (kusari::add_at_zeros). The scatter is itself a recorded function of gy whose
+// gradient is the gather again, so the pair differentiates any number of times. Ignored ids are
+// replaced by 0 before indexing and their rows masked out, both in the gather's output and in the
+// scatter's input, so they neither read nor receive anything.
+namespace {
+
+struct EmbedIds {
+  Array ids;    // ids with ignored entries replaced by 0 (int64)
+  Array valid;  // bool, x.shape + (1,): false at ignored ids; undefined without ignore_label
+};
+
+Variable embed_gather(const EmbedIds& e, const Variable& W);
+
+// gy (x.shape + (dim,)) scattered into zeros of shape `w_shape`.
+Variable embed_scatter(const EmbedIds& e, const Variable& gy, const Shape& w_shape) {
+  Array values = e.valid.defined() ? kusari::where(e.valid, gy.data(), Scalar(0.0)) : gy.data();
+  return record(
+      "embed_id_grad", {gy}, kusari::add_at_zeros(w_shape, e.ids, 0, values),
+      [e](BackwardContext& ctx) { ctx.set_input_grad(0, embed_gather(e, ctx.output_grad())); });
+}
+
+Variable embed_gather(const EmbedIds& e, const Variable& W) {
+  Array y = kusari::take(W.data(), e.ids, 0);
+  if (e.valid.defined()) y = kusari::where(e.valid, y, Scalar(0.0));
+  return record("embed_id", {W}, std::move(y), [e](BackwardContext& ctx) {
+    ctx.set_input_grad(0, embed_scatter(e, ctx.output_grad(), ctx.input(0).shape()));
+  });
+}
+
+}  // namespace
+
+Variable embed_id(const Array& x, const Variable& W, std::optional<int64_t> ignore_label) {
+  const char* fn = "embed_id";
+  KUSARI_CHECK(x.dtype() == int32 || x.dtype() == int64, DtypeError, fn,
+               ": ids must be int32 or int64, got ", dtype_name(x.dtype()));
+  KUSARI_CHECK(W.ndim() == 2, ShapeError, fn, ": W must be 2-d (vocab, dim), got shape ",
+               W.shape());
+  detail::check_floating(fn, W);
+  KUSARI_CHECK(x.ndim() < kMaxNdim, ShapeError, fn, ": ids of shape ", x.shape(),
+               " leave no room for the embedding axis");
+  KUSARI_CHECK(x.device() == W.device(), DeviceError, fn, ": W is on ", W.device(),
+               " but the ids are on ", x.device());
+  const int64_t vocab = W.shape()[0];
+  EmbedIds e;
+  e.ids = x.astype(int64);
+  Array valid;
+  if (ignore_label) {
+    valid = kusari::not_equal(e.ids, *ignore_label);
+    e.ids = kusari::where(valid, e.ids, Scalar(int64_t{0}));
+  }
+  {
+    // Report the first id out of range (ids wrap in take, so they must be checked here).
+    Array bad =
+        kusari::logical_or(kusari::less(e.ids, int64_t{0}), kusari::greater_equal(e.ids, vocab));
+    if (x.size() > 0 && kusari::any(bad).item<bool>()) {
+      const int64_t i = kusari::argmax(bad.astype(int32)).item<int64_t>();
+      const int64_t id = e.ids.reshape({x.size()}).at({i}).item<int64_t>();
+      const std::string or_ignored =
+          ignore_label ? ::kusari::detail::concat(" or id == ignore_label (", *ignore_label, ")")
+                       : std::string();
+      KUSARI_THROW(IndexError, fn, ": id ", id, " (flat position ", i, " of ids of shape ",
+                   x.shape(), ") is out of range for W of shape ", W.shape(),
+                   "; expected 0 <= id < ", vocab, or_ignored);
+    }
+  }
+  if (valid.defined()) {
+    Shape vs = x.shape();
+    vs.push_back(1);
+    e.valid = valid.reshape(vs);
+  }
+  return embed_gather(e, W);
 }
 
 }  // namespace kusari::functions

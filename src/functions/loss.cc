@@ -1,7 +1,10 @@
 #include "kusari/functions/loss.h"
 
+#include <algorithm>
+
 #include "functions/function_util.h"
 #include "kusari/core/routines.h"
+#include "kusari/functions/activation.h"
 #include "kusari/functions/array.h"
 #include "kusari/functions/math.h"
 
@@ -64,6 +67,69 @@ Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore
     Variable scale = reduce == Reduce::kMean ? broadcast_to(reshape(mul(gy, coeff), {1, 1}), {n, k})
                                              : broadcast_to(reshape(gy, {n, 1}), {n, k});
     ctx.set_input_grad(0, mul(diff, scale));
+  });
+}
+
+// Note [Sigmoid cross entropy]
+// Per element, -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))) = max(x, 0) - x t +
+// log1p(exp(-|x|)), which never exponentiates a positive number. Elements labelled -1 are masked
+// out. The gradient, (sigmoid(x) - t) * mask * gy / count, is written with the differentiable
+// sigmoid, so the loss can be differentiated twice.
+Variable sigmoid_cross_entropy(const Variable& x, const Array& t, bool normalize, Reduce reduce) {
+  const char* fn = "sigmoid_cross_entropy";
+  constexpr int64_t kIgnoreLabel = -1;
+  detail::check_floating(fn, x);
+  KUSARI_CHECK(t.dtype() == int32 || t.dtype() == int64, DtypeError, fn,
+               ": labels must be int32 or int64, got ", dtype_name(t.dtype()));
+  KUSARI_CHECK(t.shape() == x.shape(), ShapeError, fn, ": labels of shape ", t.shape(),
+               " do not match x of shape ", x.shape(), " (expected the same shape)");
+  KUSARI_CHECK(x.ndim() >= 1, ShapeError, fn, ": x must have a batch axis, got shape ", x.shape());
+  KUSARI_CHECK(t.device() == x.device(), DeviceError, fn, ": x is on ", x.device(),
+               " but the labels are on ", t.device());
+  const Array& xd = x.data();
+  Array valid = kusari::not_equal(t, kIgnoreLabel);
+  Array mask = valid.astype(x.dtype());
+  Array tf = t.astype(x.dtype());
+  // -(x (t - [x >= 0]) - log1p(exp(-|x|))), masked.
+  Array step = kusari::greater_equal(xd, 0.0).astype(x.dtype());
+  Array elem = kusari::log1p(kusari::exp(kusari::negative(kusari::abs(xd)))) - xd * (tf - step);
+  elem = elem * mask;
+  double coeff = 1.0;
+  Array y;
+  if (reduce == Reduce::kMean) {
+    const int64_t count = normalize ? kusari::sum(valid).item<int64_t>() : x.shape()[0];
+    coeff = 1.0 / static_cast<double>(std::max<int64_t>(count, 1));
+    y = kusari::sum(elem) * coeff;
+  } else {
+    y = std::move(elem);
+  }
+  return record(fn, {x}, std::move(y), [mask, tf, coeff, reduce](BackwardContext& ctx) {
+    Variable x = ctx.input(0);
+    Variable diff = mul(sub(sigmoid(x), Variable(tf)), Variable(mask));
+    Variable gy = ctx.output_grad();
+    if (reduce == Reduce::kMean) gy = broadcast_to(mul(gy, coeff), x.shape());
+    ctx.set_input_grad(0, mul(diff, gy));
+  });
+}
+
+Variable mean_squared_error(const Variable& x0, const Variable& x1) {
+  const char* fn = "mean_squared_error";
+  detail::check_floating(fn, x0);
+  KUSARI_CHECK(x0.dtype() == x1.dtype(), DtypeError, fn, ": x0 is ", dtype_name(x0.dtype()),
+               " but x1 is ", dtype_name(x1.dtype()), "; expected the same dtype");
+  KUSARI_CHECK(x0.shape() == x1.shape(), ShapeError, fn, ": x0 of shape ", x0.shape(),
+               " and x1 of shape ", x1.shape(), " differ; expected the same shape");
+  KUSARI_CHECK(x0.device() == x1.device(), DeviceError, fn, ": x0 is on ", x0.device(),
+               " but x1 is on ", x1.device());
+  const double coeff = 1.0 / static_cast<double>(std::max<int64_t>(x0.size(), 1));
+  Array diff = kusari::subtract(x0.data(), x1.data());
+  Array y = kusari::sum(kusari::square(diff)) * coeff;
+  return record(fn, {x0, x1}, std::move(y), [coeff](BackwardContext& ctx) {
+    // d/dx0 = 2 (x0 - x1) gy / n, d/dx1 = -d/dx0.
+    Variable x0 = ctx.input(0), x1 = ctx.input(1);
+    Variable gx0 = mul(sub(x0, x1), broadcast_to(mul(ctx.output_grad(), 2.0 * coeff), x0.shape()));
+    if (ctx.needs_input_grad(0)) ctx.set_input_grad(0, gx0);
+    if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, neg(gx0));
   });
 }
 

@@ -205,6 +205,22 @@ Variable extremum(const Variable& x, const Axes& axes_in, bool keepdims, bool is
 Variable max(const Variable& x, const Axes& axes, bool keepdims) { return extremum(x, axes, keepdims, true); }
 Variable min(const Variable& x, const Axes& axes, bool keepdims) { return extremum(x, axes, keepdims, false); }
 
+Variable logsumexp(const Variable& x, const Axes& axes_in, bool keepdims) {
+  detail::check_floating("logsumexp", x);
+  Axes axes = normalize_axes(axes_in, x.ndim(), "logsumexp", true);
+  return record(
+      "logsumexp", {x}, kusari::logsumexp(x.data(), axes, keepdims),
+      [axes](BackwardContext& ctx) {
+        // gx = gy * exp(x - y), with gy and y broadcast back over the reduced axes.
+        Variable x = ctx.input(0);
+        Shape ks = detail::keepdims_shape(x.shape(), axes);
+        Variable y = broadcast_to(reshape(ctx.output(), ks), x.shape());
+        Variable gy = broadcast_to(reshape(ctx.output_grad(), ks), x.shape());
+        ctx.set_input_grad(0, mul(gy, exp(sub(x, y))));
+      },
+      kRetainOutput);
+}
+
 Variable sum_to(const Variable& x, const Shape& shape) {
   if (x.shape() == shape) return x;
   return record("sum_to", {x}, kusari::sum_to(x.data(), shape), [](BackwardContext& ctx) {

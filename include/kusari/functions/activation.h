@@ -8,5 +8,19 @@ namespace kusari::functions {
 
 /// max(x, 0).
 Variable relu(const Variable& x);
+/// x where x >= 0, slope * x elsewhere (Chainer's leaky_relu).
+Variable leaky_relu(const Variable& x, double slope = 0.2);
+/// x where x >= 0, alpha * (exp(x) - 1) elsewhere.
+Variable elu(const Variable& x, double alpha = 1.0);
+/// 1 / (1 + exp(-x)), computed stably in both tails.
+Variable sigmoid(const Variable& x);
+/// Hyperbolic tangent.
+Variable tanh(const Variable& x);
+/// log(1 + exp(beta x)) / beta, computed stably.
+Variable softplus(const Variable& x, double beta = 1.0);
+/// exp(x) / sum(exp(x)) along `axis`.
+Variable softmax(const Variable& x, int axis = 1);
+/// x - logsumexp(x) along `axis`.
+Variable log_softmax(const Variable& x, int axis = 1);
 
 }  // namespace kusari::functions

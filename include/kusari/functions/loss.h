@@ -15,4 +15,14 @@ enum class Reduce { kMean, kNone };
 Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label = -1,
                                Reduce reduce = Reduce::kMean);
 
+/// Sigmoid cross entropy of logits x against binary labels t (int32 or int64, same shape as x;
+/// 0 or 1, or -1 to ignore an element), computed stably as
+/// max(x, 0) - x t + log(1 + exp(-|x|)). With Reduce::kMean the sum is divided by the number of
+/// elements not ignored when `normalize`, else by the batch size x.shape[0] (Chainer's semantics).
+Variable sigmoid_cross_entropy(const Variable& x, const Array& t, bool normalize = true,
+                               Reduce reduce = Reduce::kMean);
+
+/// mean((x0 - x1)^2) over all elements; x0 and x1 must have the same shape and dtype.
+Variable mean_squared_error(const Variable& x0, const Variable& x1);
+
 }  // namespace kusari::functions

@@ -45,6 +45,8 @@ Variable mean(const Variable& x, const Axes& axes = {}, bool keepdims = false);
 /// Maximum over axes; the gradient goes to the (first) maximal elements.
 Variable max(const Variable& x, const Axes& axes = {}, bool keepdims = false);
 Variable min(const Variable& x, const Axes& axes = {}, bool keepdims = false);
+/// log(sum(exp(x))) over axes (all when empty), computed stably; the gradient is softmax(x).
+Variable logsumexp(const Variable& x, const Axes& axes = {}, bool keepdims = false);
 /// Sums x down to `shape` (the adjoint of broadcast_to).
 Variable sum_to(const Variable& x, const Shape& shape);
 /// Matrix product (NumPy matmul semantics, batched over leading axes); optional transposes.

@@ -2,6 +2,8 @@
 // float32 (loose), with broadcasting and non-contiguous inputs, plus double-backward checks.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kusari/autograd/gradient_check.h"
 #include "kusari/functions/array.h"
 #include "kusari/functions/math.h"
@@ -114,6 +116,15 @@ TEST_P(MathGradTest, Reductions) {
   check1([](const Variable& v) { return F::sum_to(v, {3, 1}); }, x);
 }
 
+TEST_P(MathGradTest, LogSumExp) {
+  Array x = uniform({2, 3, 4}, -2, 2);
+  check1([](const Variable& v) { return F::logsumexp(v); }, x);
+  check1([](const Variable& v) { return F::logsumexp(v, {1}); }, x);
+  check1([](const Variable& v) { return F::logsumexp(v, {0, 2}, true); }, x);
+  check1([](const Variable& v) { return F::logsumexp(v, {-1}); }, noncontig({2, 3, 4}, -2, 2));
+  check1([](const Variable& v) { return F::logsumexp(v, {0}); }, uniform({5}, -2, 2));
+}
+
 TEST_P(MathGradTest, Matmul) {
   check2([](auto& a, auto& b) { return F::matmul(a, b); }, uniform({3, 4}), uniform({4, 2}));
   check2([](auto& a, auto& b) { return F::matmul(a, b, true, false); }, uniform({4, 3}), uniform({4, 2}));
@@ -146,6 +157,24 @@ TEST(MathKnownValues, ForwardValues) {
   EXPECT_FLOAT_EQ(F::sum(F::matmul(a, b)).data().item<float>(), 32.0f);
   EXPECT_FLOAT_EQ(F::mean(a).data().item<float>(), 2.0f);
   EXPECT_EQ(F::max(F::reshape(a, {3, 1}), {0}).shape(), (Shape{1}));
+}
+
+TEST(MathKnownValues, LogSumExp) {
+  // Stable for large inputs: log(e^1000 + e^1000) = 1000 + log 2.
+  Variable x(Array::from({1000, 1000, 1, 2}, Shape{2, 2}, float64), true);
+  Variable y = F::logsumexp(x, {1});
+  EXPECT_EQ(y.shape(), (Shape{2}));
+  EXPECT_NEAR(y.data().to_vector<double>()[0], 1000 + std::log(2.0), 1e-9);
+  EXPECT_NEAR(y.data().to_vector<double>()[1], std::log(std::exp(1.0) + std::exp(2.0)), 1e-12);
+  EXPECT_EQ(F::logsumexp(x, {1}, true).shape(), (Shape{2, 1}));
+  EXPECT_EQ(F::logsumexp(x).shape(), (Shape{}));
+  // The gradient is softmax along the reduced axis.
+  F::sum(y).backward();
+  std::vector<double> g = x.grad().to_vector<double>();
+  EXPECT_NEAR(g[0], 0.5, 1e-12);
+  EXPECT_NEAR(g[3], std::exp(2.0) / (std::exp(1.0) + std::exp(2.0)), 1e-12);
+  EXPECT_THROW(F::logsumexp(x, {2}), ValueError);
+  EXPECT_THROW(F::logsumexp(Variable(Array::from_vector(std::vector<int32_t>{1, 2}))), DtypeError);
 }
 
 }  // namespace

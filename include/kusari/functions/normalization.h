@@ -1,0 +1,28 @@
+// Differentiable normalization functions (Chainer's F.normalization family).
+#pragma once
+
+#include "kusari/autograd/function_node.h"
+#include "kusari/autograd/variable.h"
+
+namespace kusari::functions {
+
+/// Batch normalization with the statistics of the batch:
+///   y = gamma * (x - mean) / sqrt(var + eps) + beta,
+/// where mean and the (biased) var are taken over `axis`. An empty `axis` means Chainer's default,
+/// (0,) + the axes after gamma's (all axes but 1 for a 1-d gamma); gamma and beta have the shape of
+/// x over the remaining axes. When given, running_mean and running_var (gamma's shape) are updated
+/// in place: running_mean = decay * running_mean + (1 - decay) * mean, and likewise running_var
+/// with the unbiased variance var * m / (m - 1), m being the number of elements reduced.
+Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
+                             double eps = 2e-5, Array* running_mean = nullptr,
+                             Array* running_var = nullptr, double decay = 0.9,
+                             const Axes& axis = {});
+
+/// Batch normalization with given statistics (Chainer's fixed_batch_normalization, used at test
+/// time): y = gamma * (x - mean) / sqrt(var + eps) + beta. mean and var have gamma's shape and are
+/// differentiable like the other inputs. `axis` is as in batch_normalization.
+Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
+                                   const Variable& mean, const Variable& var, double eps = 2e-5,
+                                   const Axes& axis = {});
+
+}  // namespace kusari::functions

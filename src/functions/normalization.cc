@@ -1,0 +1,207 @@
+#include "kusari/functions/normalization.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <utility>
+
+#include "functions/function_util.h"
+#include "kusari/core/routines.h"
+
+namespace kusari::functions {
+
+namespace {
+
+// Which axes a batch normalization reduces, and the shapes involved.
+struct BatchNormGeometry {
+  Axes axes;             // the reduced axes, sorted
+  Shape keepdims_shape;  // x's shape with the reduced axes set to 1 (parameters broadcast from it)
+  Shape param_shape;     // x's shape over the other axes: the shape of gamma, beta, mean, var
+  int64_t m = 0;         // elements reduced per parameter
+};
+
+// Checks x and the per-channel parameters, and resolves `axis` (empty: Chainer's default, the
+// axes (0,) + (gamma.ndim + 1, ..., x.ndim - 1)).
+BatchNormGeometry batch_norm_geometry(
+    const char* fn, const Variable& x, const Axes& axis,
+    std::initializer_list<std::pair<const char*, const Variable*>> params) {
+  detail::check_floating(fn, x);
+  const Variable& gamma = *params.begin()->second;
+  for (const auto& [name, p] : params) {
+    KUSARI_CHECK(p->defined(), ValueError, fn, ": ", name, " is undefined");
+    KUSARI_CHECK(p->dtype() == x.dtype(), DtypeError, fn, ": ", name, " is ",
+                 dtype_name(p->dtype()), " but x is ", dtype_name(x.dtype()),
+                 "; expected the same dtype");
+    KUSARI_CHECK(p->device() == x.device(), DeviceError, fn, ": ", name, " is on ", p->device(),
+                 " but x is on ", x.device());
+  }
+  BatchNormGeometry g;
+  if (axis.empty()) {
+    KUSARI_CHECK(x.ndim() >= gamma.ndim() + 1, ShapeError, fn, ": x of shape ", x.shape(),
+                 " needs more than ", gamma.ndim(), " axes for gamma of shape ", gamma.shape());
+    g.axes.push_back(0);
+    for (int d = gamma.ndim() + 1; d < x.ndim(); ++d) g.axes.push_back(d);
+  } else {
+    g.axes = normalize_axes(axis, x.ndim(), fn, false);
+  }
+  g.keepdims_shape = detail::keepdims_shape(x.shape(), g.axes);
+  for (int d = 0; d < x.ndim(); ++d) {
+    const bool reduced = std::find(g.axes.begin(), g.axes.end(), d) != g.axes.end();
+    if (!reduced) g.param_shape.push_back(x.shape()[d]);
+  }
+  for (const auto& [name, p] : params) {
+    KUSARI_CHECK(p->shape() == g.param_shape, ShapeError, fn, ": ", name, " of shape ", p->shape(),
+                 " does not match x of shape ", x.shape(), " normalised over axes ", g.axes,
+                 " (expected ", g.param_shape, ")");
+  }
+  g.m = x.size() / std::max<int64_t>(g.param_shape.numel(), 1);
+  KUSARI_CHECK(g.m > 0, ValueError, fn, ": x of shape ", x.shape(),
+               " has no elements to take statistics over");
+  return g;
+}
+
+// Note [Batch statistics]
+// The batch statistics are computed in this one place so that a fused kernel (cuDNN's
+// BatchNormalizationForwardTraining, which also returns the saved mean and inverse standard
+// deviation) can replace it without touching the autograd code. Arrays are in keepdims shape.
+struct BatchStatistics {
+  Array mean;     // mean over the reduced axes
+  Array var;      // biased variance (divided by m)
+  Array inv_std;  // 1 / sqrt(var + eps)
+};
+
+BatchStatistics compute_batch_statistics(const Array& x, const Axes& axes, double eps) {
+  BatchStatistics s;
+  s.mean = kusari::mean(x, axes, true);
+  s.var = kusari::mean(kusari::square(x - s.mean), axes, true);
+  s.inv_std = kusari::rsqrt(s.var + eps);
+  return s;
+}
+
+void check_running(const char* fn, const char* name, const Array* running, const Variable& x,
+                   const BatchNormGeometry& g) {
+  if (running == nullptr) return;
+  KUSARI_CHECK(running->defined(), ValueError, fn, ": ", name, " is undefined");
+  KUSARI_CHECK(is_floating(running->dtype()), DtypeError, fn, ": ", name,
+               " must be floating-point, got ", dtype_name(running->dtype()));
+  KUSARI_CHECK(running->shape() == g.param_shape, ShapeError, fn, ": ", name, " of shape ",
+               running->shape(), " does not match gamma's shape ", g.param_shape);
+  KUSARI_CHECK(running->device() == x.device(), DeviceError, fn, ": ", name, " is on ",
+               running->device(), " but x is on ", x.device());
+}
+
+// running = decay * running + (1 - decay) * value, in place and in running's dtype.
+void update_running(Array* running, const Array& value, const Shape& param_shape, double decay) {
+  if (running == nullptr) return;
+  Array v = value.reshape(param_shape).astype(running->dtype());
+  running->assign(*running * decay + v * (1.0 - decay));
+}
+
+// Note [Batch normalization gradients]
+// With x_hat = (x - mean) * inv_std and sums over the reduced axes (m elements each):
+//   gbeta = sum(gy), ggamma = sum(gy * x_hat),
+//   gx = gamma * inv_std * (gy - gbeta / m - x_hat * ggamma / m).
+// This holds for every x, so writing it with differentiable functions of x, gamma and gy gives
+// the second derivatives too, provided mean and inv_std are themselves differentiable functions
+// of x there. Plain backward reuses the forward's statistics as constants; double backprop
+// recomputes them from x with differentiable functions.
+void batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g, double eps,
+                         const Array& mean, const Array& inv_std) {
+  Variable x = ctx.input(0), gamma = ctx.input(1);
+  const Variable& gy = ctx.output_grad();
+  Variable mu, istd;
+  if (ctx.is_double_backprop()) {
+    mu = functions::mean(x, g.axes, true);
+    Variable var = functions::mean(square(sub(x, mu)), g.axes, true);
+    istd = pow(add(var, eps), -0.5);
+  } else {
+    mu = Variable(mean);
+    istd = Variable(inv_std);
+  }
+  Variable x_hat = mul(sub(x, mu), istd);
+  Variable gbeta = sum(gy, g.axes, true);
+  Variable ggamma = sum(mul(gy, x_hat), g.axes, true);
+  if (ctx.needs_input_grad(0)) {
+    const double inv_m = 1.0 / static_cast<double>(g.m);
+    Variable inner = sub(sub(gy, mul(gbeta, inv_m)), mul(x_hat, mul(ggamma, inv_m)));
+    ctx.set_input_grad(0, mul(mul(reshape(gamma, g.keepdims_shape), istd), inner));
+  }
+  if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, reshape(ggamma, g.param_shape));
+  if (ctx.needs_input_grad(2)) ctx.set_input_grad(2, reshape(gbeta, g.param_shape));
+}
+
+// y = gamma * x_hat + beta with x_hat = (x - mean) * inv_std and inv_std = (var + eps)^(-1/2):
+//   gx = gy * gamma * inv_std, gmean = -sum(gx), gbeta = sum(gy), ggamma = sum(gy * x_hat),
+//   gvar = -gamma * ggamma * inv_std^2 / 2,
+// all differentiable functions of the five inputs and gy.
+void fixed_batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g, double eps) {
+  const Shape& ks = g.keepdims_shape;
+  const Variable& gy = ctx.output_grad();
+  Variable gamma = reshape(ctx.input(1), ks);
+  Variable inv_std = pow(add(reshape(ctx.input(4), ks), eps), -0.5);
+  Variable x_hat = mul(sub(ctx.input(0), reshape(ctx.input(3), ks)), inv_std);
+  if (ctx.needs_input_grad(0) || ctx.needs_input_grad(3)) {
+    Variable gx = mul(gy, mul(gamma, inv_std));
+    if (ctx.needs_input_grad(0)) ctx.set_input_grad(0, gx);
+    if (ctx.needs_input_grad(3)) {
+      ctx.set_input_grad(3, reshape(neg(sum(gx, g.axes, true)), g.param_shape));
+    }
+  }
+  if (ctx.needs_input_grad(2)) {
+    ctx.set_input_grad(2, reshape(sum(gy, g.axes, true), g.param_shape));
+  }
+  if (ctx.needs_input_grad(1) || ctx.needs_input_grad(4)) {
+    Variable ggamma = sum(mul(gy, x_hat), g.axes, true);
+    if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, reshape(ggamma, g.param_shape));
+    if (ctx.needs_input_grad(4)) {
+      Variable gvar = mul(mul(gamma, ggamma), mul(square(inv_std), -0.5));
+      ctx.set_input_grad(4, reshape(gvar, g.param_shape));
+    }
+  }
+}
+
+}  // namespace
+
+Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
+                             double eps, Array* running_mean, Array* running_var, double decay,
+                             const Axes& axis) {
+  const char* fn = "batch_normalization";
+  BatchNormGeometry g = batch_norm_geometry(fn, x, axis, {{"gamma", &gamma}, {"beta", &beta}});
+  KUSARI_CHECK(eps > 0.0, ValueError, fn, ": eps must be positive, got ", eps);
+  KUSARI_CHECK(decay >= 0.0 && decay <= 1.0, ValueError, fn, ": decay must be in [0, 1], got ",
+               decay);
+  check_running(fn, "running_mean", running_mean, x, g);
+  check_running(fn, "running_var", running_var, x, g);
+
+  BatchStatistics s = compute_batch_statistics(x.data(), g.axes, eps);
+  Array scale = gamma.data().reshape(g.keepdims_shape) * s.inv_std;
+  Array y = (x.data() - s.mean) * scale + beta.data().reshape(g.keepdims_shape);
+
+  update_running(running_mean, s.mean, g.param_shape, decay);
+  if (running_var != nullptr) {
+    const double adjust =
+        static_cast<double>(g.m) / std::max<double>(static_cast<double>(g.m - 1), 1.0);
+    update_running(running_var, s.var * adjust, g.param_shape, decay);
+  }
+
+  return record(fn, {x, gamma, beta}, std::move(y),
+                [g, eps, mean = s.mean, inv_std = s.inv_std](BackwardContext& ctx) {
+                  batch_norm_backward(ctx, g, eps, mean, inv_std);
+                });
+}
+
+Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
+                                   const Variable& mean, const Variable& var, double eps,
+                                   const Axes& axis) {
+  const char* fn = "fixed_batch_normalization";
+  BatchNormGeometry g = batch_norm_geometry(
+      fn, x, axis, {{"gamma", &gamma}, {"beta", &beta}, {"mean", &mean}, {"var", &var}});
+  KUSARI_CHECK(eps > 0.0, ValueError, fn, ": eps must be positive, got ", eps);
+  const Shape& ks = g.keepdims_shape;
+  Array inv_std = kusari::rsqrt(var.data().reshape(ks) + eps);
+  Array y = (x.data() - mean.data().reshape(ks)) * (gamma.data().reshape(ks) * inv_std) +
+            beta.data().reshape(ks);
+  return record(fn, {x, gamma, beta, mean, var}, std::move(y),
+                [g, eps](BackwardContext& ctx) { fixed_batch_norm_backward(ctx, g, eps); });
+}
+
+}  // namespace kusari::functions
