@@ -3,11 +3,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <algorithm>
 #include <mutex>
 
 #include "kusari/core/half.h"
 
 namespace kusari::mn::detail {
+
+int64_t max_chunk_elements() {
+  if (const char* env = std::getenv("KUSARI_MN_MAX_MESSAGE_ELEMENTS")) {
+    const long long v = std::atoll(env);
+    if (v > 0) return std::min<int64_t>(v, int64_t{1} << 30);
+  }
+  return int64_t{1} << 30;
+}
 
 void check_mpi(int code, const char* call) {
   if (code == MPI_SUCCESS) return;
@@ -106,7 +115,7 @@ void allreduce_host(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm co
   char* p = static_cast<char*>(data);
   const int64_t item = static_cast<int64_t>(itemsize(dtype));
   for (int64_t done = 0; done < n;) {
-    const int count = static_cast<int>(std::min(n - done, kMaxChunkElements));
+    const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     KUSARI_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done * item, count, t, o, comm));
     done += count;
   }
@@ -115,7 +124,7 @@ void allreduce_host(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm co
 void bcast_bytes(void* data, int64_t n, int root, MPI_Comm comm) {
   char* p = static_cast<char*>(data);
   for (int64_t done = 0; done < n;) {
-    const int count = static_cast<int>(std::min(n - done, kMaxChunkElements));
+    const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     KUSARI_MPI_CHECK(MPI_Bcast(p + done, count, MPI_BYTE, root, comm));
     done += count;
   }
@@ -124,7 +133,7 @@ void bcast_bytes(void* data, int64_t n, int root, MPI_Comm comm) {
 void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm) {
   const char* p = static_cast<const char*>(data);
   for (int64_t done = 0; done < n;) {
-    const int count = static_cast<int>(std::min(n - done, kMaxChunkElements));
+    const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     KUSARI_MPI_CHECK(MPI_Send(p + done, count, MPI_BYTE, dest, tag, comm));
     done += count;
   }
@@ -133,7 +142,7 @@ void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm) {
 void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm) {
   char* p = static_cast<char*>(data);
   for (int64_t done = 0; done < n;) {
-    const int count = static_cast<int>(std::min(n - done, kMaxChunkElements));
+    const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     KUSARI_MPI_CHECK(MPI_Recv(p + done, count, MPI_BYTE, source, tag, comm, MPI_STATUS_IGNORE));
     done += count;
   }

@@ -19,8 +19,9 @@ void check_mpi(int code, const char* call);
 
 #define KUSARI_MPI_CHECK(call) ::kusari::mn::detail::check_mpi((call), #call)
 
-/// Largest element count sent in one MPI call (well under INT_MAX).
-inline constexpr int64_t kMaxChunkElements = int64_t{1} << 30;
+/// Largest element count sent in one MPI call: 2^30 (well under INT_MAX), or the value of
+/// KUSARI_MN_MAX_MESSAGE_ELEMENTS (tests use small values to exercise the chunked paths).
+int64_t max_chunk_elements();
 
 /// The MPI datatype of a kusari dtype (16-bit floats travel as 16-bit integers).
 MPI_Datatype mpi_datatype(Dtype dtype);

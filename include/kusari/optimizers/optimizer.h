@@ -68,8 +68,8 @@ class Optimizer : public Serializable {
 
   /// Called by iterators' epoch boundaries through the updater.
   virtual void new_epoch() { ++epoch_; }
-  int64_t t() const { return t_; }
-  int64_t epoch() const { return epoch_; }
+  virtual int64_t t() const { return t_; }
+  virtual int64_t epoch() const { return epoch_; }
 
   /// The hyperparameter `name` (ValueError listing the valid names when unknown).
   virtual double& hyperparam(const std::string& name);
@@ -84,8 +84,8 @@ class Optimizer : public Serializable {
   virtual std::vector<ParamState>& param_states();
 
   /// Loss scale used by update(lossfun) (1 = none); gradients are divided by it before hooks.
-  void set_loss_scale(double scale) { loss_scale_ = scale; }
-  double loss_scale() const { return loss_scale_; }
+  virtual void set_loss_scale(double scale) { loss_scale_ = scale; }
+  virtual double loss_scale() const { return loss_scale_; }
 
   /// Saves or loads t, epoch and the per-parameter states ("l1/W/m", ...), Chainer's layout.
   void serialize(Serializer& serializer) override;

@@ -1,0 +1,11 @@
+// Multi-node training (ChainerMN's capabilities): include this header and link kusari_mn.
+//
+//   auto comm = kusari::mn::create_communicator("naive");      // "pure_nccl" on GPUs
+//   auto opt = kusari::mn::create_multi_node_optimizer(std::make_shared<Adam>(), comm);
+//   auto train = kusari::mn::scatter_dataset(train_all, *comm, 0, true);
+#pragma once
+
+#include "kusari/mn/communicator.h"
+#include "kusari/mn/dataset.h"
+#include "kusari/mn/object.h"
+#include "kusari/mn/optimizer.h"

@@ -1,0 +1,69 @@
+// The multi-node optimizer (ChainerMN's create_multi_node_optimizer).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kusari/mn/communicator.h"
+#include "kusari/optimizers/optimizer.h"
+
+namespace kusari::mn {
+
+/// Wraps an optimizer so that every update first averages the gradients over the ranks.
+///
+/// Note [First update and changed parameter sets]
+/// Each update compares the sorted list of (parameter path, initialised?) with the previous
+/// one. When it changed - always on the first update, and again when a lazily sized parameter
+/// appears - rank 0's parameters are broadcast to every rank and the optimizer step of that
+/// iteration is skipped, so all ranks start from identical weights. Otherwise the gradients are
+/// mean-allreduced, then the wrapped optimizer takes its step (its "pre" hooks therefore see
+/// averaged gradients). Everything else (hyperparameters, hooks, state, serialisation) is the
+/// wrapped optimizer's.
+class MultiNodeOptimizer : public Optimizer {
+ public:
+  MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::shared_ptr<Communicator> comm, bool zero_fill);
+
+  void setup(std::shared_ptr<Link> target) override;
+  void update() override;
+  void update(const std::function<Variable()>& lossfun) override;
+  void add_hook(std::shared_ptr<OptimizerHook> hook, const std::string& name = "") override;
+  void remove_hook(const std::string& name) override;
+  void new_epoch() override;
+  int64_t t() const override { return actual_->t(); }
+  int64_t epoch() const override { return actual_->epoch(); }
+  void set_loss_scale(double scale) override { actual_->set_loss_scale(scale); }
+  double loss_scale() const override { return actual_->loss_scale(); }
+  double& hyperparam(const std::string& name) override;
+  bool has_hyperparam(const std::string& name) const override;
+  double lr() const override;
+  std::vector<ParamState>& param_states() override;
+  void serialize(Serializer& serializer) override;
+  const char* type_name() const override { return "MultiNodeOptimizer"; }
+
+  Optimizer& actual_optimizer() { return *actual_; }
+  Communicator& communicator() { return *comm_; }
+
+ protected:
+  void update_one(ParamState&) override {}
+
+ private:
+  /// True (and remembers the new set) when the parameter set changed since the last update.
+  bool parameters_changed();
+  void step_after_backward();
+
+  std::shared_ptr<Optimizer> actual_;
+  std::shared_ptr<Communicator> comm_;
+  bool zero_fill_;
+  std::vector<std::pair<std::string, bool>> last_params_;
+  bool first_ = true;
+};
+
+/// Wraps `actual` for data-parallel training over `comm`. double_buffering (overlapping the
+/// allreduce of step t with step t+1, one step stale) needs an NCCL communicator.
+std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> actual,
+                                                       std::shared_ptr<Communicator> comm,
+                                                       bool double_buffering = false, bool zero_fill = true);
+
+}  // namespace kusari::mn

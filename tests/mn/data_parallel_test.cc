@@ -1,0 +1,238 @@
+// Multi-process tests of the data-parallel pieces: mean gradients, bcast_data, the multi-node
+// optimizer, and scatter_dataset.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <set>
+
+#include "kusari/datasets/tuple_dataset.h"
+#include "kusari/functions.h"
+#include "kusari/links/linear.h"
+#include "kusari/mn.h"
+#include "test_util.h"
+
+namespace kusari::mn {
+namespace {
+
+namespace F = functions;
+using testing::ArraysClose;
+
+/// Gathers an array from every rank and checks they are all equal to rank 0's.
+bool same_on_all_ranks(Communicator& comm, const Array& a) {
+  std::vector<Array> all = comm.allgather(a);
+  for (const Array& x : all) {
+    if (!array_equal(x, all[0])) return false;
+  }
+  return true;
+}
+
+class Plain : public Optimizer {
+ public:
+  Plain() { declare_hyperparam("lr", 0.1); }
+  const char* type_name() const override { return "Plain"; }
+
+ protected:
+  void update_one(ParamState& s) override { s.param.set_data(s.param.data() - s.param.grad() * hyperparam("lr")); }
+};
+
+class MeanGradTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MeanGradTest, GradientOfEachRankIsItsRank) {
+  auto comm = create_communicator(GetParam());
+  const int r = comm->rank(), s = comm->size();
+  links::Linear model(3, 2);
+  for (Parameter& p : model.params()) p.set_grad(Array::full(p.shape(), r, float32));
+  comm->multi_node_mean_grad(model);
+  for (Parameter& p : model.params()) {
+    const double expected = GetParam() == "dummy" ? r : (s - 1) / 2.0;
+    EXPECT_TRUE(ArraysClose(p.grad(), Array::full(p.shape(), expected, float32))) << GetParam();
+  }
+}
+
+TEST_P(MeanGradTest, ZeroFillGivesMissingGradientsZeros) {
+  auto comm = create_communicator(GetParam());
+  const int r = comm->rank(), s = comm->size();
+  links::Linear model(3, 2);
+  // Only rank 0 has a gradient for b; the others must send zeros for it.
+  model.W.set_grad(Array::ones(model.W.shape(), float32));
+  if (r == 0) model.b.set_grad(Array::full({2}, static_cast<double>(s), float32));
+  comm->multi_node_mean_grad(model, true);
+  ASSERT_TRUE(model.b.grad().defined());
+  if (GetParam() != "dummy") EXPECT_TRUE(ArraysClose(model.b.grad(), Array::ones({2}, float32)));
+  // Without zero_fill the ranks disagree: every rank gets the same clear error (none hangs).
+  model.cleargrads();
+  model.W.set_grad(Array::ones(model.W.shape(), float32));
+  if (r == 0) model.b.set_grad(Array::ones({2}, float32));
+  try {
+    comm->multi_node_mean_grad(model, false);
+    ADD_FAILURE() << "expected CommunicatorError";
+  } catch (const CommunicatorError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_fill"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(MeanGradTest, ShapeMismatchAcrossRanksIsReported) {
+  auto comm = create_communicator(GetParam());
+  links::Linear model(3, comm->rank() == 1 ? 3 : 2);
+  model.zerograds();
+  try {
+    comm->multi_node_mean_grad(model);
+    ADD_FAILURE() << "expected CommunicatorError";
+  } catch (const CommunicatorError& e) {
+    EXPECT_NE(std::string(e.what()).find("/W"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(MeanGradTest, DebugModeReportsDivergence) {
+  CommunicatorOptions o;
+  o.debug = true;
+  auto comm = create_communicator(GetParam(), o);
+  if (GetParam() == "dummy") GTEST_SKIP() << "dummy does not reduce, so there is nothing to check";
+  links::Linear model(3, 2);
+  model.zerograds();
+  if (comm->rank() == 0) model.W.set_grad(Array::full(model.W.shape(), std::numeric_limits<double>::infinity(), float32));
+  try {
+    comm->multi_node_mean_grad(model);
+    ADD_FAILURE() << "expected CommunicatorError";
+  } catch (const CommunicatorError& e) {
+    EXPECT_NE(std::string(e.what()).find("diverged"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, MeanGradTest, ::testing::Values("naive", "flat", "dummy"));
+
+TEST(DataParallelTest, BcastDataCopiesRankZerosParameters) {
+  auto comm = create_communicator("naive");
+  manual_seed(static_cast<uint64_t>(comm->rank()));
+  links::Linear model(4, 3);
+  EXPECT_EQ(same_on_all_ranks(*comm, model.W.data()), comm->size() == 1);
+  comm->bcast_data(model);
+  EXPECT_TRUE(same_on_all_ranks(*comm, model.W.data()));
+  EXPECT_TRUE(same_on_all_ranks(*comm, model.b.data()));
+}
+
+TEST(DataParallelTest, MultiNodeOptimizerBroadcastsFirstThenAverages) {
+  auto comm = create_communicator("flat");
+  const int r = comm->rank(), s = comm->size();
+  manual_seed(100 + static_cast<uint64_t>(r));  // different initial weights per rank
+  auto model = std::make_shared<links::Linear>(2, 1);
+  auto actual = std::make_shared<Plain>();
+  auto opt = create_multi_node_optimizer(actual, comm);
+  opt->setup(model);
+  // Each rank sees different data: x = (r + 1) * [1, 2], loss = sum(model(x)).
+  Array x = Array::from({1, 2}, Shape{1, 2}, float32) * static_cast<double>(r + 1);
+  auto lossfun = [&]() { return F::sum((*model)(Variable(x))); };
+  opt->update(lossfun);
+  EXPECT_EQ(opt->t(), 0) << "the first update only broadcasts";
+  EXPECT_TRUE(same_on_all_ranks(*comm, model->W.data()));
+  Array w0 = model->W.data().copy();
+  opt->update(lossfun);
+  EXPECT_EQ(opt->t(), 1);
+  // dL/dW = x, averaged: mean(r + 1) * [1, 2] = (s + 1) / 2 * [1, 2].
+  Array expected = w0 - Array::from({1, 2}, Shape{1, 2}, float32) * ((s + 1) / 2.0 * 0.1);
+  EXPECT_TRUE(ArraysClose(model->W.data(), expected, 1e-5, 1e-6));
+  EXPECT_TRUE(same_on_all_ranks(*comm, model->W.data()));
+  // Hyperparameters pass through to the wrapped optimizer.
+  opt->hyperparam("lr") = 0.5;
+  EXPECT_DOUBLE_EQ(actual->hyperparam("lr"), 0.5);
+}
+
+class TwoLazyLayers : public Chain {
+ public:
+  TwoLazyLayers() {
+    l1 = add_link("l1", std::make_shared<links::Linear>(3));
+    l2 = add_link("l2", std::make_shared<links::Linear>(2));
+  }
+  std::shared_ptr<links::Linear> l1, l2;
+};
+
+TEST(DataParallelTest, NewLazyParameterTriggersAnotherBroadcast) {
+  auto comm = create_communicator("naive");
+  manual_seed(7 + static_cast<uint64_t>(comm->rank()));
+  auto model = std::make_shared<TwoLazyLayers>();
+  auto opt = create_multi_node_optimizer(std::make_shared<Plain>(), comm);
+  opt->setup(model);
+  Array x = Array::ones({1, 4}, float32);
+  bool use_l2 = false;
+  auto lossfun = [&]() {
+    Variable h = (*model->l1)(Variable(x));
+    if (use_l2) h = (*model->l2)(h);
+    return F::sum(h);
+  };
+  opt->update(lossfun);  // l1 appears: broadcast
+  opt->update(lossfun);  // a real step
+  EXPECT_EQ(opt->t(), 1);
+  use_l2 = true;
+  opt->update(lossfun);  // l2 appears: broadcast again, no step
+  EXPECT_EQ(opt->t(), 1);
+  EXPECT_TRUE(same_on_all_ranks(*comm, model->l2->W.data()));
+  opt->update(lossfun);
+  EXPECT_EQ(opt->t(), 2);
+  EXPECT_TRUE(same_on_all_ranks(*comm, model->l1->W.data()));
+  EXPECT_TRUE(same_on_all_ranks(*comm, model->l2->W.data()));
+}
+
+TEST(ScatterTest, WindowsCoverEveryExampleForEveryRoot) {
+  auto comm = create_communicator("naive");
+  const int s = comm->size();
+  for (bool equal : {true, false}) {
+    for (int64_t n = 0; n <= 23; ++n) {
+      std::multiset<int64_t> covered;
+      int64_t expected_len = (n + s - 1) / s;
+      for (int r = 0; r < s; ++r) {
+        auto [b, e] = scatter_index_of(n, r, s, equal);
+        ASSERT_LE(0, b);
+        ASSERT_LE(b, e);
+        ASSERT_LE(e, n);
+        if (equal && n > 0) EXPECT_EQ(e - b, expected_len) << "n " << n << " rank " << r;
+        if (!equal) EXPECT_EQ(e - b, n / s + (r < n % s ? 1 : 0));
+        for (int64_t i = b; i < e; ++i) covered.insert(i);
+      }
+      std::set<int64_t> distinct(covered.begin(), covered.end());
+      EXPECT_EQ(static_cast<int64_t>(distinct.size()), n);
+      if (!equal) EXPECT_EQ(static_cast<int64_t>(covered.size()), n) << "no overlap without force_equal_length";
+    }
+    for (int root = 0; root < s; ++root) {
+      auto w = scatter_index(comm->rank() == root ? 17 : -1, *comm, root, equal);
+      EXPECT_EQ(w, scatter_index_of(17, comm->rank(), s, equal));
+    }
+  }
+}
+
+TEST(ScatterTest, ScatterDatasetAgreesAcrossRanks) {
+  auto comm = create_communicator("naive");
+  const int r = comm->rank(), s = comm->size();
+  const int64_t n = 11;
+  Array xs = Array::arange(0.0, static_cast<double>(n), 1.0, float32).reshape({n, 1});
+  auto full = std::make_shared<TupleDataset>(std::vector<Array>{xs});
+  for (int root = 0; root < s; ++root) {
+    for (bool shuffle : {false, true}) {
+      for (bool equal : {true, false}) {
+        auto part = scatter_dataset(full, *comm, root, shuffle, 42, equal);
+        auto [b, e] = scatter_index_of(n, r, s, equal);
+        ASSERT_EQ(part->size(), e - b);
+        // Gather every rank's example values; together they cover all n.
+        std::vector<double> mine;
+        for (int64_t i = 0; i < part->size(); ++i) mine.push_back(part->get_example(i)[0].item<double>());
+        Array local = Array::from_vector(mine.empty() ? std::vector<double>{-1} : mine);
+        std::vector<Array> all = comm->allgather(local);
+        std::set<double> seen;
+        for (const Array& a : all) {
+          for (double v : a.to_vector<double>()) {
+            if (v >= 0) seen.insert(v);
+          }
+        }
+        EXPECT_EQ(static_cast<int64_t>(seen.size()), n) << "root " << root << " shuffle " << shuffle;
+        if (!shuffle && !mine.empty()) EXPECT_DOUBLE_EQ(mine[0], static_cast<double>(b));
+      }
+    }
+  }
+  // A rank without the data receives its part from the root.
+  auto part = scatter_dataset(r == 0 ? std::static_pointer_cast<Dataset>(full) : nullptr, *comm, 0, false);
+  auto [b, e] = scatter_index_of(n, r, s, true);
+  ASSERT_EQ(part->size(), e - b);
+  EXPECT_DOUBLE_EQ(part->get_example(0)[0].item<double>(), static_cast<double>(b));
+}
+
+}  // namespace
+}  // namespace kusari::mn
