@@ -6,4 +6,6 @@
 #include "kusari/functions/math.h"
 #include "kusari/functions/activation.h"
 #include "kusari/functions/connection.h"
+#include "kusari/functions/convolution.h"
 #include "kusari/functions/loss.h"
+#include "kusari/functions/pooling.h"
