@@ -2,11 +2,13 @@
 //   namespace F = kusari::functions;
 #pragma once
 
-#include "kusari/functions/array.h"
-#include "kusari/functions/math.h"
 #include "kusari/functions/activation.h"
+#include "kusari/functions/array.h"
 #include "kusari/functions/connection.h"
+#include "kusari/functions/convolution.h"
 #include "kusari/functions/evaluation.h"
 #include "kusari/functions/loss.h"
+#include "kusari/functions/math.h"
 #include "kusari/functions/noise.h"
 #include "kusari/functions/normalization.h"
+#include "kusari/functions/pooling.h"

@@ -593,8 +593,11 @@ Array add_at_zeros(const Shape& shape, const Array& indices, int axis_in, const 
 
 int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation, bool cover_all) {
   const int64_t dk = k + (k - 1) * (dilation - 1);
-  if (cover_all) return (in + pad * 2 - dk + stride - 1) / stride + 1;
-  return (in + pad * 2 - dk) / stride + 1;
+  // Floor division (as in Chainer): a window larger than the padded input gives a size <= 0,
+  // where C++'s truncation would round -1 / stride up to a size of 1.
+  const int64_t span = in + pad * 2 - dk + (cover_all ? stride - 1 : 0);
+  const int64_t steps = span >= 0 ? span / stride : -((-span + stride - 1) / stride);
+  return steps + 1;
 }
 
 namespace {
@@ -606,6 +609,18 @@ void check_conv_params(const char* fn, const Conv2dParams& p) {
     KUSARI_CHECK(p.dilation[i] > 0, ValueError, fn, ": dilation must be positive, got ", p.dilation[i]);
   }
   KUSARI_CHECK(p.groups > 0, ValueError, fn, ": groups must be positive, got ", p.groups);
+}
+
+// The gradient routines get shapes from a backward rule; the kernels index by them, so they must
+// describe one convolution: x (N, C, H, W), W (O, C/groups, kH, kW), gy (N, O, outH, outW).
+void check_conv_shapes(const char* fn, const Shape& x, const Shape& w, const Shape& gy, const Conv2dParams& p) {
+  const int64_t oh = conv_out_size(x[2], w[2], p.stride[0], p.pad[0], p.dilation[0]);
+  const int64_t ow = conv_out_size(x[3], w[3], p.stride[1], p.pad[1], p.dilation[1]);
+  KUSARI_CHECK(x[1] == w[1] * p.groups && w[0] % p.groups == 0 && gy[0] == x[0] && gy[1] == w[0] && gy[2] == oh &&
+                   gy[3] == ow,
+               ShapeError, fn, ": shapes x ", x, ", W ", w, ", gy ", gy, " with groups=", p.groups,
+               " do not describe one convolution (expected gy of shape (", x[0], ", ", w[0], ", ", oh, ", ", ow,
+               ") and x with ", w[1] * p.groups, " channels)");
 }
 
 }  // namespace
@@ -640,6 +655,7 @@ Array conv2d_backward_data(const Array& w, const Array& gy, const Shape& x_shape
   check_same_dtype(fn, {&w, &gy});
   KUSARI_CHECK(x_shape.size() == 4 && gy.ndim() == 4 && w.ndim() == 4, ShapeError, fn, ": expected 4-d shapes, got x ",
                x_shape, ", gy ", gy.shape(), ", W ", w.shape());
+  check_conv_shapes(fn, x_shape, w.shape(), gy.shape(), p);
   Array gx = Array::empty(x_shape, gy.dtype(), gy.device());
   if (gx.size() > 0) KUSARI_KERNEL(gy.device(), conv2d_backward_data)(w, gy, p, gx);
   return gx;
@@ -652,6 +668,7 @@ Array conv2d_backward_filter(const Array& x, const Array& gy, const Shape& w_sha
   check_same_dtype(fn, {&x, &gy});
   KUSARI_CHECK(w_shape.size() == 4 && gy.ndim() == 4 && x.ndim() == 4, ShapeError, fn, ": expected 4-d shapes, got x ",
                x.shape(), ", gy ", gy.shape(), ", W ", w_shape);
+  check_conv_shapes(fn, x.shape(), w_shape, gy.shape(), p);
   Array gw = Array::empty(w_shape, gy.dtype(), gy.device());
   if (gw.size() > 0) KUSARI_KERNEL(gy.device(), conv2d_backward_filter)(x, gy, p, gw);
   return gw;
@@ -680,7 +697,15 @@ Array pool2d(const Array& x, const Pool2dParams& p) {
 Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Pool2dParams& p) {
   const char* fn = p.kind == PoolKind::kMax ? "max_pooling_2d (gradient)" : "average_pooling_2d (gradient)";
   check_same_device(fn, {&x, &y, &gy});
+  check_same_dtype(fn, {&x, &gy});
   KUSARI_CHECK(gy.shape() == y.shape(), ShapeError, fn, ": gy of shape ", gy.shape(), " does not match y ", y.shape());
+  KUSARI_CHECK(x.ndim() == 4 && y.ndim() == 4, ShapeError, fn, ": expected 4-d x and y, got ", x.shape(), " and ",
+               y.shape());
+  const Shape expected{x.shape()[0], x.shape()[1],
+                       conv_out_size(x.shape()[2], p.ksize[0], p.stride[0], p.pad[0], 1, p.cover_all),
+                       conv_out_size(x.shape()[3], p.ksize[1], p.stride[1], p.pad[1], 1, p.cover_all)};
+  KUSARI_CHECK(y.shape() == expected, ShapeError, fn, ": y of shape ", y.shape(), " is not the pooling of x ", x.shape(),
+               " (expected ", expected, ")");
   Array gx = Array::empty(x.shape(), gy.dtype(), gy.device());
   if (gx.size() > 0) KUSARI_KERNEL(x.device(), pool2d_backward)(x, y, gy, p, gx);
   return gx;

@@ -35,7 +35,16 @@ void matmul(const Array& a, const Array& b, Array& out);
 void take(const Array& x, const Array& indices, int axis, Array& out);
 void add_at(Array& out, const Array& indices, int axis, const Array& values);
 
-/// Fills the convolution and pooling entries (conv_kernels.cc, pool_kernels.cc).
+// conv_kernels.cc (see Note [CPU convolution algorithms])
+void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2dParams& p, Array& y);
+void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx);
+void conv2d_backward_filter(const Array& x, const Array& gy, const Conv2dParams& p, Array& gw);
+
+// pool_kernels.cc
+void pool2d_forward(const Array& x, const Pool2dParams& p, Array& y);
+void pool2d_backward(const Array& x, const Array& y, const Array& gy, const Pool2dParams& p, Array& gx);
+
+/// Fills the convolution and pooling entries (defined in conv_kernels.cc).
 void register_nn_kernels(KernelTable& table);
 /// Fills the fused optimizer update entry (update_kernels.cc).
 void register_update_kernels(KernelTable& table);

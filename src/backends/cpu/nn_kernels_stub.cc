@@ -1,6 +1,5 @@
 #include "backends/cpu/cpu_backend.h"
 
 namespace kusari::cpu {
-void register_nn_kernels(KernelTable&) {}
 void register_update_kernels(KernelTable&) {}
 }  // namespace kusari::cpu

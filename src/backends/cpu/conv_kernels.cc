@@ -1,0 +1,544 @@
+// CPU kernels: 2-d convolution (forward, gradient of the data, gradient of the filter) through
+// oneDNN or through im2col + GEMM.
+//
+// Note [CPU convolution algorithms]
+// Two implementations sit behind the three convolution entries of the kernel table:
+//   - oneDNN (when the build has it, KUSARI_HAVE_DNNL), for float32. Creating a oneDNN primitive
+//     is expensive (it picks and JIT-compiles an implementation), so primitives are built once per
+//     geometry and kept in a mutex-protected cache; see Note [oneDNN primitive cache].
+//   - im2col + GEMM (OpenBLAS), for float64 (oneDNN has no f64 convolution), for builds without
+//     oneDNN, and whenever the environment variable KUSARI_CPU_CONV=im2col is set. A batch is
+//     processed in chunks of images whose column matrix stays under kColumnBudget elements; see
+//     Note [im2col layout].
+// KUSARI_CPU_CONV accepts "" or "auto" (the default choice above) and "im2col"; any other value is
+// a ValueError, so a misspelt setting never goes unnoticed. It is read on every call (a getenv is
+// nothing next to a convolution), so a program or a test can switch paths at run time.
+// float16 and bfloat16 are converted to float32, computed there, and rounded once at the end.
+// Both paths take stride, pad, dilation and groups, and make non-contiguous operands contiguous
+// first; the outputs are the fresh contiguous arrays the routines allocate.
+#include <cblas.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/loops.h"
+#include "kusari/config.h"
+#include "kusari/core/error.h"
+
+#if KUSARI_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace kusari::cpu {
+namespace {
+
+/// The sizes of one convolution: x (n, c, h, w), w (o, c / groups, kh, kw), y (n, o, oh, ow).
+struct ConvGeometry {
+  int64_t n, c, h, w;
+  int64_t o, kh, kw;
+  int64_t oh, ow;
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+
+  int64_t cg() const { return c / groups; }     // input channels per group
+  int64_t og() const { return o / groups; }     // output channels per group
+  int64_t k() const { return cg() * kh * kw; }  // rows of a column matrix
+  int64_t pixels() const { return oh * ow; }    // output pixels of one image
+};
+
+ConvGeometry geometry(const Shape& x, const Shape& w, const Shape& y, const Conv2dParams& p) {
+  return ConvGeometry{.n = x[0],
+                      .c = x[1],
+                      .h = x[2],
+                      .w = x[3],
+                      .o = w[0],
+                      .kh = w[2],
+                      .kw = w[3],
+                      .oh = y[2],
+                      .ow = y[3],
+                      .sh = p.stride[0],
+                      .sw = p.stride[1],
+                      .ph = p.pad[0],
+                      .pw = p.pad[1],
+                      .dh = p.dilation[0],
+                      .dw = p.dilation[1],
+                      .groups = p.groups};
+}
+
+enum class ConvAlgorithm { kAuto, kIm2col };
+
+ConvAlgorithm requested_algorithm() {
+  const char* env = std::getenv("KUSARI_CPU_CONV");
+  const std::string_view v = env ? env : "";
+  if (v.empty() || v == "auto") return ConvAlgorithm::kAuto;
+  if (v == "im2col") return ConvAlgorithm::kIm2col;
+  KUSARI_THROW(ValueError, "convolution_2d: the environment variable KUSARI_CPU_CONV is \"", v,
+               "\"; expected \"auto\" (or unset) or \"im2col\"");
+}
+
+// --- im2col + GEMM ------------------------------------------------------------------------------
+
+// Note [im2col layout]
+// For a chunk of nb images and one group, the column matrix has k = cg * kh * kw rows (input
+// channel, kernel row, kernel column) and nb * P columns (image, output row, output column),
+// P = oh * ow; taps that fall into the padding are 0. Image b's block of columns, with leading
+// dimension nb * P, and its channels of the group in NCHW (og rows of P, leading dimension P) are
+// both plain matrices for BLAS, so per image and group
+//   forward:         y_g (og, P)   = W_g (og, k) @ col_b (k, P)
+//   gradient of x:   col_b (k, P)  = W_g^T @ gy_g (og, P), then col2im adds col back into gx
+//   gradient of W:   gW_g (og, k) += gy_g (og, P) @ col_b^T
+// without gathering y or gy into another layout. im2col and col2im work on the whole chunk in
+// one OpenMP region (few regions: OpenMP and OpenBLAS threads share the cores); the GEMMs use
+// OpenBLAS's own threads. Buffers are left uninitialised (every element is written first).
+
+/// Elements a column matrix may hold before the batch is split into chunks.
+constexpr int64_t kColumnBudget = int64_t{1} << 23;
+
+int64_t chunk_images(const ConvGeometry& g) {
+  const int64_t per_image = std::max<int64_t>(g.k() * g.pixels(), 1);
+  return std::clamp<int64_t>(kColumnBudget / per_image, 1, std::max<int64_t>(g.n, 1));
+}
+
+template <typename T>
+std::unique_ptr<T[]> column_buffer(const ConvGeometry& g, int64_t chunk) {
+  return std::unique_ptr<T[]>(new T[static_cast<size_t>(g.k() * chunk * g.pixels())]);
+}
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  const CBLAS_TRANSPOSE ta_ = ta ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb_ = tb ? CblasTrans : CblasNoTrans;
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta_, tb_, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), beta, c,
+                i(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, ta_, tb_, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), beta, c,
+                i(ldc));
+  }
+}
+
+/// Fills col (k, nb * P) from images [n0, n0 + nb) of x, group `group`.
+template <typename T>
+void im2col(const T* x, const ConvGeometry& g, int64_t n0, int64_t nb, int64_t group, T* col) {
+  const int64_t rows = g.k(), pixels = g.pixels(), cols = nb * pixels;
+  parallel_for(rows * nb, pixels, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t r = item / nb, b = item % nb;
+      const int64_t c = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
+      const T* plane = x + ((n0 + b) * g.c + group * g.cg() + c) * g.h * g.w;
+      T* out = col + r * cols + b * pixels;
+      for (int64_t oy = 0; oy < g.oh; ++oy) {
+        const int64_t iy = oy * g.sh - g.ph + i * g.dh;
+        T* orow = out + oy * g.ow;
+        if (iy < 0 || iy >= g.h) {
+          std::fill(orow, orow + g.ow, T(0));
+          continue;
+        }
+        const T* irow = plane + iy * g.w;
+        for (int64_t ox = 0; ox < g.ow; ++ox) {
+          const int64_t ix = ox * g.sw - g.pw + j * g.dw;
+          orow[ox] = (ix >= 0 && ix < g.w) ? irow[ix] : T(0);
+        }
+      }
+    }
+  });
+}
+
+/// Adds col (k, nb * P) back into images [n0, n0 + nb) of gx, group `group` (the adjoint of
+/// im2col).
+template <typename T>
+void col2im(const T* col, const ConvGeometry& g, int64_t n0, int64_t nb, int64_t group, T* gx) {
+  const int64_t pixels = g.pixels(), cols = nb * pixels;
+  // Each (image, channel) plane is written by one thread only.
+  parallel_for(nb * g.cg(), g.kh * g.kw * pixels, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / g.cg(), c = item % g.cg();
+      T* plane = gx + ((n0 + b) * g.c + group * g.cg() + c) * g.h * g.w;
+      for (int64_t i = 0; i < g.kh; ++i) {
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const T* in = col + ((c * g.kh + i) * g.kw + j) * cols + b * pixels;
+          for (int64_t oy = 0; oy < g.oh; ++oy) {
+            const int64_t iy = oy * g.sh - g.ph + i * g.dh;
+            if (iy < 0 || iy >= g.h) continue;
+            T* prow = plane + iy * g.w;
+            const T* irow = in + oy * g.ow;
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+              const int64_t ix = ox * g.sw - g.pw + j * g.dw;
+              if (ix >= 0 && ix < g.w) prow[ix] += irow[ox];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+/// Offset of the first channel of `group` of image n in an NCHW tensor with `channels` channels
+/// of `pixels` each, `per_group` channels per group.
+inline int64_t group_offset(int64_t n, int64_t group, int64_t channels, int64_t per_group,
+                            int64_t pixels) {
+  return (n * channels + group * per_group) * pixels;
+}
+
+template <typename T>
+void forward_im2col(const Array& x_in, const Array& w_in, const Array& b_in, const Conv2dParams& p,
+                    Array& y) {
+  const Array x = x_in.contiguous(), w = w_in.contiguous();
+  const Array b = b_in.defined() ? b_in.contiguous() : Array();
+  const ConvGeometry g = geometry(x.shape(), w.shape(), y.shape(), p);
+  const T* xp = x.data<const T>();
+  const T* wp = w.data<const T>();
+  T* yp = y.data<T>();
+  const int64_t pixels = g.pixels();
+  // Start from the bias (or 0) and let the GEMMs add to it.
+  const T* bp = b.defined() ? b.data<const T>() : nullptr;
+  parallel_for(g.n * g.o, pixels, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      std::fill(yp + i * pixels, yp + (i + 1) * pixels, bp ? bp[i % g.o] : T(0));
+  });
+  if (g.k() == 0) return;
+  const int64_t chunk = chunk_images(g);
+  auto col = column_buffer<T>(g, chunk);
+  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.n - n0), cols = nb * pixels;
+    for (int64_t group = 0; group < g.groups; ++group) {
+      im2col(xp, g, n0, nb, group, col.get());
+      for (int64_t i = 0; i < nb; ++i) {
+        gemm<T>(false, false, g.og(), pixels, g.k(), wp + group * g.og() * g.k(), g.k(),
+                col.get() + i * pixels, cols, T(1),
+                yp + group_offset(n0 + i, group, g.o, g.og(), pixels), pixels);
+      }
+    }
+  }
+}
+
+template <typename T>
+void backward_data_im2col(const Array& w_in, const Array& gy_in, const Conv2dParams& p, Array& gx) {
+  const Array w = w_in.contiguous(), gy = gy_in.contiguous();
+  const ConvGeometry g = geometry(gx.shape(), w.shape(), gy.shape(), p);
+  const T* wp = w.data<const T>();
+  const T* gyp = gy.data<const T>();
+  T* gxp = gx.data<T>();
+  std::fill(gxp, gxp + gx.size(), T(0));
+  if (g.k() == 0 || g.og() == 0) return;
+  const int64_t pixels = g.pixels(), chunk = chunk_images(g);
+  auto col = column_buffer<T>(g, chunk);
+  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.n - n0), cols = nb * pixels;
+    for (int64_t group = 0; group < g.groups; ++group) {
+      for (int64_t i = 0; i < nb; ++i) {
+        gemm<T>(true, false, g.k(), pixels, g.og(), wp + group * g.og() * g.k(), g.k(),
+                gyp + group_offset(n0 + i, group, g.o, g.og(), pixels), pixels, T(0),
+                col.get() + i * pixels, cols);
+      }
+      col2im(col.get(), g, n0, nb, group, gxp);
+    }
+  }
+}
+
+template <typename T>
+void backward_filter_im2col(const Array& x_in, const Array& gy_in, const Conv2dParams& p,
+                            Array& gw) {
+  const Array x = x_in.contiguous(), gy = gy_in.contiguous();
+  const ConvGeometry g = geometry(x.shape(), gw.shape(), gy.shape(), p);
+  const T* xp = x.data<const T>();
+  const T* gyp = gy.data<const T>();
+  T* gwp = gw.data<T>();
+  std::fill(gwp, gwp + gw.size(), T(0));
+  if (g.k() == 0 || g.og() == 0 || g.pixels() == 0) return;
+  const int64_t pixels = g.pixels(), chunk = chunk_images(g);
+  auto col = column_buffer<T>(g, chunk);
+  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+    const int64_t nb = std::min(chunk, g.n - n0), cols = nb * pixels;
+    for (int64_t group = 0; group < g.groups; ++group) {
+      im2col(xp, g, n0, nb, group, col.get());
+      for (int64_t i = 0; i < nb; ++i) {
+        gemm<T>(false, true, g.og(), g.k(), pixels,
+                gyp + group_offset(n0 + i, group, g.o, g.og(), pixels), pixels,
+                col.get() + i * pixels, cols, T(1), gwp + group * g.og() * g.k(), g.k());
+      }
+    }
+  }
+}
+
+// --- oneDNN ------------------------------------------------------------------------------------
+
+#if KUSARI_HAVE_DNNL
+
+// Note [oneDNN primitive cache]
+// A oneDNN primitive is created once per (operation, shapes, stride, pad, dilation, groups, bias)
+// and kept in a process-wide map behind a mutex; a training loop therefore pays the creation cost
+// on its first iteration only. The memory formats are the plain ones our arrays have (nchw,
+// oihw / goihw), so no reorders are needed around a call. Primitives are created with a
+// user-managed scratchpad that each call allocates, so one cached primitive may run on several
+// threads at once. A geometry oneDNN cannot handle is remembered as an empty entry and goes to
+// im2col. The cache holds at most kMaxCachedPrimitives entries and starts over when full
+// (programs with ever-changing shapes would otherwise grow it without bound).
+constexpr size_t kMaxCachedPrimitives = 1024;
+
+enum class DnnlOp : int64_t { kForward, kBackwardData, kBackwardWeights };
+
+using DnnlKey = std::array<int64_t, 18>;
+
+struct DnnlEntry {
+  dnnl::primitive primitive;
+  dnnl::memory::desc src, weights, bias, dst, scratchpad;
+  bool valid = false;
+};
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+std::shared_ptr<const DnnlEntry> create_entry(DnnlOp op, const ConvGeometry& g, bool bias) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  using dnnl::memory;
+  auto entry = std::make_shared<DnnlEntry>();
+  try {
+    const memory::desc src({g.n, g.c, g.h, g.w}, dt::f32, tag::nchw);
+    const memory::desc dst({g.n, g.o, g.oh, g.ow}, dt::f32, tag::nchw);
+    const memory::desc weights =
+        g.groups == 1 ? memory::desc({g.o, g.cg(), g.kh, g.kw}, dt::f32, tag::oihw)
+                      : memory::desc({g.groups, g.og(), g.cg(), g.kh, g.kw}, dt::f32, tag::goihw);
+    const memory::desc bias_md = bias ? memory::desc({g.o}, dt::f32, tag::x) : memory::desc();
+    entry->src = src;
+    entry->weights = weights;
+    entry->bias = bias_md;
+    entry->dst = dst;
+    // oneDNN counts dilation from 0 (no gaps); the right padding may be whatever keeps the
+    // output size, and the symmetric pad does.
+    const memory::dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, pad{g.ph, g.pw};
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::convolution_forward::desc fwd_desc(
+        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, weights,
+        bias_md, dst, strides, dilates, pad, pad);
+    const dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, attr, dnnl_engine());
+    switch (op) {
+      case DnnlOp::kForward:
+        entry->primitive = dnnl::convolution_forward(fwd_pd);
+        entry->scratchpad = fwd_pd.scratchpad_desc();
+        break;
+      case DnnlOp::kBackwardData: {
+        const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src,
+                                                      weights, dst, strides, dilates, pad, pad);
+        const dnnl::convolution_backward_data::primitive_desc pd(d, attr, dnnl_engine(), fwd_pd);
+        entry->primitive = dnnl::convolution_backward_data(pd);
+        entry->scratchpad = pd.scratchpad_desc();
+        break;
+      }
+      case DnnlOp::kBackwardWeights: {
+        const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src,
+                                                         weights, dst, strides, dilates, pad, pad);
+        const dnnl::convolution_backward_weights::primitive_desc pd(d, attr, dnnl_engine(), fwd_pd);
+        entry->primitive = dnnl::convolution_backward_weights(pd);
+        entry->scratchpad = pd.scratchpad_desc();
+        break;
+      }
+    }
+    entry->valid = true;
+  } catch (const dnnl::error&) {
+    entry->valid = false;
+  }
+  return entry;
+}
+
+/// The cached primitive for a geometry (see Note [oneDNN primitive cache]).
+std::shared_ptr<const DnnlEntry> dnnl_primitive(DnnlOp op, const ConvGeometry& g, bool bias) {
+  static std::mutex mutex;
+  static std::map<DnnlKey, std::shared_ptr<const DnnlEntry>> cache;
+  const DnnlKey key{int64_t(op), g.n,  g.c,  g.h,  g.w,  g.o,  g.kh, g.kw,     g.oh,
+                    g.ow,        g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, int64_t{bias}};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= kMaxCachedPrimitives) cache.clear();
+  auto entry = create_entry(op, g, bias);
+  cache.emplace(key, entry);
+  return entry;
+}
+
+/// Runs a cached primitive on the given (array argument, dnnl argument id) pairs plus a fresh
+/// scratchpad.
+void dnnl_execute(
+    const DnnlEntry& entry,
+    std::initializer_list<std::pair<int, std::pair<dnnl::memory::desc, void*>>> args) {
+  std::unordered_map<int, dnnl::memory> m;
+  for (const auto& [id, arg] : args)
+    m.emplace(id, dnnl::memory(arg.first, dnnl_engine(), arg.second));
+  std::vector<char> scratch(entry.scratchpad.get_size());
+  m.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(entry.scratchpad, dnnl_engine(), scratch.data()));
+  dnnl::stream stream(dnnl_engine());
+  entry.primitive.execute(stream, m);
+  stream.wait();
+}
+
+/// y = conv(x, w) + b in float32 through oneDNN; false when oneDNN cannot run this geometry.
+bool forward_dnnl(const Array& x_in, const Array& w_in, const Array& b_in, const Conv2dParams& p,
+                  Array& y) {
+  const ConvGeometry g = geometry(x_in.shape(), w_in.shape(), y.shape(), p);
+  const auto entry = dnnl_primitive(DnnlOp::kForward, g, b_in.defined());
+  if (!entry->valid) return false;
+  const Array x = x_in.contiguous(), w = w_in.contiguous();
+  if (b_in.defined()) {
+    const Array b = b_in.contiguous();
+    dnnl_execute(*entry, {{DNNL_ARG_SRC, {entry->src, x.raw_data()}},
+                          {DNNL_ARG_WEIGHTS, {entry->weights, w.raw_data()}},
+                          {DNNL_ARG_BIAS, {entry->bias, b.raw_data()}},
+                          {DNNL_ARG_DST, {entry->dst, y.raw_data()}}});
+  } else {
+    dnnl_execute(*entry, {{DNNL_ARG_SRC, {entry->src, x.raw_data()}},
+                          {DNNL_ARG_WEIGHTS, {entry->weights, w.raw_data()}},
+                          {DNNL_ARG_DST, {entry->dst, y.raw_data()}}});
+  }
+  return true;
+}
+
+bool backward_data_dnnl(const Array& w_in, const Array& gy_in, const Conv2dParams& p, Array& gx) {
+  const ConvGeometry g = geometry(gx.shape(), w_in.shape(), gy_in.shape(), p);
+  const auto entry = dnnl_primitive(DnnlOp::kBackwardData, g, false);
+  if (!entry->valid) return false;
+  const Array w = w_in.contiguous(), gy = gy_in.contiguous();
+  dnnl_execute(*entry, {{DNNL_ARG_DIFF_DST, {entry->dst, gy.raw_data()}},
+                        {DNNL_ARG_WEIGHTS, {entry->weights, w.raw_data()}},
+                        {DNNL_ARG_DIFF_SRC, {entry->src, gx.raw_data()}}});
+  return true;
+}
+
+bool backward_filter_dnnl(const Array& x_in, const Array& gy_in, const Conv2dParams& p, Array& gw) {
+  const ConvGeometry g = geometry(x_in.shape(), gw.shape(), gy_in.shape(), p);
+  const auto entry = dnnl_primitive(DnnlOp::kBackwardWeights, g, false);
+  if (!entry->valid) return false;
+  const Array x = x_in.contiguous(), gy = gy_in.contiguous();
+  dnnl_execute(*entry, {{DNNL_ARG_SRC, {entry->src, x.raw_data()}},
+                        {DNNL_ARG_DIFF_DST, {entry->dst, gy.raw_data()}},
+                        {DNNL_ARG_DIFF_WEIGHTS, {entry->weights, gw.raw_data()}}});
+  return true;
+}
+
+#endif  // KUSARI_HAVE_DNNL
+
+/// True when a float32 convolution should try oneDNN (see Note [CPU convolution algorithms]).
+/// Every kernel asks, whatever its dtype, so that a bad KUSARI_CPU_CONV is always reported.
+bool use_dnnl() {
+  const bool requested = requested_algorithm() == ConvAlgorithm::kAuto;
+  return KUSARI_HAVE_DNNL && requested;
+}
+
+/// A float32 copy of `a` (undefined stays undefined).
+Array to_float32(const Array& a) {
+  return a.defined() ? a.astype(Dtype::kFloat32) : Array();
+}
+
+void forward_float32(bool try_dnnl, const Array& x, const Array& w, const Array& b,
+                     const Conv2dParams& p, Array& y) {
+#if KUSARI_HAVE_DNNL
+  if (try_dnnl && forward_dnnl(x, w, b, p, y)) return;
+#endif
+  forward_im2col<float>(x, w, b, p, y);
+}
+
+void backward_data_float32(bool try_dnnl, const Array& w, const Array& gy, const Conv2dParams& p,
+                           Array& gx) {
+#if KUSARI_HAVE_DNNL
+  if (try_dnnl && backward_data_dnnl(w, gy, p, gx)) return;
+#endif
+  backward_data_im2col<float>(w, gy, p, gx);
+}
+
+void backward_filter_float32(bool try_dnnl, const Array& x, const Array& gy, const Conv2dParams& p,
+                             Array& gw) {
+#if KUSARI_HAVE_DNNL
+  if (try_dnnl && backward_filter_dnnl(x, gy, p, gw)) return;
+#endif
+  backward_filter_im2col<float>(x, gy, p, gw);
+}
+
+}  // namespace
+
+void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2dParams& p,
+                    Array& y) {
+  KUSARI_ASSERT(y.is_contiguous(), "conv2d_forward: the output must be contiguous");
+  const bool try_dnnl = use_dnnl();
+  switch (x.dtype()) {
+    case Dtype::kFloat32:
+      return forward_float32(try_dnnl, x, w, b, p, y);
+    case Dtype::kFloat64:
+      return forward_im2col<double>(x, w, b, p, y);
+    case Dtype::kFloat16:
+    case Dtype::kBFloat16: {
+      Array y32 = Array::empty(y.shape(), Dtype::kFloat32, y.device());
+      forward_float32(try_dnnl, to_float32(x), to_float32(w), to_float32(b), p, y32);
+      copy(y32, y);
+      return;
+    }
+    default:
+      KUSARI_THROW(DtypeError, "convolution_2d: not supported for dtype ", dtype_name(x.dtype()));
+  }
+}
+
+void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx) {
+  KUSARI_ASSERT(gx.is_contiguous(), "conv2d_backward_data: the output must be contiguous");
+  const bool try_dnnl = use_dnnl();
+  switch (gy.dtype()) {
+    case Dtype::kFloat32:
+      return backward_data_float32(try_dnnl, w, gy, p, gx);
+    case Dtype::kFloat64:
+      return backward_data_im2col<double>(w, gy, p, gx);
+    case Dtype::kFloat16:
+    case Dtype::kBFloat16: {
+      Array gx32 = Array::empty(gx.shape(), Dtype::kFloat32, gx.device());
+      backward_data_float32(try_dnnl, to_float32(w), to_float32(gy), p, gx32);
+      copy(gx32, gx);
+      return;
+    }
+    default:
+      KUSARI_THROW(DtypeError, "convolution_2d (gradient of x): not supported for dtype ",
+                   dtype_name(gy.dtype()));
+  }
+}
+
+void conv2d_backward_filter(const Array& x, const Array& gy, const Conv2dParams& p, Array& gw) {
+  KUSARI_ASSERT(gw.is_contiguous(), "conv2d_backward_filter: the output must be contiguous");
+  const bool try_dnnl = use_dnnl();
+  switch (gy.dtype()) {
+    case Dtype::kFloat32:
+      return backward_filter_float32(try_dnnl, x, gy, p, gw);
+    case Dtype::kFloat64:
+      return backward_filter_im2col<double>(x, gy, p, gw);
+    case Dtype::kFloat16:
+    case Dtype::kBFloat16: {
+      Array gw32 = Array::empty(gw.shape(), Dtype::kFloat32, gw.device());
+      backward_filter_float32(try_dnnl, to_float32(x), to_float32(gy), p, gw32);
+      copy(gw32, gw);
+      return;
+    }
+    default:
+      KUSARI_THROW(DtypeError, "convolution_2d (gradient of W): not supported for dtype ",
+                   dtype_name(gy.dtype()));
+  }
+}
+
+void register_nn_kernels(KernelTable& table) {
+  table.conv2d_forward = &conv2d_forward;
+  table.conv2d_backward_data = &conv2d_backward_data;
+  table.conv2d_backward_filter = &conv2d_backward_filter;
+  table.pool2d_forward = &pool2d_forward;
+  table.pool2d_backward = &pool2d_backward;
+}
+
+}  // namespace kusari::cpu
