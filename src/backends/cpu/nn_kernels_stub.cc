@@ -2,5 +2,4 @@
 
 namespace kusari::cpu {
 void register_nn_kernels(KernelTable&) {}
-void register_update_kernels(KernelTable&) {}
 }  // namespace kusari::cpu
