@@ -1,6 +1,7 @@
 #include "kusari/core/routines.h"
 
 #include <cmath>
+#include <string>
 
 #include "core/kernel_call.h"
 
@@ -709,6 +710,89 @@ Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Poo
   Array gx = Array::empty(x.shape(), gy.dtype(), gy.device());
   if (gx.size() > 0) KUSARI_KERNEL(x.device(), pool2d_backward)(x, y, gy, p, gx);
   return gx;
+}
+
+// --- optimizer updates ---------------------------------------------------------------------------
+
+const char* update_rule_name(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::kSgd:
+      return "SGD";
+    case UpdateRule::kMomentumSgd:
+      return "MomentumSGD";
+    case UpdateRule::kNesterov:
+      return "NesterovAG";
+    case UpdateRule::kAdam:
+      return "Adam";
+    case UpdateRule::kRmsprop:
+      return "RMSprop";
+    case UpdateRule::kAdaGrad:
+      return "AdaGrad";
+  }
+  return "update";
+}
+
+void update_parameter(UpdateRule rule, Array& param, const Array& grad_in,
+                      const std::vector<Array*>& state, const std::vector<double>& hyper) {
+  const std::string fn_str = std::string("update_parameter (") + update_rule_name(rule) + ")";
+  const char* fn = fn_str.c_str();
+  // How many hyperparameters and state arrays the rule takes; see Note [Update rule layouts].
+  size_t want_hyper = 0, want_state = 0;
+  const char* state_names = "";
+  switch (rule) {
+    case UpdateRule::kSgd:
+      want_hyper = 1, want_state = 0, state_names = "none";
+      break;
+    case UpdateRule::kMomentumSgd:
+      want_hyper = 2, want_state = 1, state_names = "v";
+      break;
+    case UpdateRule::kNesterov:
+      want_hyper = 2, want_state = 1, state_names = "v";
+      break;
+    case UpdateRule::kAdam:
+      want_hyper = 7;
+      want_state = hyper.size() == 7 && hyper[6] != 0.0 ? 3 : 2;
+      state_names = want_state == 3 ? "m, v, vhat (amsgrad)" : "m, v";
+      break;
+    case UpdateRule::kRmsprop:
+      want_hyper = 4, want_state = 1, state_names = "ms";
+      break;
+    case UpdateRule::kAdaGrad:
+      want_hyper = 2, want_state = 1, state_names = "h";
+      break;
+  }
+  KUSARI_CHECK(hyper.size() == want_hyper, ValueError, fn, ": expected ", want_hyper,
+               " hyperparameters, got ", hyper.size());
+  KUSARI_CHECK(state.size() == want_state, ValueError, fn, ": expected ", want_state,
+               " state arrays (", state_names, "), got ", state.size());
+  check_defined(fn, param);
+  check_defined(fn, grad_in);
+  check_floating(fn, param);
+  check_same_device(fn, {&param, &grad_in});
+  check_same_dtype(fn, {&param, &grad_in});
+  KUSARI_CHECK(grad_in.shape() == param.shape(), ShapeError, fn, ": the gradient has shape ",
+               grad_in.shape(), " but the parameter has shape ", param.shape());
+  KUSARI_CHECK(param.is_contiguous(), ValueError, fn, ": the parameter (shape ", param.shape(),
+               ") must be contiguous to be updated in place");
+  std::vector<Array> views;
+  views.reserve(state.size());
+  for (size_t k = 0; k < state.size(); ++k) {
+    KUSARI_CHECK(state[k] != nullptr, ValueError, fn, ": state array ", k, " is null");
+    const Array& s = *state[k];
+    check_defined(fn, s);
+    check_same_device(fn, {&param, &s});
+    check_same_dtype(fn, {&param, &s});
+    KUSARI_CHECK(s.shape() == param.shape(), ShapeError, fn, ": state array ", k, " has shape ",
+                 s.shape(), " but the parameter has shape ", param.shape());
+    KUSARI_CHECK(s.is_contiguous(), ValueError, fn, ": state array ", k, " (shape ", s.shape(),
+                 ") must be contiguous to be updated in place");
+    views.push_back(s);  // a view of the same memory
+  }
+  if (param.size() == 0) return;
+  const Array grad = grad_in.contiguous();
+  KUSARI_KERNEL(param.device(), update_parameter)
+  (rule, param, grad, views.data(), static_cast<int>(views.size()), hyper.data(),
+   static_cast<int>(hyper.size()));
 }
 
 // --- comparisons ---------------------------------------------------------------------------------

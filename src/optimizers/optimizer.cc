@@ -14,6 +14,13 @@ Array& ParamState::get(const std::string& name) {
   KUSARI_THROW(ValueError, "optimizer state of ", path, ": no array named '", name, "'");
 }
 
+Array* ParamState::find(const std::string& name) {
+  for (auto& [n, a] : arrays) {
+    if (n == name) return &a;
+  }
+  return nullptr;
+}
+
 void ParamState::add(const std::string& name, Array value) {
   if (!value.defined()) value = Array::zeros_like(param.data());
   for (auto& [n, a] : arrays) {
@@ -29,6 +36,7 @@ void Optimizer::setup(std::shared_ptr<Link> target) {
   KUSARI_CHECK(target, ValueError, type_name(), "::setup: the target link is null");
   target_ = std::move(target);
   states_.clear();
+  pending_.clear();
   t_ = 0;
   epoch_ = 0;
 }
@@ -54,12 +62,38 @@ std::vector<ParamState>& Optimizer::param_states() {
         ParamState s;
         s.path = path;
         s.param = p;
+        adopt_pending(s);
         next.push_back(std::move(s));
       }
     }
     states_ = std::move(next);
   }
   return states_;
+}
+
+// Note [Loading lazy states]
+// The updater loads "optimizer:main" before "model:main" (Chainer's order), so when a model has
+// lazily sized parameters (Linear(out) without in_size) the optimizer's state is read while those
+// parameters have no data yet. serialize() then learns the state's names from init_state() on a
+// one-element stand-in, reads the arrays with the shapes stored in the file and keeps them in
+// pending_; param_states() hands them to the parameter once it has data (after the model is
+// loaded or after the first forward), on the parameter's device and dtype.
+void Optimizer::adopt_pending(ParamState& s) {
+  auto it = std::find_if(pending_.begin(), pending_.end(), [&](const ParamState& q) {
+    return q.path == s.path && q.param.is(s.param);
+  });
+  if (it == pending_.end()) return;
+  const Array& data = s.param.data();
+  for (auto& [name, a] : it->arrays) {
+    KUSARI_CHECK(a.shape() == data.shape(), ShapeError, type_name(), ": the loaded state '", name,
+                 "' of ", s.path, " has shape ", a.shape(), " but the parameter has shape ",
+                 data.shape());
+    a = a.to_device(data.device()).astype(data.dtype()).contiguous();
+  }
+  s.arrays = std::move(it->arrays);
+  s.t = it->t;
+  s.initialized = true;
+  pending_.erase(it);
 }
 
 void Optimizer::call_hooks(OptimizerHook::Timing timing) {
@@ -79,17 +113,23 @@ void Optimizer::update() {
     }
   }
   call_hooks(OptimizerHook::Timing::kPre);
+  ++t_;  // before the updates: see Note [Optimizer step order]
   for (ParamState& s : states) {
     if (!s.param.impl().update_enabled || !s.param.grad().defined()) continue;
     if (!s.initialized) {
       init_state(s);
       s.initialized = true;
+    } else {
+      // The state follows its parameter when the link moved to another device.
+      const Device device = s.param.data().device();
+      for (auto& [name, a] : s.arrays) {
+        if (a.defined() && a.device() != device) a = a.to_device(device);
+      }
     }
     ++s.t;
     update_one(s);
   }
   call_hooks(OptimizerHook::Timing::kPost);
-  ++t_;
 }
 
 void Optimizer::update(const std::function<Variable()>& lossfun) {
@@ -151,6 +191,36 @@ void Optimizer::serialize(Serializer& s) {
   s("t", t_);
   s("epoch", epoch_);
   if (!target_) return;
+  // Parameters without data yet: see Note [Loading lazy states].
+  for (auto& [path, p] : target_->namedparams(true)) {
+    if (p.is_initialized()) continue;
+    auto child = s.child(path.substr(1));
+    if (s.is_loading()) {
+      if (!child->contains("t")) continue;
+      ParamState probe;
+      probe.path = path;
+      probe.param = Parameter(Array::zeros({1}, Dtype::kFloat32, Device::cpu()));
+      init_state(probe);
+      ParamState loaded;
+      loaded.path = path;
+      loaded.param = p;
+      loaded.initialized = true;
+      (*child)("t", loaded.t);
+      for (auto& [name, a] : probe.arrays) {
+        Array value;
+        (*child)(name, value);
+        loaded.arrays.emplace_back(name, std::move(value));
+      }
+      std::erase_if(pending_, [&](const ParamState& q) { return q.path == path; });
+      pending_.push_back(std::move(loaded));
+    } else {
+      for (ParamState& q : pending_) {
+        if (q.path != path || !q.param.is(p)) continue;
+        (*child)("t", q.t);
+        for (auto& [name, a] : q.arrays) (*child)(name, a);
+      }
+    }
+  }
   for (ParamState& st : param_states()) {
     auto child = s.child(st.path.substr(1));
     if (s.is_loading()) {

@@ -172,7 +172,33 @@ struct KernelTable {
                           Array& gx) = nullptr;
 
   /// One fused optimizer step on a parameter: updates `param` and the `state` arrays in place.
-  /// hyper holds the rule's hyperparameters (see each optimizer).
+  /// param, grad and the n_state state arrays are contiguous, of one floating dtype and one size
+  /// (the routine update_parameter checks this); 16-bit floats are computed in float32, float32
+  /// in float32 and float64 in float64. hyper holds the rule's hyperparameters, see
+  /// Note [Update rule layouts]:
+  ///
+  ///   rule          hyper                                                      state
+  ///   kSgd          lr                                                         -
+  ///   kMomentumSgd  lr, momentum                                               v
+  ///   kNesterov     lr, momentum                                               v
+  ///   kAdam         alpha_t, beta1, beta2, eps, eta, weight_decay_rate,        m, v (, vhat)
+  ///                 amsgrad (0 or 1; 1 needs the third state vhat)
+  ///   kRmsprop      lr, alpha, eps, eps_inside_sqrt (0 or 1)                   ms
+  ///   kAdaGrad      lr, eps                                                    h
+  ///
+  /// Note [Update rule layouts]
+  /// Each rule is Chainer's, element by element (g the gradient, p the parameter):
+  ///   kSgd          p -= lr g
+  ///   kMomentumSgd  v = momentum v - lr g;  p += v
+  ///   kNesterov     v = momentum v - lr g;  p += momentum^2 v - (1 + momentum) lr g
+  ///   kAdam         m += (1 - beta1) (g - m);  v += (1 - beta2) (g^2 - v);
+  ///                 vhat = max(vhat, v) with amsgrad, else vhat = v;
+  ///                 p -= eta (alpha_t m / (sqrt(vhat) + eps) + weight_decay_rate p)
+  ///                 where alpha_t = alpha sqrt(1 - beta2^t) / (1 - beta1^t) is computed by the
+  ///                 caller from the parameter's step count t (bias correction).
+  ///   kRmsprop      ms = alpha ms + (1 - alpha) g^2;
+  ///                 p -= lr g / (sqrt(ms) + eps), or lr g / sqrt(ms + eps) with eps_inside_sqrt
+  ///   kAdaGrad      h += g^2;  p -= lr g / (sqrt(h) + eps)
   void (*update_parameter)(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
                            const double* hyper, int n_hyper) = nullptr;
 };

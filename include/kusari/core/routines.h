@@ -139,6 +139,16 @@ Array conv2d_backward_filter(const Array& x, const Array& gy, const Shape& w_sha
 Array pool2d(const Array& x, const Pool2dParams& p);
 Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Pool2dParams& p);
 
+// --- optimizer updates ---------------------------------------------------------------------------
+/// One fused optimizer step: updates `param` and the arrays in `state` in place from `grad`, with
+/// the rule's hyperparameters in `hyper` (layouts and formulas: Note [Update rule layouts] in
+/// kusari/core/kernels.h). param, grad and every state array must be on one device and have one
+/// floating dtype and one shape; param and the states must be contiguous (grad is copied when not).
+void update_parameter(UpdateRule rule, Array& param, const Array& grad,
+                      const std::vector<Array*>& state, const std::vector<double>& hyper);
+/// The rule's name for messages ("Adam", "MomentumSGD", ...).
+const char* update_rule_name(UpdateRule rule);
+
 // --- comparisons for tests and checks -------------------------------------------------------------
 /// True when |a - b| <= atol + rtol |b| everywhere (NaNs equal when equal_nan).
 bool allclose(const Array& a, const Array& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);

@@ -17,13 +17,19 @@ namespace kusari {
 struct ParamState {
   /// Path of the parameter in the target link, e.g. "/l1/W".
   std::string path;
+  /// The parameter this state belongs to.
   Parameter param;
+  /// Named state arrays in creation order ("m", "v", ...); the names are the serialization keys.
   std::vector<std::pair<std::string, Array>> arrays;
+  /// Number of updates applied to this parameter (Chainer's UpdateRule.t).
   int64_t t = 0;
+  /// True once init_state() has run (or a state was loaded).
   bool initialized = false;
 
   /// The state array `name` (ValueError when missing).
   Array& get(const std::string& name);
+  /// The state array `name`, or null when there is none.
+  Array* find(const std::string& name);
   /// Adds a state array (zeros like the parameter unless given).
   void add(const std::string& name, Array value);
 };
@@ -34,15 +40,26 @@ class Optimizer;
 /// parameter updates, e.g. weight decay or gradient clipping.
 class OptimizerHook {
  public:
+  /// When the hook runs: before (kPre) or after (kPost) the parameter updates.
   enum class Timing { kPre, kPost };
   virtual ~OptimizerHook() = default;
   /// The hook's default name ("WeightDecay", ...).
   virtual const char* name() const = 0;
+  /// When the hook runs (kPre unless the hook says otherwise).
   virtual Timing timing() const { return Timing::kPre; }
+  /// Applies the hook to the optimizer's parameters (e.g. to their gradients).
   virtual void operator()(Optimizer& optimizer) = 0;
 };
 
 /// Updates the parameters of a target link from their gradients.
+///
+/// Note [Optimizer step order]
+/// update() runs as Chainer's Optimizer.update does: undo the loss scale, call the kPre hooks,
+/// increment t, update every parameter whose update is enabled and that has a gradient (its own
+/// step count ParamState::t is incremented first), then call the kPost hooks. So during the
+/// parameter updates and the kPost hooks, and after update() returns, t() counts the step just
+/// taken, which is what Adam's lr() and schedules read. Unlike Chainer, a parameter without a
+/// gradient is skipped (Chainer fills missing gradients with zeros and steps anyway).
 ///
 /// Note [Optimizer hyperparameters]
 /// Hyperparameters live in a name -> value table ("lr", "momentum", "alpha", ...) so that
@@ -54,7 +71,9 @@ class Optimizer : public Serializable {
 
   /// Attaches the optimizer to the link whose parameters it updates.
   virtual void setup(std::shared_ptr<Link> target);
+  /// The link being optimised (null before setup()).
   Link* target() const { return target_.get(); }
+  /// The link being optimised, shared.
   const std::shared_ptr<Link>& target_ptr() const { return target_; }
 
   /// One step from the gradients already in the parameters.
@@ -64,17 +83,23 @@ class Optimizer : public Serializable {
 
   /// Adds a hook (its name defaults to hook->name()); names must be unique.
   virtual void add_hook(std::shared_ptr<OptimizerHook> hook, const std::string& name = "");
+  /// Removes the hook `name` (ValueError when there is none).
   virtual void remove_hook(const std::string& name);
 
   /// Called by iterators' epoch boundaries through the updater.
   virtual void new_epoch() { ++epoch_; }
+  /// Number of update() calls so far (see Note [Optimizer step order]).
   virtual int64_t t() const { return t_; }
+  /// Number of new_epoch() calls so far.
   virtual int64_t epoch() const { return epoch_; }
 
   /// The hyperparameter `name` (ValueError listing the valid names when unknown).
   virtual double& hyperparam(const std::string& name);
+  /// The value of the hyperparameter `name` (ValueError listing the valid names when unknown).
   double hyperparam(const std::string& name) const { return const_cast<Optimizer*>(this)->hyperparam(name); }
+  /// True when the optimizer has a hyperparameter called `name`.
   virtual bool has_hyperparam(const std::string& name) const;
+  /// The hyperparameter names in declaration order.
   std::vector<std::string> hyperparam_names() const;
   /// The learning rate steps are taken with (observe_lr reports it); Adam's depends on t.
   virtual double lr() const { return hyperparam("lr"); }
@@ -85,10 +110,12 @@ class Optimizer : public Serializable {
 
   /// Loss scale used by update(lossfun) (1 = none); gradients are divided by it before hooks.
   virtual void set_loss_scale(double scale) { loss_scale_ = scale; }
+  /// The loss scale used by update(lossfun).
   virtual double loss_scale() const { return loss_scale_; }
 
   /// Saves or loads t, epoch and the per-parameter states ("l1/W/m", ...), Chainer's layout.
   void serialize(Serializer& serializer) override;
+  /// The optimizer's class name ("Adam", ...), used in messages.
   virtual const char* type_name() const = 0;
 
  protected:
@@ -98,12 +125,18 @@ class Optimizer : public Serializable {
   virtual void init_state(ParamState& state) {}
   /// Applies one step to one parameter whose gradient is present.
   virtual void update_one(ParamState& state) = 0;
+  /// Calls the hooks of the given timing in registration order.
   void call_hooks(OptimizerHook::Timing timing);
+  /// Moves a state loaded for `s`'s parameter before it had data into `s` (if there is one).
+  void adopt_pending(ParamState& s);
 
   std::shared_ptr<Link> target_;
   std::vector<std::pair<std::string, double>> hyperparams_;
   std::vector<std::pair<std::string, std::shared_ptr<OptimizerHook>>> hooks_;
   std::vector<ParamState> states_;
+  // States loaded by serialize() for parameters that were not initialised yet (lazily sized
+  // links); adopted by param_states() once the parameter has data. See Note [Loading lazy states].
+  std::vector<ParamState> pending_;
   int64_t t_ = 0;
   int64_t epoch_ = 0;
   double loss_scale_ = 1.0;

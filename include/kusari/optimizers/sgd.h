@@ -1,0 +1,62 @@
+// Stochastic gradient descent and its momentum variants (Chainer's SGD, MomentumSGD, NesterovAG).
+#pragma once
+
+#include "kusari/optimizers/optimizer.h"
+
+namespace kusari::optimizers {
+
+/// Plain SGD: p -= lr g. Hyperparameters: "lr".
+class SGD : public Optimizer {
+ public:
+  explicit SGD(double lr = 0.01);
+
+  /// The learning rate, a reference into the hyperparameter table.
+  double& lr() { return hyperparam("lr"); }
+  using Optimizer::lr;
+  const char* type_name() const override { return "SGD"; }
+
+ protected:
+  void update_one(ParamState& state) override;
+};
+
+/// SGD with classical momentum: v = momentum v - lr g; p += v. Hyperparameters: "lr",
+/// "momentum"; state: "v".
+class MomentumSGD : public Optimizer {
+ public:
+  explicit MomentumSGD(double lr = 0.01, double momentum = 0.9);
+
+  /// The learning rate, a reference into the hyperparameter table.
+  double& lr() { return hyperparam("lr"); }
+  using Optimizer::lr;
+  /// The momentum coefficient, a reference into the hyperparameter table.
+  double& momentum() { return hyperparam("momentum"); }
+  /// The momentum coefficient.
+  double momentum() const { return hyperparam("momentum"); }
+  const char* type_name() const override { return "MomentumSGD"; }
+
+ protected:
+  void init_state(ParamState& state) override;
+  void update_one(ParamState& state) override;
+};
+
+/// Nesterov's accelerated gradient in Chainer's form: v = momentum v - lr g;
+/// p += momentum^2 v - (1 + momentum) lr g. Hyperparameters: "lr", "momentum"; state: "v".
+class NesterovAG : public Optimizer {
+ public:
+  explicit NesterovAG(double lr = 0.01, double momentum = 0.9);
+
+  /// The learning rate, a reference into the hyperparameter table.
+  double& lr() { return hyperparam("lr"); }
+  using Optimizer::lr;
+  /// The momentum coefficient, a reference into the hyperparameter table.
+  double& momentum() { return hyperparam("momentum"); }
+  /// The momentum coefficient.
+  double momentum() const { return hyperparam("momentum"); }
+  const char* type_name() const override { return "NesterovAG"; }
+
+ protected:
+  void init_state(ParamState& state) override;
+  void update_one(ParamState& state) override;
+};
+
+}  // namespace kusari::optimizers

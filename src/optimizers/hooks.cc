@@ -1,0 +1,70 @@
+#include "kusari/optimizers/hooks.h"
+
+#include <cmath>
+
+#include "kusari/core/routines.h"
+
+namespace kusari::optimizers {
+namespace {
+
+// Calls f(data, grad) for every parameter with data and a gradient. Like Chainer's per-parameter
+// hooks, this includes parameters whose update is disabled (their gradients are not used).
+template <typename F>
+void for_each_grad(Optimizer& optimizer, F f) {
+  for (ParamState& s : optimizer.param_states()) {
+    Array g = s.param.grad();  // a handle to the gradient's memory: hooks update it in place
+    if (!g.defined()) continue;
+    f(s.param.data(), g);
+  }
+}
+
+}  // namespace
+
+WeightDecay::WeightDecay(double value) : rate(value) {}
+
+void WeightDecay::operator()(Optimizer& optimizer) {
+  if (rate == 0.0) return;
+  for_each_grad(optimizer, [&](const Array& p, Array& g) { g.assign(g + p * rate); });
+}
+
+Lasso::Lasso(double value) : rate(value) {}
+
+void Lasso::operator()(Optimizer& optimizer) {
+  if (rate == 0.0) return;
+  for_each_grad(optimizer, [&](const Array& p, Array& g) { g.assign(g + sign(p) * rate); });
+}
+
+GradientClipping::GradientClipping(double value) : threshold(value) {
+  KUSARI_CHECK(value >= 0.0, ValueError,
+               "GradientClipping: the threshold must be non-negative, got ", value);
+}
+
+double gradient_norm(Optimizer& optimizer) {
+  double sqnorm = 0.0;
+  for_each_grad(optimizer, [&](const Array&, Array& g) {
+    // Squares summed in float64 so that float16 gradients neither overflow nor lose the small ones.
+    const Array g64 = g.astype(Dtype::kFloat64);
+    sqnorm += sum(g64 * g64).item<double>();
+  });
+  return std::sqrt(sqnorm);
+}
+
+void GradientClipping::operator()(Optimizer& optimizer) {
+  const double norm = gradient_norm(optimizer);
+  const double rate = threshold / norm;  // inf when the norm is 0: nothing to clip
+  if (!(rate < 1.0)) return;
+  for_each_grad(optimizer, [&](const Array&, Array& g) { g.assign(g * rate); });
+}
+
+GradientHardClipping::GradientHardClipping(double lower, double upper)
+    : lower_bound(lower), upper_bound(upper) {
+  KUSARI_CHECK(lower <= upper, ValueError, "GradientHardClipping: lower_bound (", lower,
+               ") must not exceed upper_bound (", upper, ")");
+}
+
+void GradientHardClipping::operator()(Optimizer& optimizer) {
+  for_each_grad(optimizer,
+                [&](const Array&, Array& g) { g.assign(clip(g, lower_bound, upper_bound)); });
+}
+
+}  // namespace kusari::optimizers

@@ -1,0 +1,29 @@
+#include "kusari/optimizers/rmsprop.h"
+
+#include "kusari/core/routines.h"
+
+namespace kusari::optimizers {
+
+RMSprop::RMSprop(double lr, double alpha, double eps, bool eps_inside_sqrt) {
+  declare_hyperparam("lr", lr);
+  declare_hyperparam("alpha", alpha);
+  declare_hyperparam("eps", eps);
+  declare_hyperparam("eps_inside_sqrt", eps_inside_sqrt ? 1.0 : 0.0);
+}
+
+void RMSprop::init_state(ParamState& s) {
+  s.add("ms", Array());
+}
+
+void RMSprop::update_one(ParamState& s) {
+  const Array& data = s.param.data();
+  const double e = eps();
+  KUSARI_CHECK(e == 0.0 || data.dtype() == Dtype::kFloat64 || static_cast<float>(e) != 0.0f,
+               ValueError, type_name(), ": eps (", e, ") is too small for ",
+               dtype_name(data.dtype()), " parameters");
+  Array p = data;  // a handle to the parameter's memory
+  update_parameter(UpdateRule::kRmsprop, p, s.param.grad(), {&s.get("ms")},
+                   {lr(), alpha(), e, eps_inside_sqrt() ? 1.0 : 0.0});
+}
+
+}  // namespace kusari::optimizers
