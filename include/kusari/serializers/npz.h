@@ -87,12 +87,16 @@ class DictionarySerializer : public Serializer {
   /// An empty target; `path` is prepended to every key (normally empty).
   explicit DictionarySerializer(std::string path = "");
 
+  /// False: this serializer saves.
   bool is_loading() const override { return false; }
+  /// The serializer for path() + name + "/", sharing this one's target.
   std::unique_ptr<Serializer> child(const std::string& name) override;
   /// Stores `value` under path() + key; a second value under the same key replaces the first.
   void operator()(const std::string& key, Array& value) override;
   using Serializer::operator();
+  /// True: when saving every key may be written.
   bool contains(const std::string& key) const override { return true; }
+  /// The prefix of this serializer's keys, e.g. "updater/model:main/".
   std::string path() const override { return path_; }
 
   /// Serializes `obj` into the target (Chainer's DictionarySerializer.save).
@@ -129,12 +133,16 @@ class NpzDeserializer : public Serializer {
                   std::vector<std::string> ignore_names);
   ~NpzDeserializer() override;
 
+  /// True: this serializer loads.
   bool is_loading() const override { return true; }
+  /// The deserializer for path() + name + "/" (same source, strictness and ignore_names).
   std::unique_ptr<Serializer> child(const std::string& name) override;
+  /// Loads path() + key into `value` as described above.
   void operator()(const std::string& key, Array& value) override;
   using Serializer::operator();
   /// True when path() + key is stored (and not ignored).
   bool contains(const std::string& key) const override;
+  /// The prefix of this deserializer's keys, e.g. "updater/model:main/l1/".
   std::string path() const override { return path_; }
 
   /// Loads `obj` (Chainer's NpzDeserializer.load).
