@@ -1,0 +1,60 @@
+// Snapshots: save the whole trainer (or one object) to npz files during training, and resume
+// from the newest one (Chainer's extensions.snapshot / snapshot_object).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kusari/serializers/serializer.h"
+#include "kusari/training/extension.h"
+
+namespace kusari::training::extensions {
+
+/// Options shared by snapshot() and snapshot_object().
+struct SnapshotOptions {
+  /// File name inside the trainer's out folder; "{.updater.iteration}" and "{.updater.epoch}"
+  /// are replaced by the current values.
+  std::string filename = "snapshot_iter_{.updater.iteration}";
+  /// Keep only the newest n snapshot files written by this extension (-1: keep all).
+  int n_retains = -1;
+  /// At the start of training, load the newest snapshot matching `filename` found in the out
+  /// folder, if any (resume after a crash or a job-time limit).
+  bool autoload = false;
+  /// Also write a snapshot when training stops with an exception.
+  bool snapshot_on_error = false;
+  /// Compress the npz members.
+  bool compression = true;
+};
+
+/// Saves `target` (the trainer itself when null) with save_npz. Every write is atomic (a temp
+/// file renamed into place), so a crash never leaves a half-written snapshot behind.
+class Snapshot : public Extension {
+ public:
+  Snapshot(Serializable* target, SnapshotOptions options);
+  void operator()(Trainer& trainer) override;
+  std::string default_name() const override;
+  int priority() const override { return -100; }
+  void initialize(Trainer& trainer) override;
+  void on_error(Trainer& trainer, const std::exception& error) override;
+
+  /// The file name the pattern gives for the trainer's current state.
+  std::string filename_for(Trainer& trainer) const;
+  /// Snapshot files in `dir` matching the pattern, oldest first (by the numbers in the name).
+  std::vector<std::string> find_snapshots(const std::string& dir) const;
+
+ private:
+  void write(Trainer& trainer);
+  Serializable* target_;
+  SnapshotOptions options_;
+};
+
+/// Snapshot of the whole trainer: `trainer.extend(snapshot(), ...)`.
+std::shared_ptr<Snapshot> snapshot(SnapshotOptions options = {});
+
+/// Snapshot of one object (e.g. the model) under a file name of its own.
+std::shared_ptr<Snapshot> snapshot_object(Serializable& target, const std::string& filename,
+                                          SnapshotOptions options = {});
+
+}  // namespace kusari::training::extensions
