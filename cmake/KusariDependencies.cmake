@@ -8,6 +8,11 @@ find_package(Threads REQUIRED)
 # --- BLAS (CPU GEMM): OpenBLAS preferred, any CBLAS accepted -----------------
 add_library(kusari_blas INTERFACE)
 find_package(OpenBLAS CONFIG QUIET)
+# A relocated package (unpacked under a prefix) can carry a config with absolute paths that
+# do not exist here; then search for the files instead.
+if(OpenBLAS_FOUND AND NOT EXISTS "${OpenBLAS_LIBRARIES}")
+  set(OpenBLAS_FOUND FALSE)
+endif()
 if(OpenBLAS_FOUND)
   target_include_directories(kusari_blas INTERFACE ${OpenBLAS_INCLUDE_DIRS})
   target_link_libraries(kusari_blas INTERFACE ${OpenBLAS_LIBRARIES})
