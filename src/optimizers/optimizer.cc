@@ -112,10 +112,23 @@ void Optimizer::update() {
       s.param.impl().loss_scale = 1.0;
     }
   }
+  if (dynamic_loss_scaling_ && !adjust_loss_scale(states)) return;
   call_hooks(OptimizerHook::Timing::kPre);
   ++t_;  // before the updates: see Note [Optimizer step order]
   for (ParamState& s : states) {
     if (!s.param.impl().update_enabled || !s.param.grad().defined()) continue;
+    const bool fp32_master = fp32_update_ && (s.param.dtype() == Dtype::kFloat16 || s.param.dtype() == Dtype::kBFloat16);
+    Parameter real = s.param;
+    if (fp32_master) {
+      // Note [Float32 master weights]
+      // A float16/bfloat16 parameter is updated through a float32 copy kept in the state as
+      // "master" (saved with the optimizer): the step is computed in float32 against it and
+      // the parameter is its rounding. Small updates that float16 would round away accumulate.
+      if (!s.find("master")) s.add("master", real.data().astype(Dtype::kFloat32, true));
+      Parameter master(s.get("master"));
+      master.set_grad(real.grad().astype(Dtype::kFloat32));
+      s.param = master;
+    }
     if (!s.initialized) {
       init_state(s);
       s.initialized = true;
@@ -128,8 +141,48 @@ void Optimizer::update() {
     }
     ++s.t;
     update_one(s);
+    if (fp32_master) {
+      s.param = real;
+      Array data = real.data();
+      data.assign(s.get("master").astype(data.dtype()));
+    }
   }
   call_hooks(OptimizerHook::Timing::kPost);
+}
+
+void Optimizer::loss_scaling(int64_t interval, std::optional<double> scale) {
+  KUSARI_CHECK(interval > 0, ValueError, type_name(), "::loss_scaling: interval must be positive, got ", interval);
+  KUSARI_CHECK(!scale || *scale > 0, ValueError, type_name(), "::loss_scaling: scale must be positive, got ", *scale);
+  dynamic_loss_scaling_ = !scale;
+  loss_scale_ = scale ? *scale : 65536.0;
+  loss_scale_interval_ = interval;
+  good_steps_ = 0;
+}
+
+// Note [Dynamic loss scaling]
+// With loss_scaling() and no fixed scale, the loss is multiplied by a scale (initially 2^16)
+// before backward. If any gradient then holds Inf or NaN (float16 overflow), the step is skipped
+// and the scale halved; after `interval` good steps in a row it is doubled. All ranks of a
+// data-parallel job see the same averaged gradients, so they decide alike.
+bool Optimizer::adjust_loss_scale(std::vector<ParamState>& states) {
+  bool finite = true;
+  for (ParamState& s : states) {
+    if (s.param.grad().defined() && !all(isfinite(s.param.grad())).item<bool>()) {
+      finite = false;
+      break;
+    }
+  }
+  if (!finite) {
+    loss_scale_ = std::max(1.0, loss_scale_ / 2);
+    good_steps_ = 0;
+    target_->cleargrads();
+    return false;
+  }
+  if (++good_steps_ >= loss_scale_interval_) {
+    loss_scale_ = std::min(loss_scale_ * 2, 1.0 * (int64_t{1} << 40));
+    good_steps_ = 0;
+  }
+  return true;
 }
 
 void Optimizer::update(const std::function<Variable()>& lossfun) {

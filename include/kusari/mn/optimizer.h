@@ -35,6 +35,10 @@ class MultiNodeOptimizer : public Optimizer {
   int64_t epoch() const override { return actual_->epoch(); }
   void set_loss_scale(double scale) override { actual_->set_loss_scale(scale); }
   double loss_scale() const override { return actual_->loss_scale(); }
+  void loss_scaling(int64_t interval = 1000, std::optional<double> scale = std::nullopt) override {
+    actual_->loss_scaling(interval, scale);
+  }
+  void use_fp32_update(bool flag = true) override { actual_->use_fp32_update(flag); }
   double& hyperparam(const std::string& name) override;
   bool has_hyperparam(const std::string& name) const override;
   double lr() const override;

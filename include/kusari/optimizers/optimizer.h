@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,6 +113,12 @@ class Optimizer : public Serializable {
   virtual void set_loss_scale(double scale) { loss_scale_ = scale; }
   /// The loss scale used by update(lossfun).
   virtual double loss_scale() const { return loss_scale_; }
+  /// Loss scaling for float16 training (Chainer's loss_scaling): a fixed `scale`, or, without
+  /// one, dynamic scaling (see Note [Dynamic loss scaling]).
+  virtual void loss_scaling(int64_t interval = 1000, std::optional<double> scale = std::nullopt);
+  /// Updates float16/bfloat16 parameters through float32 master copies (Chainer's
+  /// use_fp32_update).
+  virtual void use_fp32_update(bool flag = true) { fp32_update_ = flag; }
 
   /// Saves or loads t, epoch and the per-parameter states ("l1/W/m", ...), Chainer's layout.
   void serialize(Serializer& serializer) override;
@@ -140,6 +147,14 @@ class Optimizer : public Serializable {
   int64_t t_ = 0;
   int64_t epoch_ = 0;
   double loss_scale_ = 1.0;
+  bool fp32_update_ = false;
+  bool dynamic_loss_scaling_ = false;
+  int64_t loss_scale_interval_ = 1000;
+  int64_t good_steps_ = 0;
+
+ private:
+  /// Dynamic loss scaling: false (and the scale lowered) when the step must be skipped.
+  bool adjust_loss_scale(std::vector<ParamState>& states);
 };
 
 }  // namespace kusari

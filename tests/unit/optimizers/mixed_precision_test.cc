@@ -1,0 +1,70 @@
+// float16 training support: float32 master weights and dynamic loss scaling.
+#include <gtest/gtest.h>
+
+#include "kusari/functions.h"
+#include "kusari/optimizers/sgd.h"
+#include "test_util.h"
+
+namespace kusari {
+namespace {
+
+namespace F = functions;
+
+class OneParam : public Link {
+ public:
+  explicit OneParam(Array w) { p = add_param("w", Parameter(std::move(w))); }
+  Parameter p;
+};
+
+TEST(MixedPrecisionTest, MasterWeightsKeepUpdatesThatFloat16WouldRoundAway) {
+  for (bool fp32 : {false, true}) {
+    auto link = std::make_shared<OneParam>(Array::ones({4}, float16));
+    optimizers::SGD opt(0.1);
+    opt.setup(link);
+    opt.use_fp32_update(fp32);
+    for (int i = 0; i < 100; ++i) {
+      link->p.set_grad(Array::full({4}, 1e-4, float16));
+      opt.update();
+    }
+    // 100 steps of 1e-5 each: float16 cannot represent 1 - 1e-5, so only the master copy moves.
+    const float w = link->p.data().astype(float32).to_vector<float>()[0];
+    if (fp32) {
+      EXPECT_NEAR(w, 0.999f, 5e-4f);
+      EXPECT_NEAR(opt.param_states()[0].get("master").to_vector<float>()[0], 0.999f, 5e-6f);
+    } else {
+      EXPECT_EQ(w, 1.0f);
+    }
+  }
+}
+
+TEST(MixedPrecisionTest, DynamicLossScalingSkipsOverflowingSteps) {
+  auto link = std::make_shared<OneParam>(Array::ones({2}, float16));
+  optimizers::SGD opt(0.01);
+  opt.setup(link);
+  opt.loss_scaling(3);
+  EXPECT_DOUBLE_EQ(opt.loss_scale(), 65536.0);
+  Array x = Array::full({2}, 4.0, float16);
+  auto lossfun = [&]() { return F::sum(F::mul(Variable(x), link->p)); };
+  // grad = 4 * 65536 overflows float16: the step is skipped and the scale halved.
+  opt.update(lossfun);
+  EXPECT_DOUBLE_EQ(opt.loss_scale(), 32768.0);
+  EXPECT_EQ(opt.t(), 0);
+  EXPECT_EQ(link->p.data().astype(float32).to_vector<float>(), (std::vector<float>{1, 1}));
+  // 4 * 32768 = 131072 still overflows; 4 * 16384 = 65536 too; 4 * 8192 = 32768 fits.
+  opt.update(lossfun);
+  opt.update(lossfun);
+  EXPECT_DOUBLE_EQ(opt.loss_scale(), 8192.0);
+  opt.update(lossfun);
+  EXPECT_EQ(opt.t(), 1);
+  EXPECT_NEAR(link->p.data().astype(float32).to_vector<float>()[0], 1.0f - 0.04f, 1e-3f);
+  // After `interval` (3) good steps the scale doubles.
+  opt.update(lossfun);
+  opt.update(lossfun);
+  EXPECT_DOUBLE_EQ(opt.loss_scale(), 16384.0);
+  EXPECT_THROW(opt.loss_scaling(0), ValueError);
+  opt.loss_scaling(10, 128.0);
+  EXPECT_DOUBLE_EQ(opt.loss_scale(), 128.0);
+}
+
+}  // namespace
+}  // namespace kusari
