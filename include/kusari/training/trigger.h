@@ -31,8 +31,9 @@ class IntervalTrigger : public Trigger {
  private:
   double period_;
   std::string unit_;
-  int64_t previous_iteration_ = -1;
-  double previous_epoch_detail_ = -1;
+  // Start at 0 like Chainer; -1 marks "unknown" (guess from the updater). See Note [Trigger start].
+  int64_t previous_iteration_ = 0;
+  double previous_epoch_detail_ = 0;
 };
 
 /// Fires at the listed epochs or iterations.
@@ -45,8 +46,9 @@ class ManualScheduleTrigger : public Trigger {
  private:
   std::vector<double> points_;
   std::string unit_;
-  int64_t previous_iteration_ = -1;
-  double previous_epoch_detail_ = -1;
+  // Start at 0 like Chainer; -1 marks "unknown" (guess from the updater). See Note [Trigger start].
+  int64_t previous_iteration_ = 0;
+  double previous_epoch_detail_ = 0;
 };
 
 /// Shorthand: `training::interval(1, "epoch")`.
