@@ -52,6 +52,9 @@ if(NOT KUSARI_WITH_DNNL STREQUAL "OFF")
   endif()
 endif()
 
+# --- nlohmann-json (LogReport's JSON log, summaries' key lists in snapshots) ----------
+find_package(nlohmann_json 3 REQUIRED)
+
 # --- zlib (npz), libpng (PlotReport) -----------------------------------------
 find_package(ZLIB QUIET)
 set(KUSARI_HAVE_ZLIB ${ZLIB_FOUND})

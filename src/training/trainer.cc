@@ -27,6 +27,7 @@ void Trainer::extend(std::shared_ptr<Extension> extension, const std::string& na
        ++k) {
     name = base + "_" + std::to_string(k);
   }
+  extension->set_name(name);
   Entry e{name, extension, trigger ? trigger : extension->default_trigger(),
           priority ? *priority : extension->priority(), extensions_.size()};
   extensions_.push_back(std::move(e));

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "kusari/serializers/serializer.h"
 #include "kusari/training/trigger.h"
@@ -35,6 +36,15 @@ class Extension : public Serializable {
   /// Called when the loop is left by an exception, before finalize().
   virtual void on_error(Trainer&, const std::exception&) {}
   void serialize(Serializer&) override {}
+
+  /// The name the extension was registered under by Trainer::extend ("" before that). Chainer
+  /// sets `extension.name` the same way; Evaluator uses it as the prefix of its keys.
+  const std::string& name() const { return name_; }
+  /// Sets the registered name (Trainer::extend does this; wrappers may forward it).
+  void set_name(std::string name) { name_ = std::move(name); }
+
+ private:
+  std::string name_;
 };
 
 /// An extension made from a function (Chainer's make_extension).

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,18 @@ class Trainer : public Serializable {
   /// Registers an extension; name, trigger and priority default to the extension's own.
   void extend(std::shared_ptr<Extension> extension, const std::string& name = "",
               std::shared_ptr<Trigger> trigger = nullptr, std::optional<int> priority = std::nullopt);
+  /// Registers an extension given by value, as in Chainer: `trainer.extend(LogReport())`.
+  /// The trainer keeps its own copy; to read an extension later (e.g. LogReport::log()),
+  /// pass a shared_ptr or use get_extension(name).
+  template <typename E>
+    requires std::derived_from<std::remove_cvref_t<E>, Extension>
+  void extend(E&& extension, const std::string& name = "",
+              std::shared_ptr<Trigger> trigger = nullptr,
+              std::optional<int> priority = std::nullopt) {
+    auto owned = std::make_shared<std::remove_cvref_t<E>>(std::forward<E>(extension));
+    extend(std::static_pointer_cast<Extension>(std::move(owned)), name, std::move(trigger),
+           priority);
+  }
   /// Runs the loop until the stop trigger fires. Exceptions propagate after extensions'
   /// on_error and finalize have run.
   void run();

@@ -31,7 +31,7 @@ class IntervalTrigger : public Trigger {
  private:
   double period_;
   std::string unit_;
-  // Chainer starts both at 0; a negative value (from an old snapshot) means "ask the updater".
+  // Start at 0 like Chainer; -1 marks "unknown" (guess from the updater). See Note [Trigger start].
   int64_t previous_iteration_ = 0;
   double previous_epoch_detail_ = 0;
 };
@@ -46,6 +46,7 @@ class ManualScheduleTrigger : public Trigger {
  private:
   std::vector<double> points_;
   std::string unit_;
+  // Start at 0 like Chainer; -1 marks "unknown" (guess from the updater). See Note [Trigger start].
   int64_t previous_iteration_ = 0;
   double previous_epoch_detail_ = 0;
 };

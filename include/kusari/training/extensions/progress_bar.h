@@ -1,0 +1,73 @@
+// ProgressBar: shows how far training has got, its speed and the time left (Chainer's
+// extensions.ProgressBar).
+//
+//   trainer.extend(extensions::ProgressBar());   // length taken from the stop trigger
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "kusari/training/extension.h"
+
+namespace kusari::training::extensions {
+
+/// Every `update_interval` iterations, prints the progress of the whole training and of the
+/// current epoch, the iteration and epoch counts, iterations per second (over the last 100
+/// updates) and the estimated time to finish.
+///
+/// Note [ProgressBar output]
+/// On a terminal the display is Chainer's: four lines redrawn in place with ANSI escapes,
+///
+///        total [#################.................................] 35.54%
+///   this epoch [#####.............................................] 10.84%
+///        91300 iter, 7 epoch / 20 epochs
+///      0.71428 iters/sec. Estimated time to finish: 2 days, 16:23:34.613215.
+///
+/// When the output is not a terminal (a batch job's log file), escapes would only garble the
+/// file, so each update prints one plain line instead:
+///
+///   91300 iter, 7 epoch / 20 epochs; total 35.54%, this epoch 10.84%; 0.71428 iters/sec;
+///   estimated time to finish: 2 days, 16:23:34.613215.
+///
+/// (one line in the file). The terminal test is isatty() on std::cout / std::cerr; any other
+/// stream counts as a file unless set_terminal(true) says otherwise.
+class ProgressBar : public Extension {
+ public:
+  /// `training_length`: (length, "epoch" | "iteration"); when absent it is taken from the
+  /// trainer's stop trigger, which must then be an IntervalTrigger.
+  explicit ProgressBar(std::optional<std::pair<double, std::string>> training_length = std::nullopt,
+                       int64_t update_interval = 100, int bar_length = 50,
+                       std::ostream& out = std::cout);
+
+  /// Forces the terminal (true) or plain-line (false) display instead of detecting it.
+  ProgressBar& set_terminal(bool terminal) {
+    terminal_ = terminal;
+    return *this;
+  }
+
+  /// Draws the progress when the iteration is a multiple of update_interval.
+  void operator()(Trainer& trainer) override;
+  /// "ProgressBar".
+  std::string default_name() const override { return "ProgressBar"; }
+  /// Every iteration (it draws only every update_interval iterations).
+  std::shared_ptr<Trigger> default_trigger() const override { return interval(1, "iteration"); }
+  /// Erases the bar (on a terminal).
+  void finalize() override;
+
+ private:
+  std::optional<std::pair<double, std::string>> training_length_;
+  int64_t update_interval_;
+  int bar_length_;
+  std::ostream* out_;
+  std::optional<bool> terminal_;
+  // (iteration, epoch_detail, time) of the last updates, at most 100.
+  std::deque<std::tuple<int64_t, double, std::chrono::steady_clock::time_point>> recent_;
+  bool drawn_ = false;
+};
+
+}  // namespace kusari::training::extensions
