@@ -7,5 +7,6 @@
 
 #include "kusari/mn/communicator.h"
 #include "kusari/mn/dataset.h"
+#include "kusari/mn/extensions.h"
 #include "kusari/mn/object.h"
 #include "kusari/mn/optimizer.h"

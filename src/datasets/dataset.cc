@@ -1,5 +1,7 @@
 #include "kusari/datasets/dataset.h"
 
+#include "kusari/iterators/iterator.h"
+
 namespace kusari {
 
 std::vector<Example> Dataset::get_examples(const std::vector<int64_t>& indices) const {
@@ -7,6 +9,10 @@ std::vector<Example> Dataset::get_examples(const std::vector<int64_t>& indices) 
   out.reserve(indices.size());
   for (int64_t i : indices) out.push_back(get_example(i));
   return out;
+}
+
+void Iterator::reseed(uint64_t) {
+  KUSARI_THROW(NotImplementedError, "this iterator cannot be reseeded");
 }
 
 }  // namespace kusari

@@ -215,6 +215,12 @@ void MultithreadIterator::reset() {
   previous_epoch_detail_ = -1.0;
 }
 
+void MultithreadIterator::reseed(uint64_t seed) {
+  drop_prefetch();
+  state_.generator = Generator(seed);
+  reset();
+}
+
 void MultithreadIterator::finalize() {
   drop_prefetch();
   pool_.reset();

@@ -30,6 +30,11 @@ void SerialIterator::reset() {
   previous_epoch_detail_ = -1.0;
 }
 
+void SerialIterator::reseed(uint64_t seed) {
+  state_.generator = Generator(seed);
+  reset();
+}
+
 void SerialIterator::serialize(Serializer& serializer) {
   serialize_iterator_state(serializer, state_, previous_epoch_detail_, batch_size_, shuffle_,
                            dataset_->size(), "order", "SerialIterator");

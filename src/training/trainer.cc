@@ -48,7 +48,11 @@ double Trainer::elapsed_time() const {
 
 void Trainer::run() {
   KUSARI_CHECK(!done_, ValueError, "Trainer::run: this trainer has already finished; create a new one");
-  std::filesystem::create_directories(out_);
+  if (!out_.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_, ec);
+    KUSARI_CHECK(!ec, IOError, "Trainer::run: cannot create the output folder '", out_, "': ", ec.message());
+  }
   std::stable_sort(extensions_.begin(), extensions_.end(),
                    [](const Entry& a, const Entry& b) { return a.priority > b.priority; });
   for (Entry& e : extensions_) e.extension->initialize(*this);

@@ -27,6 +27,8 @@ class Iterator : public Serializable {
   virtual bool repeat() const = 0;
   /// Starts over from the beginning (first epoch, fresh order).
   virtual void reset() = 0;
+  /// Reseeds the shuffle and starts over (used to give several processes the same order).
+  virtual void reseed(uint64_t seed);
   /// Releases resources (threads); called by the updater at the end of training.
   virtual void finalize() {}
 };

@@ -68,6 +68,8 @@ class MultithreadIterator : public Iterator {
   const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
   /// Back to epoch 0, position 0, with a new order; drops any prefetched batch.
   void reset() override;
+  /// A new shuffle seed, then reset().
+  void reseed(uint64_t seed) override;
   /// Stops and joins the worker threads; a later next() starts them again.
   void finalize() override;
   /// Saves or loads the position (Note [Iterator snapshots]); loading drops any prefetched batch.

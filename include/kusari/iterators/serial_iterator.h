@@ -43,6 +43,8 @@ class SerialIterator : public Iterator {
   const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
   /// Back to epoch 0, position 0, with a new order drawn from the iterator's generator.
   void reset() override;
+  /// A new shuffle seed, then reset().
+  void reseed(uint64_t seed) override;
   /// Saves or loads the position; see Note [Iterator snapshots].
   void serialize(Serializer& serializer) override;
 
