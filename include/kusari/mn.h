@@ -3,8 +3,10 @@
 //   auto comm = kusari::mn::create_communicator("naive");      // "pure_nccl" on GPUs
 //   auto opt = kusari::mn::create_multi_node_optimizer(std::make_shared<Adam>(), comm);
 //   auto train = kusari::mn::scatter_dataset(train_all, *comm, 0, true);
+//   auto checkpointer = kusari::mn::create_multi_node_checkpointer("run42", comm);
 #pragma once
 
+#include "kusari/mn/checkpoint.h"
 #include "kusari/mn/communicator.h"
 #include "kusari/mn/dataset.h"
 #include "kusari/mn/extensions.h"

@@ -30,6 +30,10 @@ bool MultiNodeOptimizer::parameters_changed() {
   return changed;
 }
 
+void MultiNodeOptimizer::mark_parameters_synchronized() {
+  parameters_changed();  // remembers the current parameter set and clears first_
+}
+
 void MultiNodeOptimizer::step_after_backward() {
   if (parameters_changed()) {
     comm_->bcast_data(*target_);

@@ -46,6 +46,11 @@ class MultiNodeOptimizer : public Optimizer {
   void serialize(Serializer& serializer) override;
   const char* type_name() const override { return "MultiNodeOptimizer"; }
 
+  /// Records the current parameters as already identical on every rank (every rank loaded the
+  /// same checkpoint), so that the next update takes a step instead of broadcasting rank 0's
+  /// parameters (ChainerMN's `needs_broadcast = False`; used by MultiNodeCheckpointer::maybe_load).
+  void mark_parameters_synchronized();
+
   Optimizer& actual_optimizer() { return *actual_; }
   Communicator& communicator() { return *comm_; }
 

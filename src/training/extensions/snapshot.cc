@@ -35,6 +35,11 @@ Snapshot::Snapshot(Serializable* target, SnapshotOptions options) : target_(targ
   KUSARI_CHECK(options_.n_retains != 0, ValueError, "snapshot: n_retains must be positive or -1 (keep all)");
 }
 
+void Snapshot::set_filename(std::string filename) {
+  KUSARI_CHECK(!filename.empty(), ValueError, "snapshot: the file name pattern is empty");
+  options_.filename = std::move(filename);
+}
+
 std::string Snapshot::default_name() const { return target_ ? "snapshot_object" : "snapshot"; }
 
 std::string Snapshot::filename_for(Trainer& trainer) const {

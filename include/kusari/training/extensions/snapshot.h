@@ -44,6 +44,13 @@ class Snapshot : public Extension {
   /// Snapshot files in `dir` matching the pattern, oldest first (by the numbers in the name).
   std::vector<std::string> find_snapshots(const std::string& dir) const;
 
+  /// The options this snapshot was made with.
+  const SnapshotOptions& options() const { return options_; }
+  /// The object saved, or null when the snapshot saves the whole trainer.
+  Serializable* target() const { return target_; }
+  /// Replaces the file name pattern (mn::multi_node_snapshot appends the rank to it).
+  void set_filename(std::string filename);
+
  private:
   void write(Trainer& trainer);
   Serializable* target_;

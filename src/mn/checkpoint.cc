@@ -1,0 +1,515 @@
+#include "kusari/mn/checkpoint.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iterator>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "kusari/mn/object.h"
+#include "kusari/mn/optimizer.h"
+#include "kusari/serializers/npz.h"
+#include "kusari/training/trainer.h"
+
+namespace kusari::mn {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// What one rank tells the others after a step that may fail on some ranks only.
+struct RankReport {
+  bool failed = false;
+  std::string error;
+  std::vector<int64_t> iterations;
+};
+
+// Every rank's report, in rank order (collective).
+std::vector<RankReport> exchange(Communicator& comm, const RankReport& mine) {
+  ByteWriter w;
+  w.put<uint8_t>(mine.failed ? 1 : 0);
+  w.put_string(mine.error);
+  w.put_vector(mine.iterations);
+  std::vector<RankReport> all;
+  for (const Bytes& b : comm.allgather_obj(w.take())) {
+    ByteReader r(b);
+    RankReport rep;
+    rep.failed = r.get<uint8_t>() != 0;
+    rep.error = r.get_string();
+    rep.iterations = r.get_vector<int64_t>();
+    all.push_back(std::move(rep));
+  }
+  return all;
+}
+
+// "rank 1: <error>; rank 2: <error>" for the ranks that failed (empty when none did).
+std::string failures(const std::vector<RankReport>& reports) {
+  std::ostringstream msg;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    if (!reports[r].failed) continue;
+    if (msg.tellp() > 0) msg << "; ";
+    msg << "rank " << r << ": " << reports[r].error;
+  }
+  return msg.str();
+}
+
+// Throws the same IOError on every rank when any rank failed.
+void throw_if_any_failed(const std::vector<RankReport>& reports, const std::string& what) {
+  const std::string failed = failures(reports);
+  if (!failed.empty()) KUSARI_THROW(IOError, what, " failed (", failed, ")");
+}
+
+// The iterations of every rank's report.
+std::vector<std::vector<int64_t>> iterations_of(const std::vector<RankReport>& reports) {
+  std::vector<std::vector<int64_t>> out;
+  for (const RankReport& r : reports) out.push_back(r.iterations);
+  return out;
+}
+
+// The iterations present in every list, ascending.
+std::vector<int64_t> common_iterations(const std::vector<std::vector<int64_t>>& lists) {
+  if (lists.empty()) return {};
+  std::set<int64_t> common(lists[0].begin(), lists[0].end());
+  for (size_t r = 1; r < lists.size(); ++r) {
+    std::set<int64_t> mine(lists[r].begin(), lists[r].end());
+    std::set<int64_t> both;
+    std::set_intersection(common.begin(), common.end(), mine.begin(), mine.end(),
+                          std::inserter(both, both.begin()));
+    common = std::move(both);
+  }
+  return {common.begin(), common.end()};
+}
+
+// A decimal number written without sign or leading zeros (as std::to_string writes it).
+std::optional<int64_t> parse_number(std::string_view s) {
+  if (s.empty() || (s.size() > 1 && s[0] == '0')) return std::nullopt;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+void make_directory(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  // Another rank may have created it at the same moment: only a missing folder is an error.
+  KUSARI_CHECK(fs::is_directory(dir), IOError,
+               "multi-node checkpointer: cannot create the folder '", dir, "'",
+               ec ? ": " + ec.message() : std::string());
+}
+
+}  // namespace
+
+// --- statistics ----------------------------------------------------------------------------------
+
+std::string CheckpointStats::report() const {
+  if (count == 0) return "No stats available";
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "Snapshot duration stats (sec): avg=%f, min=%f, max=%f",
+                average_seconds(), min_seconds, max_seconds);
+  return buf;
+}
+
+// --- MultiNodeCheckpointer -----------------------------------------------------------------------
+
+MultiNodeCheckpointer::MultiNodeCheckpointer(std::string name, std::shared_ptr<Communicator> comm,
+                                             int cp_interval, int gc_interval, std::string path)
+    : name_(std::move(name)),
+      comm_(std::move(comm)),
+      cp_interval_(cp_interval),
+      gc_interval_(gc_interval),
+      path_(std::move(path)) {
+  KUSARI_CHECK(comm_, ValueError, "create_multi_node_checkpointer: the communicator is null");
+  KUSARI_CHECK(!name_.empty(), ValueError, "create_multi_node_checkpointer: the name is empty");
+  KUSARI_CHECK(name_.find('/') == std::string::npos, ValueError,
+               "create_multi_node_checkpointer: the name '", name_,
+               "' contains '/' (it is a file name prefix; give the folder as `path`)");
+  KUSARI_CHECK(cp_interval_ > 0, ValueError,
+               "create_multi_node_checkpointer: cp_interval (the number of checkpoint sets kept) "
+               "must be positive, got ",
+               cp_interval_);
+  KUSARI_CHECK(gc_interval_ > 0, ValueError,
+               "create_multi_node_checkpointer: gc_interval (saves between garbage collections) "
+               "must be positive, got ",
+               gc_interval_);
+}
+
+std::shared_ptr<training::Trigger> MultiNodeCheckpointer::default_trigger() const {
+  return training::interval(1, "iteration");
+}
+
+std::string MultiNodeCheckpointer::filename(int64_t iteration) const {
+  return name_ + "." + std::to_string(comm_->rank()) + "." + std::to_string(iteration);
+}
+
+std::optional<std::pair<int, int64_t>> MultiNodeCheckpointer::parse(
+    const std::string& filename) const {
+  // "<name>.<rank>.<iteration>"; the name itself may contain dots, so match it as a prefix.
+  if (filename.size() <= name_.size() + 1 || filename.compare(0, name_.size(), name_) != 0 ||
+      filename[name_.size()] != '.') {
+    return std::nullopt;
+  }
+  const std::string_view rest = std::string_view(filename).substr(name_.size() + 1);
+  const size_t dot = rest.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  const auto rank = parse_number(rest.substr(0, dot));
+  const auto iteration = parse_number(rest.substr(dot + 1));
+  if (!rank || !iteration || *rank > std::numeric_limits<int>::max()) return std::nullopt;
+  return std::make_pair(static_cast<int>(*rank), *iteration);
+}
+
+std::vector<int64_t> MultiNodeCheckpointer::local_iterations() const {
+  std::vector<int64_t> found;
+  if (path_.empty()) return found;
+  std::error_code ec;
+  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (!it->is_regular_file(type_ec)) continue;
+    const auto parsed = parse(it->path().filename().string());
+    if (parsed && parsed->first == comm_->rank()) found.push_back(parsed->second);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+void MultiNodeCheckpointer::operator()(training::Trainer& trainer) {
+  if (path_.empty()) path_ = trainer.out();
+  save(trainer, trainer.updater().iteration());
+}
+
+void MultiNodeCheckpointer::save(Serializable& target, int64_t iteration) {
+  KUSARI_CHECK(!path_.empty(), ValueError,
+               "MultiNodeCheckpointer::save: no folder; give `path` to "
+               "create_multi_node_checkpointer or use the checkpointer as a trainer extension");
+  KUSARI_CHECK(iteration >= 0, ValueError, "MultiNodeCheckpointer::save: iteration ", iteration,
+               " is negative");
+  RankReport mine;
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    make_directory(path_);
+    save_npz((fs::path(path_) / filename(iteration)).string(), target);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats_.min_seconds = stats_.count ? std::min(stats_.min_seconds, seconds) : seconds;
+    stats_.max_seconds = stats_.count ? std::max(stats_.max_seconds, seconds) : seconds;
+    stats_.total_seconds += seconds;
+    ++stats_.count;
+  } catch (const std::exception& e) {
+    mine.failed = true;
+    mine.error = e.what();
+  }
+  // The counter moves identically on every rank, so all of them collect at the same save.
+  const bool collect = ++saves_since_gc_ >= gc_interval_;
+  if (collect) {
+    saves_since_gc_ = 0;
+    mine.iterations = local_iterations();
+  }
+  const std::vector<RankReport> reports = exchange(*comm_, mine);
+  throw_if_any_failed(reports, "multi-node checkpointer '" + name_ + "': saving iteration " +
+                                   std::to_string(iteration));
+  if (collect) collect_garbage(iterations_of(reports), iteration);
+}
+
+void MultiNodeCheckpointer::collect_garbage(
+    const std::vector<std::vector<int64_t>>& iterations_of_ranks, int64_t saved_iteration) {
+  // Keep the newest cp_interval complete sets up to the one just saved; see
+  // Note [Multi-node checkpoint sets] for why newer files go too.
+  std::vector<int64_t> common = common_iterations(iterations_of_ranks);
+  common.erase(std::upper_bound(common.begin(), common.end(), saved_iteration), common.end());
+  const size_t keep_from = common.size() > static_cast<size_t>(cp_interval_)
+                               ? common.size() - static_cast<size_t>(cp_interval_)
+                               : 0;
+  const std::set<int64_t> keep(common.begin() + static_cast<long>(keep_from), common.end());
+  for (int64_t i : iterations_of_ranks[static_cast<size_t>(comm_->rank())]) {
+    if (keep.count(i)) continue;
+    std::error_code ec;  // a file that cannot be removed is retried at the next collection
+    fs::remove(fs::path(path_) / filename(i), ec);
+  }
+  remove_stale_temporaries();
+}
+
+void MultiNodeCheckpointer::remove_stale_temporaries() const {
+  // save_npz writes ".<file>.tmp.XXXXXX" beside <file> (Note [Atomic file replacement]). This
+  // rank writes its files one at a time, so between saves any of its temporaries is left over
+  // from a killed job.
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    const size_t tmp = file.rfind(".tmp.");
+    if (file.size() < 2 || file[0] != '.' || tmp == std::string::npos || tmp < 1) continue;
+    const auto parsed = parse(file.substr(1, tmp - 1));
+    if (parsed && parsed->first == comm_->rank()) stale.push_back(it->path());
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);
+}
+
+std::optional<int64_t> MultiNodeCheckpointer::maybe_load(training::Trainer& trainer,
+                                                         Optimizer* optimizer) {
+  if (path_.empty()) path_ = trainer.out();
+  return load_common(trainer, optimizer);
+}
+
+std::optional<int64_t> MultiNodeCheckpointer::maybe_load(Serializable& target,
+                                                         Optimizer* optimizer) {
+  KUSARI_CHECK(!path_.empty(), ValueError,
+               "MultiNodeCheckpointer::maybe_load: no folder; give `path` to "
+               "create_multi_node_checkpointer or pass the trainer");
+  return load_common(target, optimizer);
+}
+
+std::optional<int64_t> MultiNodeCheckpointer::load_common(Serializable& target,
+                                                          Optimizer* optimizer) {
+  RankReport listing;
+  listing.iterations = local_iterations();
+  const std::vector<int64_t> common = common_iterations(iterations_of(exchange(*comm_, listing)));
+  std::vector<std::string> unreadable;
+  for (auto it = common.rbegin(); it != common.rend(); ++it) {
+    const std::string file = (fs::path(path_) / filename(*it)).string();
+    // Read the whole file first, so that a damaged one is found before the target is touched.
+    RankReport read;
+    NamedArrays arrays;
+    try {
+      arrays = read_npz(file);
+    } catch (const std::exception& e) {
+      read.failed = true;
+      read.error = e.what();
+    }
+    const std::vector<RankReport> reads = exchange(*comm_, read);
+    const std::string failed = failures(reads);
+    if (!failed.empty()) {
+      if (comm_->rank() == 0) {
+        std::fprintf(stderr,
+                     "[kusari.mn] multi-node checkpointer '%s': checkpoint iteration %lld cannot "
+                     "be read on every rank (%s); trying an older one\n",
+                     name_.c_str(), static_cast<long long>(*it), failed.c_str());
+        std::fflush(stderr);
+      }
+      unreadable.push_back(std::to_string(*it) + " (" + failed + ")");
+      continue;
+    }
+    RankReport load;
+    try {
+      NpzDeserializer(arrays).load(target);
+    } catch (const std::exception& e) {
+      load.failed = true;
+      load.error = e.what();
+    }
+    throw_if_any_failed(exchange(*comm_, load), "multi-node checkpointer '" + name_ +
+                                                    "': loading checkpoint iteration " +
+                                                    std::to_string(*it) + " from " + path_);
+    if (auto* multi = dynamic_cast<MultiNodeOptimizer*>(optimizer)) {
+      multi->mark_parameters_synchronized();
+    }
+    return *it;
+  }
+  if (!unreadable.empty()) {
+    std::ostringstream msg;
+    for (const std::string& u : unreadable) msg << "\n  iteration " << u;
+    KUSARI_THROW(IOError, "multi-node checkpointer '", name_, "': there are complete checkpoint ",
+                 "sets in ", path_, " but none can be read on every rank:", msg.str(),
+                 "\nRemove the damaged files (or all of them, to start from scratch)");
+  }
+  return std::nullopt;
+}
+
+void MultiNodeCheckpointer::on_error(training::Trainer&, const std::exception&) {
+  failed_ = true;
+}
+
+void MultiNodeCheckpointer::finalize() {
+  if (failed_ || path_.empty()) return;
+  for (int64_t i : local_iterations()) {
+    std::error_code ec;
+    fs::remove(fs::path(path_) / filename(i), ec);
+  }
+  remove_stale_temporaries();
+}
+
+std::shared_ptr<MultiNodeCheckpointer> create_multi_node_checkpointer(
+    const std::string& name, std::shared_ptr<Communicator> comm, int cp_interval, int gc_interval,
+    const std::string& path) {
+  return std::make_shared<MultiNodeCheckpointer>(name, std::move(comm), cp_interval, gc_interval,
+                                                 path);
+}
+
+// --- replica sets --------------------------------------------------------------------------------
+
+ReplicaSets complete_replica_sets(const ReplicaSets& replica_sets, int size) {
+  KUSARI_CHECK(size > 0, ValueError, "multi_node_snapshot: the communicator size ", size,
+               " is not positive");
+  std::vector<int> set_of(static_cast<size_t>(size), -1);
+  ReplicaSets sets;
+  for (size_t i = 0; i < replica_sets.size(); ++i) {
+    KUSARI_CHECK(!replica_sets[i].empty(), ValueError, "multi_node_snapshot: replica set ", i,
+                 " is empty (every set needs at least one rank)");
+    for (int r : replica_sets[i]) {
+      KUSARI_CHECK(r >= 0 && r < size, ValueError, "multi_node_snapshot: rank ", r,
+                   " in replica set ", i, " is outside 0..", size - 1);
+      const int before = set_of[static_cast<size_t>(r)];
+      KUSARI_CHECK(before < 0, ValueError, "multi_node_snapshot: rank ", r,
+                   " is listed twice (in replica sets ", before, " and ", i,
+                   "); the sets must not overlap");
+      set_of[static_cast<size_t>(r)] = static_cast<int>(i);
+    }
+    std::vector<int> s = replica_sets[i];
+    std::sort(s.begin(), s.end());
+    sets.push_back(std::move(s));
+  }
+  std::vector<int> rest;
+  for (int r = 0; r < size; ++r) {
+    if (set_of[static_cast<size_t>(r)] < 0) rest.push_back(r);
+  }
+  if (!rest.empty()) sets.push_back(std::move(rest));
+  return sets;
+}
+
+// --- MultiNodeSnapshot ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kSnapshotStateTag = 7101;
+
+enum class AutoloadResult : uint8_t { kNothing = 0, kLoaded = 1, kFailed = 2 };
+
+}  // namespace
+
+MultiNodeSnapshot::MultiNodeSnapshot(std::shared_ptr<Communicator> comm,
+                                     std::shared_ptr<training::extensions::Snapshot> snapshot,
+                                     const ReplicaSets& replica_sets)
+    : comm_(std::move(comm)), snapshot_(std::move(snapshot)) {
+  KUSARI_CHECK(comm_, ValueError, "multi_node_snapshot: the communicator is null");
+  KUSARI_CHECK(snapshot_, ValueError, "multi_node_snapshot: the snapshot extension is null");
+  for (std::vector<int>& s : complete_replica_sets(replica_sets, comm_->size())) {
+    if (std::find(s.begin(), s.end(), comm_->rank()) != s.end()) {
+      replica_set_ = std::move(s);
+      break;
+    }
+  }
+  KUSARI_ASSERT(!replica_set_.empty(), "complete_replica_sets left out rank ", comm_->rank());
+  master_ = replica_set_.front();
+  snapshot_->set_filename(snapshot_->options().filename + "." + std::to_string(comm_->rank()));
+}
+
+std::shared_ptr<training::Trigger> MultiNodeSnapshot::default_trigger() const {
+  return snapshot_->default_trigger();
+}
+
+void MultiNodeSnapshot::operator()(training::Trainer& trainer) {
+  if (is_master()) (*snapshot_)(trainer);
+}
+
+void MultiNodeSnapshot::on_error(training::Trainer& trainer, const std::exception& error) {
+  if (is_master()) snapshot_->on_error(trainer, error);
+}
+
+void MultiNodeSnapshot::finalize() {
+  if (is_master()) snapshot_->finalize();
+}
+
+void MultiNodeSnapshot::serialize(Serializer& serializer) {
+  snapshot_->serialize(serializer);
+}
+
+void MultiNodeSnapshot::initialize(training::Trainer& trainer) {
+  if (!snapshot_->options().autoload) {
+    if (is_master()) snapshot_->initialize(trainer);
+    return;
+  }
+  Serializable& target = snapshot_->target() ? *snapshot_->target() : trainer;
+  RankReport mine;
+  bool loaded = false;
+  if (is_master()) {
+    ByteWriter message;
+    try {
+      snapshot_->initialize(trainer);
+      if (snapshot_->find_snapshots(trainer.out()).empty()) {
+        message.put<uint8_t>(static_cast<uint8_t>(AutoloadResult::kNothing));
+      } else {
+        loaded = true;
+        DictionarySerializer state;
+        state.save(target);
+        message.put<uint8_t>(static_cast<uint8_t>(AutoloadResult::kLoaded));
+        message.put<uint64_t>(state.target().size());
+        for (const auto& [key, value] : state.target()) {
+          message.put_string(key);
+          message.put_array(value);
+        }
+      }
+    } catch (const std::exception& e) {
+      mine.failed = true;
+      mine.error = e.what();
+      message = ByteWriter();
+      message.put<uint8_t>(static_cast<uint8_t>(AutoloadResult::kFailed));
+    }
+    const Bytes bytes = message.take();
+    for (int r : replica_set_) {
+      if (r != comm_->rank()) comm_->send_obj(bytes, r, kSnapshotStateTag);
+    }
+  } else {
+    try {
+      const Bytes bytes = comm_->recv_obj(master_, kSnapshotStateTag);
+      ByteReader reader(bytes);
+      if (static_cast<AutoloadResult>(reader.get<uint8_t>()) == AutoloadResult::kLoaded) {
+        NamedArrays state;
+        const uint64_t n = reader.get<uint64_t>();
+        for (uint64_t i = 0; i < n; ++i) {
+          std::string key = reader.get_string();
+          state.emplace_back(std::move(key), reader.get_array());
+        }
+        NpzDeserializer(state).load(target);
+        loaded = true;
+      }
+    } catch (const std::exception& e) {
+      mine.failed = true;
+      mine.error = e.what();
+    }
+  }
+  if (loaded && !snapshot_->target()) mine.iterations = {trainer.updater().iteration()};
+  const std::vector<RankReport> reports = exchange(*comm_, mine);
+  throw_if_any_failed(reports, "multi_node_snapshot: autoload in " + trainer.out());
+  if (snapshot_->target()) return;
+  // Whole trainers: see Note [Multi-node snapshot of replica sets] for this check.
+  std::ostringstream resumed;
+  bool any = false, same = true;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    const std::vector<int64_t>& it = reports[r].iterations;
+    any = any || !it.empty();
+    same = same && it == reports[0].iterations;
+    resumed << (r ? "; " : "") << "rank " << r << ": ";
+    if (it.empty()) {
+      resumed << "nothing";
+    } else {
+      resumed << "iteration " << it[0];
+    }
+  }
+  if (!any) return;
+  KUSARI_CHECK(same, IOError, "multi_node_snapshot: the replica sets resumed from different ",
+               "iterations (", resumed.str(), ") in ", trainer.out(),
+               "; a master lacks the newest snapshot of the others - restore it, or remove the ",
+               "newer snapshots of the other masters");
+  if (auto* multi = dynamic_cast<MultiNodeOptimizer*>(&trainer.updater().optimizer())) {
+    multi->mark_parameters_synchronized();
+  }
+}
+
+std::shared_ptr<MultiNodeSnapshot> multi_node_snapshot(
+    std::shared_ptr<Communicator> comm, std::shared_ptr<training::extensions::Snapshot> snapshot,
+    const ReplicaSets& replica_sets) {
+  return std::make_shared<MultiNodeSnapshot>(std::move(comm), std::move(snapshot), replica_sets);
+}
+
+std::shared_ptr<MultiNodeSnapshot> multi_node_snapshot(
+    std::shared_ptr<Communicator> comm, std::shared_ptr<training::extensions::Snapshot> snapshot) {
+  KUSARI_CHECK(comm, ValueError, "multi_node_snapshot: the communicator is null");
+  ReplicaSets sets;
+  for (int r = 0; r < comm->size(); ++r) sets.push_back({r});
+  return multi_node_snapshot(std::move(comm), std::move(snapshot), sets);
+}
+
+}  // namespace kusari::mn
