@@ -1,0 +1,148 @@
+// Data-parallel training of an MLP on MNIST / Fashion-MNIST: Chainer's train_mnist made
+// multi-node as in ChainerMN's example. Run it as one process, or on many with
+//
+//   mpiexec -n 2 ./train_mnist                                     # CPUs, "naive" communicator
+//   mpiexec -n 8 ./train_mnist --gpu --communicator pure_nccl       # one GPU per process
+//
+// The two lines that make a single-device program multi-node are marked "(multi-node)".
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "kusari/kusari.h"
+#include "kusari/mn.h"
+
+namespace F = kusari::functions;
+namespace L = kusari::links;
+namespace E = kusari::training::extensions;
+using kusari::Variable;
+
+// Network definition: 784 -> n_units -> n_units -> n_out, ReLU in between.
+class MLP : public kusari::Chain {
+ public:
+  MLP(int64_t n_units, int64_t n_out) {
+    l1 = add_link("l1", std::make_shared<L::Linear>(n_units));  // input size inferred
+    l2 = add_link("l2", std::make_shared<L::Linear>(n_units));
+    l3 = add_link("l3", std::make_shared<L::Linear>(n_out));
+  }
+  Variable forward(const Variable& x) override {
+    Variable h1 = F::relu((*l1)(x));
+    Variable h2 = F::relu((*l2)(h1));
+    return (*l3)(h2);
+  }
+
+ private:
+  std::shared_ptr<L::Linear> l1, l2, l3;
+};
+
+int main(int argc, char** argv) {
+  CLI::App app{"kusari example: data-parallel MNIST"};
+  int batchsize = 100, epoch = 20, unit = 1000, frequency = -1, threads = 0;
+  bool gpu = false, noplot = false;
+  std::string communicator = "pure_nccl", out = "result", resume, data;
+  app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)")->capture_default_str();
+  app.add_option("--communicator", communicator, "Type of communicator")->capture_default_str();
+  app.add_option("-e,--epoch", epoch, "Number of sweeps over the dataset to train")->capture_default_str();
+  app.add_flag("-g,--gpu", gpu, "Use GPUs: each process uses the GPU of its rank within its host");
+  app.add_option("-o,--out", out, "Directory to output the result")->capture_default_str();
+  app.add_option("-r,--resume", resume, "Resume the training from a snapshot");
+  app.add_option("-u,--unit", unit, "Number of units")->capture_default_str();
+  app.add_option("-f,--frequency", frequency, "Frequency of taking a snapshot (epochs; -1: at the end)")
+      ->capture_default_str();
+  app.add_option("--data", data,
+                 "Directory with the MNIST IDX files (train-images-idx3-ubyte[.gz], ...); default: the Fashion-MNIST "
+                 "install (/usr/share/datasets/fashion-mnist or $KUSARI_DATASET_ROOT/fashion-mnist)");
+  app.add_option("--threads", threads, "CPU threads per process (0: the cores divided among the host's processes)")
+      ->capture_default_str();
+  app.add_flag("--noplot", noplot, "Disable PlotReport extension");
+  CLI11_PARSE(app, argc, argv);
+
+  // Prepare the communicator: a GPU one with --gpu, "naive" on CPUs.          (multi-node)
+  const bool cpu_communicator = communicator == "naive" || communicator == "flat" || communicator == "dummy";
+  if (gpu && communicator == "naive") {
+    std::fprintf(stderr, "Error: 'naive' communicator does not support GPU; use e.g. --communicator pure_nccl\n");
+    return 1;
+  }
+  bool warn_fallback = false;
+  if (!gpu && !cpu_communicator) {
+    warn_fallback = app.count("--communicator") > 0;
+    communicator = "naive";
+  }
+  auto comm = kusari::mn::create_communicator(communicator);
+  kusari::Device device = gpu ? kusari::Device::cuda(comm->intra_rank()) : kusari::Device::cpu();
+  if (threads <= 0 && !std::getenv("OMP_NUM_THREADS")) {
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->intra_size());
+  }
+  if (threads > 0) kusari::set_num_threads(threads);
+
+  if (comm->rank() == 0) {
+    if (warn_fallback) std::printf("Warning: using naive communicator because only naive supports CPU-only execution\n");
+    std::printf("==========================================\n");
+    std::printf("Num process (COMM_WORLD): %d\n", comm->size());
+    if (gpu) std::printf("Using GPUs\n");
+    std::printf("Using %s communicator\n", communicator.c_str());
+    std::printf("Num unit: %d\n", unit);
+    std::printf("Num Minibatch-size: %d\n", batchsize);
+    std::printf("Num epoch: %d\n", epoch);
+    std::printf("==========================================\n");
+    std::fflush(stdout);
+  }
+
+  auto model = std::make_shared<L::Classifier>(std::make_shared<MLP>(unit, 10));
+  model->to_device(device);
+  // Average the gradients over the processes before each update.               (multi-node)
+  auto optimizer = kusari::mn::create_multi_node_optimizer(std::make_shared<kusari::optimizers::Adam>(), comm);
+  optimizer->setup(model);
+
+  // Rank 0 reads the dataset and every process receives its shard.
+  std::shared_ptr<kusari::Dataset> train, test;
+  if (comm->rank() == 0) {
+    kusari::MnistOptions options;
+    std::pair<std::shared_ptr<kusari::TupleDataset>, std::shared_ptr<kusari::TupleDataset>> sets;
+    if (data.empty()) {
+      sets = kusari::get_fashion_mnist(options);
+    } else {
+      options.directory = data;
+      sets = kusari::get_mnist(options);
+    }
+    train = sets.first;
+    test = sets.second;
+  }
+  train = kusari::mn::scatter_dataset(train, *comm, 0, true);
+  test = kusari::mn::scatter_dataset(test, *comm, 0, true);
+
+  auto train_iter = std::make_shared<kusari::SerialIterator>(train, batchsize);
+  auto test_iter = std::make_shared<kusari::SerialIterator>(test, batchsize, false, false);
+  auto updater = std::make_shared<kusari::training::StandardUpdater>(train_iter, optimizer, device);
+  kusari::training::Trainer trainer(updater, kusari::training::interval(epoch, "epoch"), out);
+
+  // Evaluate the model with the test dataset for each epoch, over all processes.
+  auto evaluator = std::make_shared<E::Evaluator>(test_iter, model, nullptr, device);
+  trainer.extend(kusari::mn::create_multi_node_evaluator(evaluator, comm));
+
+  // Some display and output extensions are necessary only for one worker.
+  if (comm->rank() == 0) {
+    const int snapshot_every = frequency == -1 ? epoch : std::max(1, frequency);
+    trainer.extend(E::snapshot(), "", kusari::training::interval(snapshot_every, "epoch"));
+    trainer.extend(std::make_shared<E::LogReport>());
+    if (!noplot) {
+      trainer.extend(std::make_shared<E::PlotReport>(std::vector<std::string>{"main/loss", "validation/main/loss"},
+                                                     "epoch", nullptr, "loss.png"));
+      trainer.extend(std::make_shared<E::PlotReport>(
+          std::vector<std::string>{"main/accuracy", "validation/main/accuracy"}, "epoch", nullptr, "accuracy.png"));
+    }
+    trainer.extend(std::make_shared<E::PrintReport>(std::vector<std::string>{
+        "epoch", "main/loss", "validation/main/loss", "main/accuracy", "validation/main/accuracy", "elapsed_time"}));
+    trainer.extend(std::make_shared<E::ProgressBar>());
+  }
+
+  if (!resume.empty()) {
+    // Every process loads the same snapshot, so they continue with identical weights.
+    kusari::load_npz(resume, trainer);
+    std::static_pointer_cast<kusari::mn::MultiNodeOptimizer>(optimizer)->mark_parameters_synchronized();
+  }
+  trainer.run();
+  return 0;
+}
