@@ -3,9 +3,14 @@
 //   auto comm = kusari::mn::create_communicator("naive");      // "pure_nccl" on GPUs
 //   auto opt = kusari::mn::create_multi_node_optimizer(std::make_shared<Adam>(), comm);
 //   auto train = kusari::mn::scatter_dataset(train_all, *comm, 0, true);
+//
+// Model parallelism: kusari::mn::send / recv and the differentiable collectives (functions.h),
+// and kusari::mn::MultiNodeChainList (links.h); see docs/model_parallel.md.
 #pragma once
 
 #include "kusari/mn/communicator.h"
 #include "kusari/mn/dataset.h"
+#include "kusari/mn/functions.h"
+#include "kusari/mn/links.h"
 #include "kusari/mn/object.h"
 #include "kusari/mn/optimizer.h"
