@@ -8,6 +8,7 @@
 #include "kusari/functions/convolution.h"
 #include "kusari/functions/evaluation.h"
 #include "kusari/functions/loss.h"
+#include "kusari/functions/lstm.h"
 #include "kusari/functions/math.h"
 #include "kusari/functions/noise.h"
 #include "kusari/functions/normalization.h"

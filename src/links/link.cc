@@ -146,6 +146,7 @@ void Link::copyparams(const Link& other, bool copy_persistent) {
     for (size_t i = 0; i < pm.size(); ++i) {
       Array& dst = *pm[i].second;
       const Array& src = *pt[i].second;
+      if (!src.defined()) continue;  // not sized in the source (like an uninitialised parameter)
       if (dst.defined() && src.defined() && dst.shape() == src.shape()) {
         dst.assign(src.to_device(dst.device()).astype(dst.dtype()));
       } else {
@@ -194,7 +195,13 @@ void Link::serialize(Serializer& s) {
       p.impl().data = a.to_device(p.device()).astype(p.initializer() ? p.initializer()->dtype() : a.dtype()).copy();
     }
   }
-  for (auto& [n, a] : persistents_) s(n, a);
+  for (auto& [n, a] : persistents_) {
+    const bool was_defined = a.defined();
+    s(n, a);
+    // A persistent that was not sized yet (e.g. a lazy BatchNormalization's avg_mean) is loaded
+    // on the CPU; it belongs on the link's device like the values that were sized.
+    if (s.is_loading() && !was_defined && a.defined()) a = a.to_device(device_);
+  }
   for (auto& [n, c] : children_) {
     auto child = s.child(n);
     c->serialize(*child);
