@@ -9,6 +9,7 @@
 // and kusari::mn::MultiNodeChainList (links.h); see docs/model_parallel.md.
 #pragma once
 
+#include "kusari/mn/batch_normalization.h"
 #include "kusari/mn/checkpoint.h"
 #include "kusari/mn/communicator.h"
 #include "kusari/mn/dataset.h"

@@ -77,6 +77,36 @@ BatchStatistics compute_batch_statistics(const Array& x, const Axes& axes, doubl
   return s;
 }
 
+// Note [Multi-node batch statistics]
+// With a reducer, each process packs its element count and its per-channel sums of x and x^2
+// (in float64) into one array of 1 + 2C values; one allreduce gives the global count M and sums,
+// so mean = S / M and var = Q / M - mean^2 describe the union of all batches even when their
+// sizes differ (ChainerMN averages per-process means, which assumes equal sizes). Backward
+// sums gy and gy * x_hat per channel the same way (2C values) and uses them with the global M;
+// the gradients of gamma and beta are this process's own sums, which the multi-node optimizer
+// then averages like every other gradient.
+BatchStatistics compute_global_batch_statistics(const Array& x, const Axes& axes, double eps, int64_t m_local,
+                                                BatchStatisticsReducer& reducer, double* total) {
+  Array x64 = x.astype(Dtype::kFloat64);
+  Array s = kusari::sum(x64, axes, true);
+  Array q = kusari::sum(kusari::square(x64), axes, true);
+  const int64_t c = s.size();
+  Array packed = concatenate({Array::full({1}, static_cast<double>(m_local), Dtype::kFloat64, x.device()),
+                              s.reshape({c}), q.reshape({c})});
+  reducer.sum(packed);
+  std::vector<Array> parts = split_at(packed, {1, 1 + c});
+  *total = parts[0].item<double>();
+  KUSARI_CHECK(*total > 0, ValueError, "batch_normalization: the processes' batches are all empty");
+  const Shape ks = s.shape();
+  BatchStatistics st;
+  Array mean64 = parts[1].reshape(ks) * (1.0 / *total);
+  Array var64 = kusari::maximum(parts[2].reshape(ks) * (1.0 / *total) - kusari::square(mean64), 0.0);
+  st.mean = mean64.astype(x.dtype());
+  st.var = var64.astype(x.dtype());
+  st.inv_std = kusari::rsqrt(var64 + eps).astype(x.dtype());
+  return st;
+}
+
 void check_running(const char* fn, const char* name, const Array* running, const Variable& x,
                    const BatchNormGeometry& g) {
   if (running == nullptr) return;
@@ -163,7 +193,7 @@ void fixed_batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g,
 
 Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
                              double eps, Array* running_mean, Array* running_var, double decay,
-                             const Axes& axis) {
+                             const Axes& axis, BatchStatisticsReducer* reducer) {
   const char* fn = "batch_normalization";
   BatchNormGeometry g = batch_norm_geometry(fn, x, axis, {{"gamma", &gamma}, {"beta", &beta}});
   KUSARI_CHECK(eps > 0.0, ValueError, fn, ": eps must be positive, got ", eps);
@@ -172,17 +202,44 @@ Variable batch_normalization(const Variable& x, const Variable& gamma, const Var
   check_running(fn, "running_mean", running_mean, x, g);
   check_running(fn, "running_var", running_var, x, g);
 
-  BatchStatistics s = compute_batch_statistics(x.data(), g.axes, eps);
+  double total = static_cast<double>(g.m);
+  BatchStatistics s = reducer ? compute_global_batch_statistics(x.data(), g.axes, eps, g.m, *reducer, &total)
+                              : compute_batch_statistics(x.data(), g.axes, eps);
   Array scale = gamma.data().reshape(g.keepdims_shape) * s.inv_std;
   Array y = (x.data() - s.mean) * scale + beta.data().reshape(g.keepdims_shape);
 
   update_running(running_mean, s.mean, g.param_shape, decay);
   if (running_var != nullptr) {
-    const double adjust =
-        static_cast<double>(g.m) / std::max<double>(static_cast<double>(g.m - 1), 1.0);
+    const double adjust = total / std::max(total - 1.0, 1.0);
     update_running(running_var, s.var * adjust, g.param_shape, decay);
   }
 
+  if (reducer) {
+    return record(fn, {x, gamma, beta}, std::move(y),
+                  [g, total, reducer, mean = s.mean, inv_std = s.inv_std](BackwardContext& ctx) {
+                    KUSARI_CHECK(!ctx.is_double_backprop(), NotImplementedError,
+                                 "batch_normalization: the multi-node form is differentiable once; "
+                                 "double backprop through it is not supported");
+                    const Array& x = ctx.input(0).data();
+                    const Array& gy = ctx.output_grad().data();
+                    Array x_hat = (x - mean) * inv_std;
+                    Array gbeta = kusari::sum(gy, g.axes, true);
+                    Array ggamma = kusari::sum(gy * x_hat, g.axes, true);
+                    const int64_t c = gbeta.size();
+                    Array packed = concatenate({gbeta.astype(Dtype::kFloat64).reshape({c}),
+                                                ggamma.astype(Dtype::kFloat64).reshape({c})});
+                    reducer->sum(packed);
+                    std::vector<Array> sums = split_at(packed, {c});
+                    Array gb = (sums[0] * (1.0 / total)).astype(gy.dtype()).reshape(gbeta.shape());
+                    Array gg = (sums[1] * (1.0 / total)).astype(gy.dtype()).reshape(gbeta.shape());
+                    Array gamma_k = ctx.input(1).data().reshape(g.keepdims_shape);
+                    if (ctx.needs_input_grad(0)) {
+                      ctx.set_input_grad(0, Variable(gamma_k * inv_std * ((gy - gb) - x_hat * gg)));
+                    }
+                    if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, Variable(ggamma.reshape(g.param_shape)));
+                    if (ctx.needs_input_grad(2)) ctx.set_input_grad(2, Variable(gbeta.reshape(g.param_shape)));
+                  });
+  }
   return record(fn, {x, gamma, beta}, std::move(y),
                 [g, eps, mean = s.mean, inv_std = s.inv_std](BackwardContext& ctx) {
                   batch_norm_backward(ctx, g, eps, mean, inv_std);

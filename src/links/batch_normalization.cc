@@ -169,7 +169,7 @@ Variable BatchNormalization::forward(const Variable& x, bool finetune) {
       decay = 1.0 - 1.0 / static_cast<double>(n);
     }
     return functions::batch_normalization(x, g, b, eps_, &persistent("avg_mean"),
-                                          &persistent("avg_var"), decay, axis);
+                                          &persistent("avg_var"), decay, axis, reducer_.get());
   }
   return functions::fixed_batch_normalization(x, g, b, Variable(avg_mean().astype(x.dtype())),
                                               Variable(avg_var().astype(x.dtype())), eps_, axis);

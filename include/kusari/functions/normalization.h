@@ -6,6 +6,15 @@
 
 namespace kusari::functions {
 
+/// Combines batch statistics over several processes (multi-node batch normalization): sum()
+/// replaces a packed array of per-channel sums by its elementwise sum over the processes. Every
+/// process must call it in the same order.
+class BatchStatisticsReducer {
+ public:
+  virtual ~BatchStatisticsReducer() = default;
+  virtual void sum(Array& packed) = 0;
+};
+
 /// Batch normalization with the statistics of the batch:
 ///   y = gamma * (x - mean) / sqrt(var + eps) + beta,
 /// where mean and the (biased) var are taken over `axis`. An empty `axis` means Chainer's default,
@@ -13,10 +22,12 @@ namespace kusari::functions {
 /// x over the remaining axes. When given, running_mean and running_var (gamma's shape) are updated
 /// in place: running_mean = decay * running_mean + (1 - decay) * mean, and likewise running_var
 /// with the unbiased variance var * m / (m - 1), m being the number of elements reduced.
+/// With a `reducer`, the statistics are those of the union of all processes' batches (see
+/// Note [Multi-node batch statistics]); that form is differentiable once, not twice.
 Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
                              double eps = 2e-5, Array* running_mean = nullptr,
                              Array* running_var = nullptr, double decay = 0.9,
-                             const Axes& axis = {});
+                             const Axes& axis = {}, BatchStatisticsReducer* reducer = nullptr);
 
 /// Batch normalization with given statistics (Chainer's fixed_batch_normalization, used at test
 /// time): y = gamma * (x - mean) / sqrt(var + eps) + beta. mean and var have gamma's shape and are

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "kusari/links/initializers.h"
+#include "kusari/functions/normalization.h"
 #include "kusari/links/link.h"
 
 namespace kusari::links {
@@ -72,6 +73,13 @@ class BatchNormalization : public Link {
   /// The axes the statistics are taken over, when given.
   const std::optional<Axes>& axis() const { return axis_; }
 
+ /// Makes the batch statistics (in train mode) those of all processes sharing `reducer`
+  /// (multi-node batch normalization; see kusari::mn::create_mnbn_model). Null: local statistics.
+  void set_statistics_reducer(std::shared_ptr<functions::BatchStatisticsReducer> reducer) {
+    reducer_ = std::move(reducer);
+  }
+  const std::shared_ptr<functions::BatchStatisticsReducer>& statistics_reducer() const { return reducer_; }
+
  protected:
   const char* type_name() const override { return "BatchNormalization"; }
 
@@ -87,6 +95,7 @@ class BatchNormalization : public Link {
   std::optional<Axes> axis_;
   std::shared_ptr<Initializer> initial_avg_mean_;
   std::shared_ptr<Initializer> initial_avg_var_;
+  std::shared_ptr<functions::BatchStatisticsReducer> reducer_;
 };
 
 }  // namespace kusari::links
