@@ -1,0 +1,139 @@
+// Data-parallel throughput of the MNIST MLP (784-1000-1000-10, Adam, 100 samples per process
+// per step) on this machine's CPUs: kusari under `mpiexec -n 2` (naive and flat communicators)
+// against one kusari process using all cores, and against PyTorch DistributedDataParallel
+// (gloo) with 2 processes and plain PyTorch in one process, all in the same run. Also the
+// gradient allreduce time per step.
+//
+//   bench_mn_mnist [--python python3] [--np 2] [--iterations 200]
+// (internally it re-runs itself with --worker, under mpiexec for the multi-process rows)
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "bench_util.h"
+#include "kusari/kusari.h"
+#include "kusari/mn.h"
+
+namespace F = kusari::functions;
+namespace L = kusari::links;
+
+namespace {
+
+class MLP : public kusari::Chain {
+ public:
+  MLP() {
+    l1 = add_link("l1", std::make_shared<L::Linear>(784, 1000));
+    l2 = add_link("l2", std::make_shared<L::Linear>(1000, 1000));
+    l3 = add_link("l3", std::make_shared<L::Linear>(1000, 10));
+  }
+  kusari::Variable forward(const kusari::Variable& x) override { return (*l3)(F::relu((*l2)(F::relu((*l1)(x))))); }
+  std::shared_ptr<L::Linear> l1, l2, l3;
+};
+
+int worker(int argc, char** argv) {
+  const int iterations = std::stoi(kusari::bench::flag(argc, argv, "iterations", "200"));
+  const int threads = std::stoi(kusari::bench::flag(argc, argv, "threads", "1"));
+  const std::string name = kusari::bench::flag(argc, argv, "communicator", "naive");
+  kusari::set_num_threads(threads);
+  auto comm = kusari::mn::create_communicator(name);
+  kusari::manual_seed(static_cast<uint64_t>(comm->rank()));
+  kusari::Array x = kusari::Array::uniform({100, 784});
+  std::vector<int32_t> labels(100);
+  for (int i = 0; i < 100; ++i) labels[static_cast<size_t>(i)] = i % 10;
+  kusari::Array t = kusari::Array::from_vector(labels);
+  auto model = std::make_shared<L::Classifier>(std::make_shared<MLP>());
+  kusari::optimizers::Adam adam;
+  adam.setup(model);
+  comm->bcast_data(*model);
+  auto step = [&]() {
+    model->cleargrads();
+    (*model)(kusari::Variable(x), t).backward();
+    if (comm->size() > 1) comm->multi_node_mean_grad(*model, true);
+    adam.update();
+  };
+  for (int i = 0; i < 5; ++i) step();
+  comm->barrier();
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) step();
+  comm->barrier();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The gradient path alone (pack + allreduce + unpack), all ranks starting together, as the
+  // PyTorch peer measures its allreduce.
+  double allreduce_ms = 0;
+  if (comm->size() > 1) {
+    comm->barrier();
+    auto a = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) comm->multi_node_mean_grad(*model, true);
+    allreduce_ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count() / 20 * 1e3;
+  }
+  if (comm->rank() == 0) {
+    std::printf("RESULT samples_per_sec %f\n", iterations * 100.0 * comm->size() / seconds);
+    std::printf("RESULT allreduce_ms %f\n", allreduce_ms);
+  }
+  return 0;
+}
+
+std::map<std::string, double> run_self(const std::string& self, const std::string& prefix, const std::string& args) {
+  std::string cmd = prefix + " " + self + " --worker " + args + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  std::map<std::string, double> out;
+  std::array<char, 4096> buf;
+  std::string all;
+  while (fgets(buf.data(), buf.size(), pipe.get())) {
+    std::string line(buf.data());
+    all += line;
+    char key[128];
+    double v;
+    if (std::sscanf(line.c_str(), "RESULT %127s %lf", key, &v) == 2) out[key] = v;
+  }
+  if (out.empty()) throw std::runtime_error("no result from: " + cmd + "\n" + all);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--worker") return worker(argc, argv);
+  }
+  const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
+  const std::string np = kusari::bench::flag(argc, argv, "np", "2");
+  const std::string iters = kusari::bench::flag(argc, argv, "iterations", "200");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int per_proc = std::max(1, cores / std::stoi(np));
+  std::string mpiexec = std::string(getuid() == 0 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " : "") +
+                        "mpiexec -n " + np + " --oversubscribe";
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  self[len > 0 ? len : 0] = '\0';
+
+  std::printf("MNIST MLP data-parallel training on %d CPU cores, 100 samples per process per step\n", cores);
+  std::printf("%-44s %14s %16s\n", "configuration", "samples/s", "allreduce ms");
+  auto single = run_self(self, "", "--threads " + std::to_string(cores) + " --iterations " + iters);
+  std::printf("%-44s %14.1f %16s\n", ("kusari, 1 process x " + std::to_string(cores) + " threads").c_str(),
+              single["samples_per_sec"], "-");
+  double best = 0;
+  for (const char* c : {"naive", "flat"}) {
+    auto r = run_self(self, mpiexec, std::string("--communicator ") + c + " --threads " + std::to_string(per_proc) +
+                                         " --iterations " + iters);
+    std::printf("%-44s %14.1f %16.3f\n",
+                ("kusari, mpiexec -n " + np + " x " + std::to_string(per_proc) + " threads, " + c).c_str(),
+                r["samples_per_sec"], r["allreduce_ms"]);
+    best = std::max(best, r["samples_per_sec"]);
+  }
+  auto torch1 = kusari::bench::run_peer(python, "ddp_mnist.py", "--np 1 --threads " + std::to_string(cores) +
+                                                                    " --iterations " + iters);
+  std::printf("%-44s %14.1f %16s\n", ("pytorch, 1 process x " + std::to_string(cores) + " threads").c_str(),
+              torch1["samples_per_sec"], "-");
+  auto ddp = kusari::bench::run_peer(python, "ddp_mnist.py", "--np " + np + " --threads " + std::to_string(per_proc) +
+                                                                 " --iterations " + iters);
+  std::printf("%-44s %14.1f %16.3f\n",
+              ("pytorch DDP (gloo), " + np + " processes x " + std::to_string(per_proc) + " threads").c_str(),
+              ddp["samples_per_sec"], ddp["allreduce_ms"]);
+  std::printf("ratio kusari (best of -n %s) / pytorch DDP = %.3f; kusari -n %s / kusari 1 process = %.3f\n", np.c_str(),
+              best / ddp["samples_per_sec"], np.c_str(), best / single["samples_per_sec"]);
+  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
+  return 0;
+}

@@ -1,0 +1,71 @@
+// One training epoch of the MNIST MLP (784-1000-1000-10, ReLU, Adam, batch 100) on the real
+// Fashion-MNIST training set through the full training loop (iterator, converter, Classifier,
+// optimizer), against the same epoch in PyTorch's CPU build in the same run, over thread settings
+// (kernel threads + BLAS threads); each framework's best setting is compared.
+//
+//   bench_mnist_epoch [--python python3] [--iterations 600] [--configs 1+1,1+2,2+2]
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "bench_util.h"
+#include "kusari/kusari.h"
+
+namespace F = kusari::functions;
+namespace L = kusari::links;
+
+namespace {
+
+class MLP : public kusari::Chain {
+ public:
+  MLP() {
+    l1 = add_link("l1", std::make_shared<L::Linear>(784, 1000));
+    l2 = add_link("l2", std::make_shared<L::Linear>(1000, 1000));
+    l3 = add_link("l3", std::make_shared<L::Linear>(1000, 10));
+  }
+  kusari::Variable forward(const kusari::Variable& x) override { return (*l3)(F::relu((*l2)(F::relu((*l1)(x))))); }
+  std::shared_ptr<L::Linear> l1, l2, l3;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
+  const int iterations = std::stoi(kusari::bench::flag(argc, argv, "iterations", "600"));
+  const std::string configs = kusari::bench::flag(argc, argv, "configs", "1+1,1+2,2+2");
+  auto [train, test] = kusari::get_fashion_mnist();
+  std::printf("MNIST MLP training epoch (600 iterations of batch 100 on Fashion-MNIST), seconds per epoch\n");
+  std::printf("%-22s %12s %12s\n", "threads (omp+blas)", "kusari", "pytorch");
+  double best_k = 1e30, best_p = 1e30;
+  std::string best_k_cfg, best_p_cfg;
+  std::stringstream ss(configs);
+  std::string cfg;
+  while (std::getline(ss, cfg, ',')) {
+    const int omp = std::stoi(cfg.substr(0, cfg.find('+')));
+    const int blas = std::stoi(cfg.substr(cfg.find('+') + 1));
+    kusari::set_num_threads(omp);
+    kusari::set_blas_num_threads(blas);
+    kusari::manual_seed(0);
+    auto model = std::make_shared<L::Classifier>(std::make_shared<MLP>());
+    auto optimizer = std::make_shared<kusari::optimizers::Adam>();
+    optimizer->setup(model);
+    auto it = std::make_shared<kusari::SerialIterator>(train, 100, true, true, 0);
+    kusari::training::StandardUpdater updater(it, optimizer);
+    for (int i = 0; i < 5; ++i) updater.update();  // warm-up
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations; ++i) updater.update();
+    const double k = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 600.0 / iterations;
+    auto peer = kusari::bench::run_peer(python, "mnist_epoch.py",
+                                        "--threads " + std::to_string(omp) + " --iterations " + std::to_string(iterations),
+                                        "OPENBLAS_NUM_THREADS=" + std::to_string(blas));
+    const double p = peer.at("seconds_per_epoch");
+    std::printf("%-22s %12.3f %12.3f\n", cfg.c_str(), k, p);
+    std::fflush(stdout);
+    if (k < best_k) best_k = k, best_k_cfg = cfg;
+    if (p < best_p) best_p = p, best_p_cfg = cfg;
+  }
+  std::printf("best: kusari %.3f s (%s), pytorch %.3f s (%s), ratio kusari/pytorch = %.3f\n", best_k,
+              best_k_cfg.c_str(), best_p, best_p_cfg.c_str(), best_k / best_p);
+  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
+  return 0;
+}
