@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "common.h"
+#include "model_parallel_common.h"
 
 int main(int argc, char** argv) {
   auto comm = kusari::mn::create_communicator("naive");
