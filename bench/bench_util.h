@@ -31,14 +31,11 @@ inline double median_seconds(const std::function<void()>& f, int repeats, int wa
   return t[t.size() / 2];
 }
 
-/// Runs a peer script (bench/peers/<script>) with `args` under `python`, with extra environment
-/// assignments in front ("OPENBLAS_NUM_THREADS=1"), and returns its "RESULT key value" lines.
-inline std::map<std::string, double> run_peer(const std::string& python, const std::string& script,
-                                              const std::string& args, const std::string& env = "") {
-  std::string cmd = env + (env.empty() ? "" : " ") + python + " " + KUSARI_BENCH_DIR + "/peers/" + script + " " +
-                    args + " 2>&1";
+/// Runs a shell command and returns the "RESULT key value" lines it prints.
+inline std::map<std::string, double> run_for_results(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  if (!pipe) throw std::runtime_error("cannot run peer: " + cmd);
+  if (!pipe) throw std::runtime_error("cannot run: " + cmd);
   std::map<std::string, double> out;
   std::array<char, 4096> buf;
   std::string all;
@@ -50,8 +47,16 @@ inline std::map<std::string, double> run_peer(const std::string& python, const s
     double value;
     if (is >> tag >> key >> value && tag == "RESULT") out[key] = value;
   }
-  if (out.empty()) throw std::runtime_error("the peer printed no RESULT lines; command: " + cmd + "\noutput:\n" + all);
+  if (out.empty()) throw std::runtime_error("no RESULT lines from: " + cmd + "\noutput:\n" + all);
   return out;
+}
+
+/// Runs a peer script (bench/peers/<script>) with `args` under `python`, with extra environment
+/// assignments in front ("OPENBLAS_NUM_THREADS=1"), and returns its "RESULT key value" lines.
+inline std::map<std::string, double> run_peer(const std::string& python, const std::string& script,
+                                              const std::string& args, const std::string& env = "") {
+  return run_for_results(env + (env.empty() ? "" : " ") + python + " " + KUSARI_BENCH_DIR + "/peers/" + script + " " +
+                         args);
 }
 
 /// The command line that started this program, for "reproduce with".

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "bench_models.h"
 #include "bench_util.h"
 #include "kusari/kusari.h"
 #include "kusari/mn.h"
@@ -20,17 +21,6 @@ namespace F = kusari::functions;
 namespace L = kusari::links;
 
 namespace {
-
-class MLP : public kusari::Chain {
- public:
-  MLP() {
-    l1 = add_link("l1", std::make_shared<L::Linear>(784, 1000));
-    l2 = add_link("l2", std::make_shared<L::Linear>(1000, 1000));
-    l3 = add_link("l3", std::make_shared<L::Linear>(1000, 10));
-  }
-  kusari::Variable forward(const kusari::Variable& x) override { return (*l3)(F::relu((*l2)(F::relu((*l1)(x))))); }
-  std::shared_ptr<L::Linear> l1, l2, l3;
-};
 
 int worker(int argc, char** argv) {
   const int iterations = std::stoi(kusari::bench::flag(argc, argv, "iterations", "200"));
@@ -43,7 +33,7 @@ int worker(int argc, char** argv) {
   std::vector<int32_t> labels(100);
   for (int i = 0; i < 100; ++i) labels[static_cast<size_t>(i)] = i % 10;
   kusari::Array t = kusari::Array::from_vector(labels);
-  auto model = std::make_shared<L::Classifier>(std::make_shared<MLP>());
+  auto model = std::make_shared<L::Classifier>(std::make_shared<kusari::bench::MnistMLP>());
   kusari::optimizers::Adam adam;
   adam.setup(model);
   comm->bcast_data(*model);
@@ -76,20 +66,7 @@ int worker(int argc, char** argv) {
 }
 
 std::map<std::string, double> run_self(const std::string& self, const std::string& prefix, const std::string& args) {
-  std::string cmd = prefix + " " + self + " --worker " + args + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  std::map<std::string, double> out;
-  std::array<char, 4096> buf;
-  std::string all;
-  while (fgets(buf.data(), buf.size(), pipe.get())) {
-    std::string line(buf.data());
-    all += line;
-    char key[128];
-    double v;
-    if (std::sscanf(line.c_str(), "RESULT %127s %lf", key, &v) == 2) out[key] = v;
-  }
-  if (out.empty()) throw std::runtime_error("no result from: " + cmd + "\n" + all);
-  return out;
+  return kusari::bench::run_for_results(prefix + " " + self + " --worker " + args);
 }
 
 }  // namespace

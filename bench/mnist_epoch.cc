@@ -8,26 +8,12 @@
 #include <cstdio>
 #include <sstream>
 
+#include "bench_models.h"
 #include "bench_util.h"
 #include "kusari/kusari.h"
 
 namespace F = kusari::functions;
 namespace L = kusari::links;
-
-namespace {
-
-class MLP : public kusari::Chain {
- public:
-  MLP() {
-    l1 = add_link("l1", std::make_shared<L::Linear>(784, 1000));
-    l2 = add_link("l2", std::make_shared<L::Linear>(1000, 1000));
-    l3 = add_link("l3", std::make_shared<L::Linear>(1000, 10));
-  }
-  kusari::Variable forward(const kusari::Variable& x) override { return (*l3)(F::relu((*l2)(F::relu((*l1)(x))))); }
-  std::shared_ptr<L::Linear> l1, l2, l3;
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
@@ -46,7 +32,7 @@ int main(int argc, char** argv) {
     kusari::set_num_threads(omp);
     kusari::set_blas_num_threads(blas);
     kusari::manual_seed(0);
-    auto model = std::make_shared<L::Classifier>(std::make_shared<MLP>());
+    auto model = std::make_shared<L::Classifier>(std::make_shared<kusari::bench::MnistMLP>());
     auto optimizer = std::make_shared<kusari::optimizers::Adam>();
     optimizer->setup(model);
     auto it = std::make_shared<kusari::SerialIterator>(train, 100, true, true, 0);

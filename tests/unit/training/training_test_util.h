@@ -24,6 +24,7 @@
 #include "kusari/serializers/serializer.h"
 #include "kusari/training/trainer.h"
 #include "kusari/training/updater.h"
+#include "map_serializer.h"
 
 namespace kusari::testing {
 
@@ -101,41 +102,6 @@ class TinySGD : public Optimizer {
   }
 };
 
-/// Saves into / loads from a shared map keyed by full path ("updater/iteration", ...).
-class MapSerializer : public Serializer {
- public:
-  using Store = std::map<std::string, Array>;
-  MapSerializer(std::shared_ptr<Store> store, bool loading, std::string path = "")
-      : store_(std::move(store)), loading_(loading), path_(std::move(path)) {}
-
-  bool is_loading() const override { return loading_; }
-  std::unique_ptr<Serializer> child(const std::string& name) override {
-    return std::make_unique<MapSerializer>(store_, loading_, path_ + name + "/");
-  }
-  void operator()(const std::string& key, Array& value) override {
-    const std::string full = path_ + key;
-    if (!loading_) {
-      if (value.defined()) (*store_)[full] = value.copy();
-      return;
-    }
-    auto it = store_->find(full);
-    KUSARI_CHECK(it != store_->end(), ValueError, "MapSerializer: no entry '", full, "'");
-    if (value.defined()) {
-      value.assign(it->second);
-    } else {
-      value = it->second.copy();
-    }
-  }
-  bool contains(const std::string& key) const override {
-    return !loading_ || store_->count(path_ + key) > 0;
-  }
-  std::string path() const override { return path_; }
-
- private:
-  std::shared_ptr<Store> store_;
-  bool loading_;
-  std::string path_;
-};
 
 /// y = W x (W starts at 0.5, no bias); reports "loss" = mean((y - t)^2) and "x_mean" = mean(x)
 /// of each batch, and remembers the modes and batch sizes it ran with.

@@ -1,4 +1,5 @@
-// A minimal in-memory Serializer for iterator tests: entries live in a std::map keyed by path.
+// A minimal in-memory Serializer for tests: entries live in a std::map keyed by full path
+// ("updater/iteration", ...).
 #pragma once
 
 #include <map>
@@ -23,7 +24,7 @@ class MapSerializer : public Serializer {
   }
   void operator()(const std::string& key, Array& value) override {
     if (!loading_) {
-      (*store_)[path_ + key] = value.copy();
+      if (value.defined()) (*store_)[path_ + key] = value.copy();
       return;
     }
     auto it = store_->find(path_ + key);
