@@ -3,6 +3,7 @@
 #include <string>
 
 #include "functions/function_util.h"
+#include "kusari/core/debug.h"
 #include "kusari/core/routines.h"
 
 namespace kusari::functions {
@@ -91,8 +92,9 @@ Variable embed_id(const Array& x, const Variable& W, std::optional<int64_t> igno
     valid = kusari::not_equal(e.ids, *ignore_label);
     e.ids = kusari::where(valid, e.ids, Scalar(int64_t{0}));
   }
-  {
-    // Report the first id out of range (ids wrap in take, so they must be checked here).
+  if (x.device().is_cpu() || is_debug()) {
+    // Report the first id out of range (ids wrap in take, so they must be checked here). On a
+    // GPU the check would wait for the device every call: it runs in debug mode only there.
     Array bad =
         kusari::logical_or(kusari::less(e.ids, int64_t{0}), kusari::greater_equal(e.ids, vocab));
     if (x.size() > 0 && kusari::any(bad).item<bool>()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "functions/function_util.h"
+#include "kusari/core/debug.h"
 #include "kusari/core/routines.h"
 #include "kusari/functions/activation.h"
 #include "kusari/functions/array.h"
@@ -28,8 +29,9 @@ Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore
   Array t64 = t.astype(int64);
   Array valid = kusari::not_equal(t64, ignore_label);
   Array safe_t = kusari::where(valid, t64, Scalar(int64_t{0}));
-  {
-    // Labels out of range are a user error; report the first one.
+  if (x.device().is_cpu() || is_debug()) {
+    // Labels out of range are a user error; report the first one. On a GPU this check would
+    // wait for the device every step, so it runs only in debug mode there (KUSARI_DEBUG=1).
     Array bad = kusari::logical_and(valid, kusari::logical_or(kusari::less(safe_t, int64_t{0}),
                                                               kusari::greater_equal(safe_t, classes)));
     if (kusari::any(bad).item<bool>()) {
@@ -45,9 +47,9 @@ Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore
   Array onehot_f = onehot.astype(x.dtype());
   Array logp = kusari::log_softmax(x.data(), 1);
   Array per_sample = kusari::negative(kusari::sum(kusari::multiply(logp, onehot_f), {1}));
-  const int64_t count = kusari::sum(valid).item<int64_t>();
-  const double coeff = reduce == Reduce::kMean ? 1.0 / static_cast<double>(std::max<int64_t>(count, 1)) : 1.0;
-  Array y = reduce == Reduce::kMean ? kusari::sum(per_sample) * coeff : per_sample;
+  // 1 / (number of labels not ignored), kept on the device (no synchronisation).
+  Array coeff = kusari::reciprocal(kusari::maximum(kusari::sum(valid).astype(x.dtype()), 1.0));
+  Array y = reduce == Reduce::kMean ? kusari::multiply(kusari::sum(per_sample), coeff) : per_sample;
   return record(fn, {x}, std::move(y), [onehot_f, coeff, reduce, logp](BackwardContext& ctx) {
     Variable x = ctx.input(0);
     const int64_t n = x.shape()[0], k = x.shape()[1];
@@ -64,7 +66,7 @@ Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore
       p = Variable(kusari::exp(logp));
     }
     Variable diff = mul(sub(p, Variable(onehot_f)), Variable(row_valid));
-    Variable scale = reduce == Reduce::kMean ? broadcast_to(reshape(mul(gy, coeff), {1, 1}), {n, k})
+    Variable scale = reduce == Reduce::kMean ? broadcast_to(reshape(mul(gy, Variable(coeff)), {1, 1}), {n, k})
                                              : broadcast_to(reshape(gy, {n, 1}), {n, k});
     ctx.set_input_grad(0, mul(diff, scale));
   });
@@ -94,12 +96,13 @@ Variable sigmoid_cross_entropy(const Variable& x, const Array& t, bool normalize
   Array step = kusari::greater_equal(xd, 0.0).astype(x.dtype());
   Array elem = kusari::log1p(kusari::exp(kusari::negative(kusari::abs(xd)))) - xd * (tf - step);
   elem = elem * mask;
-  double coeff = 1.0;
+  // 1 / count on the device (no synchronisation): the labels not ignored, or the batch size.
+  Array coeff = normalize ? kusari::reciprocal(kusari::maximum(kusari::sum(valid).astype(x.dtype()), 1.0))
+                          : Array::full({}, 1.0 / static_cast<double>(std::max<int64_t>(x.shape()[0], 1)),
+                                        x.dtype(), x.device());
   Array y;
   if (reduce == Reduce::kMean) {
-    const int64_t count = normalize ? kusari::sum(valid).item<int64_t>() : x.shape()[0];
-    coeff = 1.0 / static_cast<double>(std::max<int64_t>(count, 1));
-    y = kusari::sum(elem) * coeff;
+    y = kusari::multiply(kusari::sum(elem), coeff);
   } else {
     y = std::move(elem);
   }
@@ -107,7 +110,7 @@ Variable sigmoid_cross_entropy(const Variable& x, const Array& t, bool normalize
     Variable x = ctx.input(0);
     Variable diff = mul(sub(sigmoid(x), Variable(tf)), Variable(mask));
     Variable gy = ctx.output_grad();
-    if (reduce == Reduce::kMean) gy = broadcast_to(mul(gy, coeff), x.shape());
+    if (reduce == Reduce::kMean) gy = broadcast_to(mul(gy, Variable(coeff)), x.shape());
     ctx.set_input_grad(0, mul(diff, gy));
   });
 }

@@ -40,13 +40,15 @@ GradientClipping::GradientClipping(double value) : threshold(value) {
 }
 
 double gradient_norm(Optimizer& optimizer) {
-  double sqnorm = 0.0;
+  // Squares summed in float64 so that float16 gradients neither overflow nor lose the small
+  // ones; the per-parameter sums stay on the device and are read once.
+  Array sqnorm;
   for_each_grad(optimizer, [&](const Array&, Array& g) {
-    // Squares summed in float64 so that float16 gradients neither overflow nor lose the small ones.
     const Array g64 = g.astype(Dtype::kFloat64);
-    sqnorm += sum(g64 * g64).item<double>();
+    Array s = sum(g64 * g64);
+    sqnorm = sqnorm.defined() ? sqnorm + s.to_device(sqnorm.device()) : s;
   });
-  return std::sqrt(sqnorm);
+  return sqnorm.defined() ? std::sqrt(sqnorm.item<double>()) : 0.0;
 }
 
 void GradientClipping::operator()(Optimizer& optimizer) {

@@ -165,13 +165,14 @@ void Optimizer::loss_scaling(int64_t interval, std::optional<double> scale) {
 // and the scale halved; after `interval` good steps in a row it is doubled. All ranks of a
 // data-parallel job see the same averaged gradients, so they decide alike.
 bool Optimizer::adjust_loss_scale(std::vector<ParamState>& states) {
-  bool finite = true;
+  // One count of non-finite values over all gradients, read once (one device synchronisation).
+  Array bad;
   for (ParamState& s : states) {
-    if (s.param.grad().defined() && !all(isfinite(s.param.grad())).item<bool>()) {
-      finite = false;
-      break;
-    }
+    if (!s.param.grad().defined()) continue;
+    Array b = sum(logical_not(isfinite(s.param.grad())));
+    bad = bad.defined() ? bad + b.to_device(bad.device()) : b;
   }
+  const bool finite = !bad.defined() || bad.item<int64_t>() == 0;
   if (!finite) {
     loss_scale_ = std::max(1.0, loss_scale_ / 2);
     good_steps_ = 0;
