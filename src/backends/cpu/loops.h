@@ -23,8 +23,9 @@
 
 namespace kusari::cpu {
 
-/// Elements below which a kernel stays on one thread.
-inline constexpr int64_t kParallelGrain = 1 << 15;
+/// Work (elements x cost) below which a kernel stays on one thread: smaller loops do not pay
+/// for waking threads, and spinning OpenMP threads hurt when the cores are shared.
+inline constexpr int64_t kParallelGrain = 1 << 18;
 
 /// Threads OpenMP would use for a parallel region (1 without OpenMP).
 inline int max_threads() {
