@@ -21,7 +21,8 @@
 //     float64. The math mode is part of the key, so switching TF32 at run time gets new plans.
 // Operands are made contiguous (NCHW, OIHW); the bias is added afterwards with the elementwise
 // add kernel, so a 16-bit output is rounded twice (after the convolution and after the bias)
-// where the CPU rounds once.
+// where the CPU rounds once. A 16-bit convolution for which cuDNN offers no algorithm (some
+// bfloat16 geometries of the legacy API) runs in float32 and is rounded once, like the CPU.
 #include <cudnn.h>
 
 #include <array>
@@ -129,11 +130,9 @@ struct Api<Direction::kForward> {
     KUSARI_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x, a, p.w, b, p.conv, p.y, out, n,
                                                               got, perf, ws, ws_bytes));
   }
-  static size_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo) {
-    size_t bytes = 0;
-    KUSARI_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-        h, p.x, p.w, p.conv, p.y, static_cast<cudnnConvolutionFwdAlgo_t>(algo), &bytes));
-    return bytes;
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(
+        h, p.x, p.w, p.conv, p.y, static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
   }
 };
 
@@ -155,11 +154,9 @@ struct Api<Direction::kBackwardData> {
     KUSARI_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
         h, p.w, a, p.y, b, p.conv, p.x, out, n, got, perf, ws, ws_bytes));
   }
-  static size_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo) {
-    size_t bytes = 0;
-    KUSARI_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-        h, p.w, p.y, p.conv, p.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &bytes));
-    return bytes;
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, p.w, p.y, p.conv, p.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
   }
 };
 
@@ -181,11 +178,9 @@ struct Api<Direction::kBackwardFilter> {
     KUSARI_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         h, p.x, a, p.y, b, p.conv, p.w, out, n, got, perf, ws, ws_bytes));
   }
-  static size_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo) {
-    size_t bytes = 0;
-    KUSARI_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        h, p.x, p.y, p.conv, p.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &bytes));
-    return bytes;
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, p.x, p.y, p.conv, p.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
   }
 };
 
@@ -244,24 +239,33 @@ void choose_algorithm(cudnnHandle_t handle, int device, ConvPlan& plan, bool fma
     WorkspaceLease ws = cudnn_workspace(device, std::max<size_t>(ws_bytes, 1));
     Api<D>::find(handle, plan, a, b, out, max_count, &got, perf.data(), ws.ptr, ws.bytes);
   }
-  const Perf* chosen = nullptr;
-  for (int i = 0; i < got && !chosen; ++i) {
-    if (acceptable(perf[i], fma_only)) chosen = &perf[i];
+  // cuDNN's order, except that without TF32 the candidates reporting FMA math come first.
+  std::vector<const Perf*> order;
+  for (int i = 0; i < got; ++i) {
+    if (acceptable(perf[i], fma_only)) order.push_back(&perf[i]);
   }
-  if (!chosen && fma_only) {
-    // No candidate reports FMA math; keep the FMA descriptor and take the first that ran.
-    for (int i = 0; i < got && !chosen; ++i) {
-      if (acceptable(perf[i], false)) chosen = &perf[i];
+  if (fma_only) {
+    for (int i = 0; i < got; ++i) {
+      if (acceptable(perf[i], false) && perf[i].mathType != CUDNN_FMA_MATH) order.push_back(&perf[i]);
     }
   }
-  KUSARI_CHECK(chosen != nullptr, NotImplementedError,
-               "convolution_2d on CUDA: cuDNN offers no usable algorithm for this geometry "
-               "(within a workspace of ",
-               kMaxCudnnWorkspaceBytes >> 20, " MiB",
+  // The first candidate that accepts the math mode and states a workspace within the limit.
+  for (const Perf* c : order) {
+    const cudnnMathType_t math = fma_only ? CUDNN_FMA_MATH : c->mathType;
+    if (cudnnSetConvolutionMathType(plan.conv, math) != CUDNN_STATUS_SUCCESS) continue;
+    size_t bytes = 0;
+    const int algo = static_cast<int>(c->algo);
+    if (Api<D>::workspace(handle, plan, algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+    if (bytes > kMaxCudnnWorkspaceBytes) continue;
+    plan.algo = algo;
+    plan.workspace = bytes;
+    return;
+  }
+  KUSARI_THROW(NotImplementedError,
+               "convolution_2d on CUDA: cuDNN offers no usable algorithm for this geometry (within a "
+               "workspace of ",
+               kMaxCudnnWorkspaceBytes >> 20, " MiB", fma_only ? ", without TF32" : "",
                deterministic_mode() ? ", deterministic only" : "", ")");
-  plan.algo = static_cast<int>(chosen->algo);
-  if (!fma_only) KUSARI_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, chosen->mathType));
-  plan.workspace = Api<D>::workspace(handle, plan, plan.algo);
 }
 
 struct PlanCache {
@@ -275,7 +279,7 @@ PlanCache& plan_cache() {
 }
 
 /// The plan of a convolution, created on first use (a, b, out: the call's buffers, used only for
-/// benchmarking).
+/// benchmarking); null when a 16-bit convolution must run in float32.
 template <Direction D>
 std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShape& s,
                                          const Conv2dParams& p, const void* a, const void* b,
@@ -301,8 +305,16 @@ std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShap
   }
   // Created outside the lock (benchmarking runs kernels); a concurrent duplicate is harmless.
   cudnnHandle_t handle = cudnn_handle(device);
-  std::shared_ptr<ConvPlan> plan = describe(dtype, s, p, math);
-  choose_algorithm<D>(handle, device, *plan, fma_only, a, b, out);
+  std::shared_ptr<ConvPlan> plan;
+  try {
+    plan = describe(dtype, s, p, math);
+    choose_algorithm<D>(handle, device, *plan, fma_only, a, b, out);
+  } catch (const Error&) {
+    // A 16-bit convolution cuDNN cannot run is computed in float32 instead (a null plan, cached
+    // like any other); for other dtypes the error stands.
+    if (dtype != Dtype::kFloat16 && dtype != Dtype::kBFloat16) throw;
+    plan = nullptr;
+  }
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto& plans = cache.per_device[static_cast<size_t>(device)];
   if (plans.size() >= kMaxCachedPlans) plans.clear();
@@ -313,6 +325,9 @@ std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShap
 ConvShape conv_shape(const Shape& x, const Shape& w, const Shape& y) {
   return ConvShape{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3]};
 }
+
+/// A float32 copy of `a` (undefined stays undefined).
+Array to_float32(const Array& a) { return a.defined() ? a.astype(Dtype::kFloat32) : Array(); }
 
 /// alpha = 1 and beta = 0 in the type cuDNN scales with (double for float64, else float).
 struct Scales {
@@ -334,6 +349,12 @@ void conv2d_forward(const Array& x_in, const Array& w_in, const Array& b, const 
   const ConvShape s = conv_shape(x.shape(), w.shape(), y.shape());
   const auto plan = get_plan<Direction::kForward>(device, x.dtype(), s, p, x.raw_data(),
                                                   w.raw_data(), y.raw_data());
+  if (!plan) {
+    Array y32 = Array::empty(y.shape(), Dtype::kFloat32, y.device());
+    conv2d_forward(to_float32(x), to_float32(w), to_float32(b), p, y32);
+    copy(y32, y);
+    return;
+  }
   const Scales scales;
   {
     WorkspaceLease ws = cudnn_workspace(device, plan->workspace);
@@ -358,6 +379,12 @@ void conv2d_backward_data(const Array& w_in, const Array& gy_in, const Conv2dPar
   const ConvShape s = conv_shape(gx.shape(), w.shape(), gy.shape());
   const auto plan = get_plan<Direction::kBackwardData>(device, gy.dtype(), s, p, w.raw_data(),
                                                        gy.raw_data(), gx.raw_data());
+  if (!plan) {
+    Array gx32 = Array::empty(gx.shape(), Dtype::kFloat32, gx.device());
+    conv2d_backward_data(to_float32(w), to_float32(gy), p, gx32);
+    copy(gx32, gx);
+    return;
+  }
   const Scales scales;
   WorkspaceLease ws = cudnn_workspace(device, plan->workspace);
   KUSARI_CUDNN_CHECK(cudnnConvolutionBackwardData(
@@ -375,6 +402,12 @@ void conv2d_backward_filter(const Array& x_in, const Array& gy_in, const Conv2dP
   const ConvShape s = conv_shape(x.shape(), gw.shape(), gy.shape());
   const auto plan = get_plan<Direction::kBackwardFilter>(device, gy.dtype(), s, p, x.raw_data(),
                                                          gy.raw_data(), gw.raw_data());
+  if (!plan) {
+    Array gw32 = Array::empty(gw.shape(), Dtype::kFloat32, gw.device());
+    conv2d_backward_filter(to_float32(x), to_float32(gy), p, gw32);
+    copy(gw32, gw);
+    return;
+  }
   const Scales scales;
   WorkspaceLease ws = cudnn_workspace(device, plan->workspace);
   KUSARI_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
