@@ -122,13 +122,14 @@ struct Api<Direction::kForward> {
     return n;
   }
   static void heuristics(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
-    KUSARI_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, n, got, perf));
+    KUSARI_CUDNN_CHECK(
+        cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, n, got, perf));
   }
   // a = x, b = w, out = y
-  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out, int n,
-                   int* got, Perf* perf, void* ws, size_t ws_bytes) {
-    KUSARI_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x, a, p.w, b, p.conv, p.y, out, n,
-                                                              got, perf, ws, ws_bytes));
+  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out,
+                   int n, int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    KUSARI_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x, a, p.w, b, p.conv, p.y, out,
+                                                              n, got, perf, ws, ws_bytes));
   }
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
     return cudnnGetConvolutionForwardWorkspaceSize(
@@ -149,8 +150,8 @@ struct Api<Direction::kBackwardData> {
         cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, n, got, perf));
   }
   // a = w, b = gy, out = gx
-  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out, int n,
-                   int* got, Perf* perf, void* ws, size_t ws_bytes) {
+  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out,
+                   int n, int* got, Perf* perf, void* ws, size_t ws_bytes) {
     KUSARI_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
         h, p.w, a, p.y, b, p.conv, p.x, out, n, got, perf, ws, ws_bytes));
   }
@@ -173,8 +174,8 @@ struct Api<Direction::kBackwardFilter> {
         cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, n, got, perf));
   }
   // a = x, b = gy, out = gw
-  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out, int n,
-                   int* got, Perf* perf, void* ws, size_t ws_bytes) {
+  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out,
+                   int n, int* got, Perf* perf, void* ws, size_t ws_bytes) {
     KUSARI_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         h, p.x, a, p.y, b, p.conv, p.w, out, n, got, perf, ws, ws_bytes));
   }
@@ -206,7 +207,8 @@ std::shared_ptr<ConvPlan> describe(Dtype dtype, const ConvShape& s, const Conv2d
   KUSARI_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
   KUSARI_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
   KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt, to_int(s.n, "N"),
-                                                to_int(s.c, "C"), to_int(s.h, "H"), to_int(s.w, "W")));
+                                                to_int(s.c, "C"), to_int(s.h, "H"),
+                                                to_int(s.w, "W")));
   KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, dt, to_int(s.n, "N"),
                                                 to_int(s.o, "out channels"), to_int(s.oh, "out H"),
                                                 to_int(s.ow, "out W")));
@@ -226,10 +228,15 @@ template <Direction D>
 void choose_algorithm(cudnnHandle_t handle, int device, ConvPlan& plan, bool fma_only,
                       const void* a, const void* b, void* out) {
   using Perf = typename Api<D>::Perf;
-  const int max_count = Api<D>::max_count(handle);
-  std::vector<Perf> perf(static_cast<size_t>(std::max(max_count, 1)));
-  int got = 0;
-  Api<D>::heuristics(handle, plan, max_count, &got, perf.data());
+  // Every use of the handle holds the device's cuDNN lock (a workspace lease).
+  int max_count = 0, got = 0;
+  std::vector<Perf> perf;
+  {
+    WorkspaceLease guard = cudnn_workspace(device, 0);
+    max_count = Api<D>::max_count(handle);
+    perf.resize(static_cast<size_t>(std::max(max_count, 1)));
+    Api<D>::heuristics(handle, plan, max_count, &got, perf.data());
+  }
   if (benchmark_mode()) {
     // Time the candidates with as much workspace as the largest acceptable one needs.
     size_t ws_bytes = 0;
@@ -246,10 +253,12 @@ void choose_algorithm(cudnnHandle_t handle, int device, ConvPlan& plan, bool fma
   }
   if (fma_only) {
     for (int i = 0; i < got; ++i) {
-      if (acceptable(perf[i], false) && perf[i].mathType != CUDNN_FMA_MATH) order.push_back(&perf[i]);
+      if (acceptable(perf[i], false) && perf[i].mathType != CUDNN_FMA_MATH)
+        order.push_back(&perf[i]);
     }
   }
   // The first candidate that accepts the math mode and states a workspace within the limit.
+  WorkspaceLease guard = cudnn_workspace(device, 0);
   for (const Perf* c : order) {
     const cudnnMathType_t math = fma_only ? CUDNN_FMA_MATH : c->mathType;
     if (cudnnSetConvolutionMathType(plan.conv, math) != CUDNN_STATUS_SUCCESS) continue;
@@ -261,11 +270,12 @@ void choose_algorithm(cudnnHandle_t handle, int device, ConvPlan& plan, bool fma
     plan.workspace = bytes;
     return;
   }
-  KUSARI_THROW(NotImplementedError,
-               "convolution_2d on CUDA: cuDNN offers no usable algorithm for this geometry (within a "
-               "workspace of ",
-               kMaxCudnnWorkspaceBytes >> 20, " MiB", fma_only ? ", without TF32" : "",
-               deterministic_mode() ? ", deterministic only" : "", ")");
+  KUSARI_THROW(
+      NotImplementedError,
+      "convolution_2d on CUDA: cuDNN offers no usable algorithm for this geometry (within a "
+      "workspace of ",
+      kMaxCudnnWorkspaceBytes >> 20, " MiB", fma_only ? ", without TF32" : "",
+      deterministic_mode() ? ", deterministic only" : "", ")");
 }
 
 struct PlanCache {
@@ -289,10 +299,27 @@ std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShap
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   if (fma_only) math = CUDNN_FMA_MATH;
   if (dtype == Dtype::kFloat16 || dtype == Dtype::kBFloat16) math = CUDNN_TENSOR_OP_MATH;
-  const PlanKey key{static_cast<int64_t>(D), static_cast<int64_t>(dtype), tf32 ? 1 : 0,
-                    s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow,
-                    p.stride[0], p.stride[1], p.pad[0], p.pad[1], p.dilation[0], p.dilation[1],
-                    p.groups, deterministic_mode() ? 1 : 0, benchmark_mode() ? 1 : 0};
+  const PlanKey key{static_cast<int64_t>(D),
+                    static_cast<int64_t>(dtype),
+                    tf32 ? 1 : 0,
+                    s.n,
+                    s.c,
+                    s.h,
+                    s.w,
+                    s.o,
+                    s.kh,
+                    s.kw,
+                    s.oh,
+                    s.ow,
+                    p.stride[0],
+                    p.stride[1],
+                    p.pad[0],
+                    p.pad[1],
+                    p.dilation[0],
+                    p.dilation[1],
+                    p.groups,
+                    deterministic_mode() ? 1 : 0,
+                    benchmark_mode() ? 1 : 0};
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -327,14 +354,20 @@ ConvShape conv_shape(const Shape& x, const Shape& w, const Shape& y) {
 }
 
 /// A float32 copy of `a` (undefined stays undefined).
-Array to_float32(const Array& a) { return a.defined() ? a.astype(Dtype::kFloat32) : Array(); }
+Array to_float32(const Array& a) {
+  return a.defined() ? a.astype(Dtype::kFloat32) : Array();
+}
 
 /// alpha = 1 and beta = 0 in the type cuDNN scales with (double for float64, else float).
 struct Scales {
   float f1 = 1.0f, f0 = 0.0f;
   double d1 = 1.0, d0 = 0.0;
-  const void* one(Dtype d) const { return d == Dtype::kFloat64 ? static_cast<const void*>(&d1) : &f1; }
-  const void* zero(Dtype d) const { return d == Dtype::kFloat64 ? static_cast<const void*>(&d0) : &f0; }
+  const void* one(Dtype d) const {
+    return d == Dtype::kFloat64 ? static_cast<const void*>(&d1) : &f1;
+  }
+  const void* zero(Dtype d) const {
+    return d == Dtype::kFloat64 ? static_cast<const void*>(&d0) : &f0;
+  }
 };
 
 }  // namespace
@@ -393,7 +426,8 @@ void conv2d_backward_data(const Array& w_in, const Array& gy_in, const Conv2dPar
       scales.zero(gy.dtype()), plan->x, gx.raw_data()));
 }
 
-void conv2d_backward_filter(const Array& x_in, const Array& gy_in, const Conv2dParams& p, Array& gw) {
+void conv2d_backward_filter(const Array& x_in, const Array& gy_in, const Conv2dParams& p,
+                            Array& gw) {
   KUSARI_ASSERT(gw.is_contiguous(), "conv2d_backward_filter: the output must be contiguous");
   data_type(gy_in.dtype());
   const Array x = x_in.contiguous(), gy = gy_in.contiguous();

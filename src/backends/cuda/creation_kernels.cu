@@ -7,7 +7,7 @@
 namespace kusari::cuda {
 namespace {
 
-// --- kernels -----------------------------------------------------------------------------------
+// --- kernels -------------------------------------------------------------------------------------
 
 // out (n,) contiguous = value, as raw bits U of the element's size.
 template <typename U>
@@ -234,7 +234,7 @@ __global__ void normal_kernel(int64_t n, T* out, uint64_t start, uint32_t key0, 
   }
 }
 
-// --- launchers ---------------------------------------------------------------------------------
+// --- launchers -----------------------------------------------------------------------------------
 
 /// The CPU's compute type of a kusari element type (float for the 16-bit floats).
 template <typename T>
@@ -253,10 +253,11 @@ void launch_fill(Array& out, U bits) {
       KUSARI_CUDA_CHECK(cudaMemsetAsync(o, 0, static_cast<size_t>(n) * sizeof(U), stream));
       return;
     }
-    fill_contiguous_kernel<U><<<grid_for(n, device), kBlockSize, 0, stream>>>(n, o, bits,
-                                                                              vec_aligned<U>(o));
+    fill_contiguous_kernel<U>
+        <<<grid_for(n, device), kBlockSize, 0, stream>>>(n, o, bits, vec_aligned<U>(o));
   } else if (fits_uint32(n)) {
-    fill_strided_kernel<U, uint32_t><<<grid_for(n, device), kBlockSize, 0, stream>>>(n, ix, o, bits);
+    fill_strided_kernel<U, uint32_t>
+        <<<grid_for(n, device), kBlockSize, 0, stream>>>(n, ix, o, bits);
   } else {
     fill_strided_kernel<U, int64_t><<<grid_for(n, device), kBlockSize, 0, stream>>>(n, ix, o, bits);
   }

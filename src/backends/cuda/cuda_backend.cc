@@ -85,7 +85,7 @@ const Detection& detection() {
   return d;
 }
 
-// --- per-device state ---------------------------------------------------------------------------
+// --- per-device state ----------------------------------------------------------------------------
 
 /// Bytes of the cuBLAS workspace (NVIDIA's recommendation for Hopper).
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
@@ -108,8 +108,9 @@ struct DeviceState {
   // One growing buffer per device from the memory pool, shared by all cuDNN calls: they run on
   // the compute stream one after another, so one call's scratch can be the next one's. A lease
   // holds the mutex until its call is queued, so that no thread grows (and so releases) the
-  // buffer between another thread's lookup and its launch. Algorithms are only chosen when
-  // their workspace fits kMaxCudnnWorkspaceBytes.
+  // buffer between another thread's lookup and its launch. The same lock serialises every use
+  // of the device's cuDNN handle, which cuDNN does not allow two threads to use at once.
+  // Algorithms are only chosen when their workspace fits kMaxCudnnWorkspaceBytes.
   std::mutex workspace_mutex;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -157,7 +158,7 @@ void ensure_staging(DeviceState& s) {
   }
 }
 
-// --- transfers ----------------------------------------------------------------------------------
+// --- transfers -----------------------------------------------------------------------------------
 
 // Note [Pinned staging]
 // A copy from pageable host memory is staged by the driver through its own pinned buffers; for
@@ -223,7 +224,8 @@ void enable_peer_access(int device, int peer) {
   static std::mutex mutex;
   static std::vector<std::pair<int, int>> enabled;
   std::lock_guard<std::mutex> lock(mutex);
-  if (std::find(enabled.begin(), enabled.end(), std::make_pair(device, peer)) != enabled.end()) return;
+  if (std::find(enabled.begin(), enabled.end(), std::make_pair(device, peer)) != enabled.end())
+    return;
   set_device(device);
   const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
   if (status == cudaErrorPeerAccessAlreadyEnabled) {
@@ -274,7 +276,7 @@ void copy_device_to_device(int dst_device, void* dst, int src_device, const void
   KUSARI_CUDA_CHECK(cudaEventDestroy(copied));
 }
 
-// --- the backend --------------------------------------------------------------------------------
+// --- the backend ---------------------------------------------------------------------------------
 
 class CudaBackend final : public Backend {
  public:
@@ -337,36 +339,42 @@ std::atomic<bool>& tf32_flag() {
 
 }  // namespace
 
-// --- errors ---------------------------------------------------------------------------------------
+// --- errors --------------------------------------------------------------------------------------
 
 void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
-  if (status == cudaSuccess) [[likely]] return;
+  if (status == cudaSuccess) [[likely]]
+    return;
   cudaGetLastError();  // clear a non-sticky error so that later calls can succeed
   KUSARI_THROW(DeviceError, "CUDA error ", cudaGetErrorName(status), " (",
                cudaGetErrorString(status), ")", error_location(call, file, line));
 }
 
 void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
-  if (status == CUBLAS_STATUS_SUCCESS) [[likely]] return;
+  if (status == CUBLAS_STATUS_SUCCESS) [[likely]]
+    return;
   KUSARI_THROW(DeviceError, "cuBLAS error ", cublasGetStatusName(status), " (",
                cublasGetStatusString(status), ")", error_location(call, file, line));
 }
 
 void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line) {
-  if (status == CUDNN_STATUS_SUCCESS) [[likely]] return;
+  if (status == CUDNN_STATUS_SUCCESS) [[likely]]
+    return;
   char detail_message[512] = {0};
   cudnnGetLastErrorString(detail_message, sizeof(detail_message));
-  KUSARI_THROW(DeviceError, "cuDNN error ", cudnnGetErrorString(status), error_location(call, file, line),
-               detail_message[0] ? ": " : "", detail_message);
+  KUSARI_THROW(DeviceError, "cuDNN error ", cudnnGetErrorString(status),
+               error_location(call, file, line), detail_message[0] ? ": " : "", detail_message);
 }
 
-// --- devices --------------------------------------------------------------------------------------
+// --- devices -------------------------------------------------------------------------------------
 
-int cuda_device_count() { return detection().count; }
+int cuda_device_count() {
+  return detection().count;
+}
 
 void check_device_index(int device, const char* what) {
   const Detection& d = detection();
-  if (device >= 0 && device < d.count) [[likely]] return;
+  if (device >= 0 && device < d.count) [[likely]]
+    return;
   if (d.count == 0) {
     KUSARI_THROW(DeviceError, what, ": cuda:", device,
                  " is not available: no CUDA device can be used on this machine (", d.reason, ")");
@@ -382,9 +390,13 @@ void set_device(int device) {
   if (current != device) KUSARI_CUDA_CHECK(cudaSetDevice(device));
 }
 
-cudaStream_t compute_stream(int device) { return state(device).stream; }
+cudaStream_t compute_stream(int device) {
+  return state(device).stream;
+}
 
-int sm_count(int device) { return state(device).sm_count; }
+int sm_count(int device) {
+  return state(device).sm_count;
+}
 
 cublasHandle_t cublas_handle(int device) {
   DeviceState& s = state(device);
@@ -458,8 +470,8 @@ ErrorWords error_words(int device) {
 bool ErrorWords::fetch(int64_t* value) {
   DeviceState& s = state(device);
   set_device(device);
-  KUSARI_CUDA_CHECK(cudaMemcpyAsync(s.error_host, words, 2 * sizeof(int64_t),
-                                    cudaMemcpyDeviceToHost, s.stream));
+  KUSARI_CUDA_CHECK(
+      cudaMemcpyAsync(s.error_host, words, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, s.stream));
   KUSARI_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   if (s.error_host[0] == 0) return false;
   *value = s.error_host[1];
@@ -487,8 +499,12 @@ void empty_cache() {
   for (int d = 0; d < cuda_device_count(); ++d) memory_pool().release_cached(d);
 }
 
-void set_allow_tf32(bool allow) { tf32_flag().store(allow, std::memory_order_relaxed); }
+void set_allow_tf32(bool allow) {
+  tf32_flag().store(allow, std::memory_order_relaxed);
+}
 
-bool allow_tf32() { return tf32_flag().load(std::memory_order_relaxed); }
+bool allow_tf32() {
+  return tf32_flag().load(std::memory_order_relaxed);
+}
 
 }  // namespace kusari::cuda

@@ -38,8 +38,8 @@ void check_device_index(int device, const char* what);
 /// Streaming multiprocessors of GPU `device` (sizes the grids of the kernels).
 int sm_count(int device);
 
-/// Device scratch memory for one cuDNN call, held (with a lock) until the lease is destroyed.
-/// See Note [cuDNN workspace].
+/// Device scratch memory for one cuDNN call, held (with the device's cuDNN lock, which also
+/// guards the handle) until the lease is destroyed. See Note [cuDNN workspace].
 struct WorkspaceLease {
   std::unique_lock<std::mutex> lock;
   void* ptr = nullptr;

@@ -34,7 +34,8 @@ void take(const Array& x, const Array& indices, int axis, Array& out);
 void add_at(Array& out, const Array& indices, int axis, const Array& values);
 
 // conv_kernels.cc (cuDNN; see Note [cuDNN convolution plans])
-void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2dParams& p, Array& y);
+void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2dParams& p,
+                    Array& y);
 void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx);
 void conv2d_backward_filter(const Array& x, const Array& gy, const Conv2dParams& p, Array& gw);
 

@@ -15,7 +15,7 @@
 namespace kusari::cuda {
 namespace {
 
-// --- per-element operations ------------------------------------------------------------------------
+// --- per-element operations ----------------------------------------------------------------------
 
 /// x -> op(x) for the arithmetic unary ops (the output has x's dtype).
 template <typename T>
@@ -270,7 +270,7 @@ struct BinaryPredicate {
   }
 };
 
-// --- kernels -----------------------------------------------------------------------------------
+// --- kernels -------------------------------------------------------------------------------------
 
 // y (n,) = f(x (n,)), both contiguous; `vec` when both are aligned for Vec access.
 template <typename In, typename Out, typename F>
@@ -345,7 +345,7 @@ __global__ void where_kernel(int64_t n, StridedIndexer<4> ix, const bool* cond, 
   }
 }
 
-// --- launchers ---------------------------------------------------------------------------------
+// --- launchers -----------------------------------------------------------------------------------
 
 template <typename In, typename Out, typename F>
 void launch_map1(const Array& x, Array& out, F f) {
@@ -381,7 +381,8 @@ void launch_map2(const Array& a, const Array& b, Array& out, F f) {
     const bool vec = vec_aligned<In>(ap) && vec_aligned<In>(bp) && vec_aligned<Out>(yp);
     map2_contiguous_kernel<In, Out, F><<<grid, kBlockSize, 0, stream>>>(n, ap, bp, yp, f, vec);
   } else if (fits_uint32(n)) {
-    map2_strided_kernel<In, Out, uint32_t, F><<<grid, kBlockSize, 0, stream>>>(n, ix, ap, bp, yp, f);
+    map2_strided_kernel<In, Out, uint32_t, F>
+        <<<grid, kBlockSize, 0, stream>>>(n, ix, ap, bp, yp, f);
   } else {
     map2_strided_kernel<In, Out, int64_t, F><<<grid, kBlockSize, 0, stream>>>(n, ix, ap, bp, yp, f);
   }

@@ -11,7 +11,7 @@
 namespace kusari::cuda {
 namespace {
 
-// --- kernels -----------------------------------------------------------------------------------
+// --- kernels -------------------------------------------------------------------------------------
 
 /// Records the first bad index in the error words {flag, value}.
 __device__ __forceinline__ void report_bad_index(int64_t* words, int64_t index) {
@@ -72,7 +72,7 @@ __global__ void add_at_kernel(int64_t total, int64_t ni, int64_t inner, int64_t 
   }
 }
 
-// --- launchers ---------------------------------------------------------------------------------
+// --- launchers -----------------------------------------------------------------------------------
 
 /// Sizes of the axis split (outer, len, inner) of `shape` at `axis`.
 void split_axis(const Shape& shape, int axis, int64_t& outer, int64_t& len, int64_t& inner) {
@@ -151,7 +151,8 @@ void add_at(Array& out, const Array& indices_in, int axis, const Array& values_i
   KUSARI_CUDA_CHECK_LAUNCH();
   int64_t bad = 0;
   if (errors.fetch(&bad)) {
-    KUSARI_THROW(IndexError, "add_at: index ", bad, " is out of bounds for an axis of length ", len);
+    KUSARI_THROW(IndexError, "add_at: index ", bad, " is out of bounds for an axis of length ",
+                 len);
   }
 }
 

@@ -16,7 +16,7 @@
 
 namespace kusari::cuda {
 
-// --- element types ---------------------------------------------------------------------------------
+// --- element types -------------------------------------------------------------------------------
 
 // Note [Device element types]
 // kusari::Half and kusari::BFloat16 are host storage types; on the GPU the same 16 bits are read
@@ -96,14 +96,18 @@ __device__ __forceinline__ T from_double(double v) {
   }
 }
 
-// --- math in the compute type ---------------------------------------------------------------------
+// --- math in the compute type --------------------------------------------------------------------
 
 // Overloads for float and double, so that templated kernels call the precise float functions
 // (expf, not exp on a promoted double) without relying on host <cmath> overloads.
 namespace dmath {
-#define KUSARI_DMATH_1(name)                                                   \
-  __device__ __forceinline__ float name(float v) { return ::name##f(v); }     \
-  __device__ __forceinline__ double name(double v) { return ::name(v); }
+#define KUSARI_DMATH_1(name)                         \
+  __device__ __forceinline__ float name(float v) {   \
+    return ::name##f(v);                             \
+  }                                                  \
+  __device__ __forceinline__ double name(double v) { \
+    return ::name(v);                                \
+  }
 KUSARI_DMATH_1(exp)
 KUSARI_DMATH_1(log)
 KUSARI_DMATH_1(log1p)
@@ -117,8 +121,12 @@ KUSARI_DMATH_1(ceil)
 KUSARI_DMATH_1(erf)
 KUSARI_DMATH_1(fabs)
 #undef KUSARI_DMATH_1
-__device__ __forceinline__ float pow(float a, float b) { return ::powf(a, b); }
-__device__ __forceinline__ double pow(double a, double b) { return ::pow(a, b); }
+__device__ __forceinline__ float pow(float a, float b) {
+  return ::powf(a, b);
+}
+__device__ __forceinline__ double pow(double a, double b) {
+  return ::pow(a, b);
+}
 /// v < 0, without a warning for unsigned types.
 template <typename C>
 __device__ __forceinline__ bool negative(C v) {
@@ -138,7 +146,7 @@ __device__ __forceinline__ bool isinf(C v) {
 }
 }  // namespace dmath
 
-// --- launch geometry -------------------------------------------------------------------------------
+// --- launch geometry -----------------------------------------------------------------------------
 
 /// Threads per block of the elementwise kernels.
 inline constexpr int kBlockSize = 256;
@@ -169,7 +177,7 @@ __device__ __forceinline__ int64_t grid_step() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
-// --- strided indexing ------------------------------------------------------------------------------
+// --- strided indexing ----------------------------------------------------------------------------
 
 // Note [Strided indexing on the GPU]
 // An elementwise kernel sees N arrays of one shape (broadcast operands have stride 0). The host
@@ -274,9 +282,11 @@ StridedIndexer<N> make_indexer(const Shape& shape, const std::array<const Array*
 }
 
 /// True when 32-bit index arithmetic covers n elements.
-inline bool fits_uint32(int64_t n) { return n < (int64_t{1} << 32) - 1; }
+inline bool fits_uint32(int64_t n) {
+  return n < (int64_t{1} << 32) - 1;
+}
 
-// --- vectorised access -----------------------------------------------------------------------------
+// --- vectorised access ---------------------------------------------------------------------------
 
 /// Elements per vector access in the contiguous kernels.
 inline constexpr int kVec = 4;
@@ -292,7 +302,7 @@ inline bool vec_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
 }
 
-// --- dtype dispatch --------------------------------------------------------------------------------
+// --- dtype dispatch ------------------------------------------------------------------------------
 
 /// Calls f(T{}) with T the device element type of `d`.
 template <typename F>

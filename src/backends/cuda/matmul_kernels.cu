@@ -23,7 +23,7 @@
 namespace kusari::cuda {
 namespace {
 
-// --- kernels -----------------------------------------------------------------------------------
+// --- kernels -------------------------------------------------------------------------------------
 
 // c (batch, m, n) contiguous = a @ b for integers, wrapping like the CPU; batch offsets of a and b
 // from `batch_ix` (operands a, b), matrix strides a_rs/a_cs and b_rs/b_cs.
@@ -47,7 +47,7 @@ __global__ void matmul_integer_kernel(int64_t batch, int64_t m, int64_t n, int64
   }
 }
 
-// --- launchers ---------------------------------------------------------------------------------
+// --- launchers -----------------------------------------------------------------------------------
 
 struct MatrixOperand {
   bool transposed = false;
@@ -112,7 +112,8 @@ void matmul_cublas(const Array& a_in, const Array& b_in, Array& out) {
   const int device = out.device().index();
   cudaStream_t stream = prepare(out);
   if (k == 0) {
-    KUSARI_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.nbytes()), stream));
+    KUSARI_CUDA_CHECK(
+        cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.nbytes()), stream));
     return;
   }
   GemmTypes types{};
@@ -160,10 +161,11 @@ void matmul_cublas(const Array& a_in, const Array& b_in, Array& out) {
     }
     // C^T (n, m) = op(B^T) (n, k) op(A^T) (k, m); see Note [cuBLAS operand layout].
     KUSARI_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
-        handle, mb.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, ma.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-        n, m, k, alpha, bp + off_b * item, types.data, mb.ld, bix.strides[2][inner],
-        ap + off_a * item, types.data, ma.ld, bix.strides[1][inner], beta, cp + off_c * item,
-        types.data, n, bix.strides[0][inner], batch, types.compute, CUBLAS_GEMM_DEFAULT));
+        handle, mb.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+        ma.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, alpha, bp + off_b * item, types.data,
+        mb.ld, bix.strides[2][inner], ap + off_a * item, types.data, ma.ld, bix.strides[1][inner],
+        beta, cp + off_c * item, types.data, n, bix.strides[0][inner], batch, types.compute,
+        CUBLAS_GEMM_DEFAULT));
   }
 }
 

@@ -72,9 +72,10 @@ void* MemoryPool::allocate(int device, size_t nbytes) {
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) cudaGetLastError();
     KUSARI_THROW(DeviceError, "cuda:", device, ": out of memory allocating ", format_bytes(nbytes),
                  " (a block of ", format_bytes(size), "); kusari's pool holds ",
-                 format_bytes(p.stats.reserved_bytes), " of which ", format_bytes(p.stats.in_use_bytes),
-                 " are in use by arrays; the driver reports ", format_bytes(free_bytes), " free of ",
-                 format_bytes(total_bytes), ". Release arrays or use a smaller batch.");
+                 format_bytes(p.stats.reserved_bytes), " of which ",
+                 format_bytes(p.stats.in_use_bytes), " are in use by arrays; the driver reports ",
+                 format_bytes(free_bytes), " free of ", format_bytes(total_bytes),
+                 ". Release arrays or use a smaller batch.");
   }
   check_cuda(status, "cudaMalloc", __FILE__, __LINE__);
   ++p.stats.device_allocations;

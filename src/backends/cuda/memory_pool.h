@@ -61,7 +61,7 @@ class MemoryPool {
   struct DevicePool {
     mutable std::mutex mutex;
     std::map<size_t, std::vector<void*>> free_blocks;  // block size -> blocks
-    std::unordered_map<void*, size_t> live;             // block -> block size
+    std::unordered_map<void*, size_t> live;            // block -> block size
     MemoryStats stats;
   };
 

@@ -69,7 +69,7 @@ __device__ __forceinline__ int64_t ceil_div(int64_t a, int64_t b) {
   return a <= 0 ? -((-a) / b) : (a + b - 1) / b;
 }
 
-// --- kernels -----------------------------------------------------------------------------------
+// --- kernels -------------------------------------------------------------------------------------
 
 // y (planes, oh, ow) = pool(x (planes, h, w)).
 template <typename T>
@@ -135,12 +135,12 @@ __global__ void pool_backward_kernel(PoolGeometry g, bool is_max, const int64_t*
   }
 }
 
-// --- launchers ---------------------------------------------------------------------------------
+// --- launchers -----------------------------------------------------------------------------------
 
 PoolGeometry geometry(const Shape& x, const Shape& y, const Pool2dParams& p) {
-  return PoolGeometry{x[0] * x[1], x[2],        x[3],        y[2],      y[3],
-                      p.ksize[0],  p.ksize[1],  p.stride[0], p.stride[1], p.pad[0],
-                      p.pad[1],    p.count_include_pad};
+  return PoolGeometry{x[0] * x[1], x[2],       x[3],       y[2],
+                      y[3],        p.ksize[0], p.ksize[1], p.stride[0],
+                      p.stride[1], p.pad[0],   p.pad[1],   p.count_include_pad};
 }
 
 template <typename F>

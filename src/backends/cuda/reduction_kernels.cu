@@ -24,7 +24,7 @@
 namespace kusari::cuda {
 namespace {
 
-// --- reducer policies ------------------------------------------------------------------------------
+// --- reducer policies ----------------------------------------------------------------------------
 
 /// sum / prod.
 template <typename T>
@@ -143,7 +143,7 @@ struct ArgReducer {
   __device__ __forceinline__ Out finish(Acc a) const { return a.i < 0 ? 0 : a.i; }
 };
 
-// --- group reductions --------------------------------------------------------------------------------
+// --- group reductions ----------------------------------------------------------------------------
 
 template <typename A>
 __device__ __forceinline__ A shfl_down(A v, int offset) {
@@ -190,7 +190,7 @@ __device__ __forceinline__ A group_allreduce(A v, const F& combine, int group, A
   return smem[(threadIdx.x / group) * (group / 32)];
 }
 
-// --- kernels -----------------------------------------------------------------------------------
+// --- kernels -------------------------------------------------------------------------------------
 
 /// The launch plan of a reduction (see Note [GPU reductions]).
 struct ReducePlan {
@@ -199,6 +199,7 @@ struct ReducePlan {
   int64_t n_out = 1, n_red = 1;
   int64_t splits = 1, chunk = 1;
   int group = 1;
+  bool index32 = true;  // 32-bit index arithmetic suffices (Note [Strided indexing on the GPU])
   int block = kBlockSize;
   unsigned grid = 1;
 };
@@ -226,14 +227,25 @@ __global__ void reduce_kernel(const T* x, ReducePlan plan, R reducer, typename R
       o = gi % plan.n_out;
       c = gi / plan.n_out;
       int64_t kept_off[1];
-      plan.kept.offsets<int64_t>(o, kept_off);
+      if (plan.index32) {
+        plan.kept.offsets<uint32_t>(o, kept_off);
+      } else {
+        plan.kept.offsets<int64_t>(o, kept_off);
+      }
       const T* xo = x + kept_off[0];
       const int64_t begin = c * plan.chunk;
       const int64_t end = min(begin + plan.chunk, plan.n_red);
-      for (int64_t r = begin + lane; r < end; r += group) {
-        int64_t red_off[1];
-        plan.red.offsets<int64_t>(r, red_off);
-        acc = reducer.combine(acc, reducer.load(xo[red_off[0]], r));
+      int64_t red_off[1];
+      if (plan.index32) {
+        for (int64_t r = begin + lane; r < end; r += group) {
+          plan.red.offsets<uint32_t>(r, red_off);
+          acc = reducer.combine(acc, reducer.load(xo[red_off[0]], r));
+        }
+      } else {
+        for (int64_t r = begin + lane; r < end; r += group) {
+          plan.red.offsets<int64_t>(r, red_off);
+          acc = reducer.combine(acc, reducer.load(xo[red_off[0]], r));
+        }
       }
     }
     acc = group_reduce(acc, combine, group, smem);
@@ -318,10 +330,12 @@ __global__ void softmax_columns_kernel(int64_t outer, int64_t n, int64_t inner, 
       m = (v > m || v != v) ? v : m;
     }
     double sum = 0.0;
-    for (int64_t j = 0; j < n; ++j) sum += ::exp(static_cast<double>(to_compute(xr[j * inner]) - m));
+    for (int64_t j = 0; j < n; ++j)
+      sum += ::exp(static_cast<double>(to_compute(xr[j * inner]) - m));
     if (log) {
       const C lse = m + static_cast<C>(::log(sum));
-      for (int64_t j = 0; j < n; ++j) yr[j * inner] = from_compute<T>(to_compute(xr[j * inner]) - lse);
+      for (int64_t j = 0; j < n; ++j)
+        yr[j * inner] = from_compute<T>(to_compute(xr[j * inner]) - lse);
     } else {
       const C inv = static_cast<C>(1.0 / sum);
       for (int64_t j = 0; j < n; ++j) {
@@ -331,10 +345,10 @@ __global__ void softmax_columns_kernel(int64_t outer, int64_t n, int64_t inner, 
   }
 }
 
-// --- launchers ---------------------------------------------------------------------------------
+// --- launchers -----------------------------------------------------------------------------------
 
 /// The plan for reducing x over the axes where `reduced[d]` is true.
-ReducePlan make_plan(const Array& x, const bool* reduced, size_t acc_bytes) {
+ReducePlan make_plan(const Array& x, const bool* reduced) {
   const int nd = x.ndim();
   const int device = x.device().index();
   int64_t kept_sizes[kMaxNdim], kept_strides[kMaxNdim], red_sizes[kMaxNdim], red_strides[kMaxNdim];
@@ -361,11 +375,13 @@ ReducePlan make_plan(const Array& x, const bool* reduced, size_t acc_bytes) {
   }
   plan.kept = compact_geometry<1>(nk, kept_sizes, {kept_strides});
   plan.red = compact_geometry<1>(nr, red_sizes, {red_strides});
+  plan.index32 = fits_uint32(plan.n_out) && fits_uint32(plan.n_red);
   const int64_t sms = sm_count(device);
   const int64_t target_threads = sms * 2048;
   if (plan.n_out == 1 || unit_axis_reduced) {
     plan.group = static_cast<int>(std::clamp<int64_t>(
-        static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(plan.n_red, 1)))),
+        static_cast<int64_t>(
+            std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(plan.n_red, 1)))),
         32, 512));
   } else {
     plan.group = 1;
@@ -382,7 +398,6 @@ ReducePlan make_plan(const Array& x, const bool* reduced, size_t acc_bytes) {
   const int64_t groups_per_block = plan.block / plan.group;
   const int64_t blocks = (plan.n_out * plan.splits + groups_per_block - 1) / groups_per_block;
   plan.grid = static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, sms * 32));
-  (void)acc_bytes;
   return plan;
 }
 
@@ -392,7 +407,7 @@ void launch_reduce(const Array& x, const bool* reduced, R reducer, Array& out) {
   using Out = typename R::Out;
   cudaStream_t stream = prepare(x);
   const int device = x.device().index();
-  const ReducePlan plan = make_plan(x, reduced, sizeof(Acc));
+  const ReducePlan plan = make_plan(x, reduced);
   const size_t smem = static_cast<size_t>(plan.block / 32) * sizeof(Acc);
   const T* xp = static_cast<const T*>(x.raw_data());
   Out* op = static_cast<Out*>(out.raw_data());
@@ -469,8 +484,9 @@ void softmax(const Array& x_in, int axis, bool log, Array& out) {
       // A warp per row for ordinary rows; a block of 512 per very long row.
       const int block = n > 8192 ? 512 : kBlockSize;
       const int64_t rows_per_block = block == 512 ? 1 : block / 32;
-      const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>(
-          (outer + rows_per_block - 1) / rows_per_block, 1, static_cast<int64_t>(sm_count(device)) * 32));
+      const unsigned grid = static_cast<unsigned>(
+          std::clamp<int64_t>((outer + rows_per_block - 1) / rows_per_block, 1,
+                              static_cast<int64_t>(sm_count(device)) * 32));
       const size_t smem = static_cast<size_t>(block / 32) * sizeof(double);
       softmax_rows_kernel<T><<<grid, block, smem, stream>>>(outer, n, xp, yp, log);
     } else {

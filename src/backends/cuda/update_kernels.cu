@@ -19,7 +19,7 @@ struct UpdateConstants {
   bool flag;  // Adam: amsgrad; RMSprop: eps inside the square root
 };
 
-// --- kernels -----------------------------------------------------------------------------------
+// --- kernels -------------------------------------------------------------------------------------
 
 /// max(a, b) that propagates a NaN in either operand (numpy.maximum's behaviour).
 template <typename C>
@@ -64,7 +64,8 @@ __global__ void update_kernel(int64_t n, T* p, const T* g, T* s0, T* s1, T* s2,
           vi = to_compute(s2[i]);
         }
         const C pi = to_compute(p[i]);
-        p[i] = from_compute<T>(pi - k.c[4] * (k.c[0] * mi / (dmath::sqrt(vi) + k.c[3]) + k.c[5] * pi));
+        p[i] =
+            from_compute<T>(pi - k.c[4] * (k.c[0] * mi / (dmath::sqrt(vi) + k.c[3]) + k.c[5] * pi));
         break;
       }
       case UpdateRule::kRmsprop: {
@@ -86,7 +87,7 @@ __global__ void update_kernel(int64_t n, T* p, const T* g, T* s0, T* s1, T* s2,
   }
 }
 
-// --- launchers ---------------------------------------------------------------------------------
+// --- launchers -----------------------------------------------------------------------------------
 
 /// How many hyperparameters and state arrays `rule` takes (Adam's state count depends on amsgrad).
 void expected_counts(UpdateRule rule, const double* hyper, int n_hyper, int& hypers, int& states) {

@@ -148,7 +148,8 @@ TEST_F(CudaTransfer, NonContiguousArraysBothWays) {
   EXPECT_TRUE(GpuMatchesCpu(dev, view.copy()));
   // GPU view -> host.
   const Array dev_full = host.to_device(gpu());
-  const Array dev_view = dev_full.transpose({3, 1, 0, 2}).at({Slice(std::nullopt, std::nullopt, 2)});
+  const Array dev_view =
+      dev_full.transpose({3, 1, 0, 2}).at({Slice(std::nullopt, std::nullopt, 2)});
   EXPECT_EQ(dev_view.to_vector<float>(), view.to_vector<float>());
   EXPECT_EQ(dev_view.to_device(Device::cpu()).to_vector<float>(), view.to_vector<float>());
 }

@@ -104,7 +104,8 @@ TEST_F(CudaCreation, CopyBetweenEveryPairOfDtypes) {
       Array dst_gpu = Array::zeros({9, 14}, to, gpu());
       dst_cpu.at({Slice(), Slice(0, 14, 2)}).assign(src.transpose().astype(to));
       dst_gpu.at({Slice(), Slice(0, 14, 2)}).assign(src_gpu.transpose().astype(to));
-      EXPECT_EQ(bytes_of(dst_gpu), bytes_of(dst_cpu)) << dtype_name(from) << " -> " << dtype_name(to);
+      EXPECT_EQ(bytes_of(dst_gpu), bytes_of(dst_cpu))
+          << dtype_name(from) << " -> " << dtype_name(to);
     }
   }
 }

@@ -30,7 +30,8 @@ class CudaTest : public ::testing::Test {
 
 /// Every dtype, in the order of the Dtype enum.
 inline const std::vector<Dtype>& all_dtypes() {
-  static const std::vector<Dtype> d{bool_, uint8, int32, int64, float16, bfloat16, float32, float64};
+  static const std::vector<Dtype> d{bool_,   uint8,    int32,   int64,
+                                    float16, bfloat16, float32, float64};
   return d;
 }
 
@@ -83,8 +84,8 @@ inline ::testing::AssertionResult GpuMatchesCpu(const Array& actual, const Array
                                          << " vs expected " << dtype_name(expected.dtype());
   }
   if (actual.shape() != expected.shape()) {
-    return ::testing::AssertionFailure() << "shapes differ: " << actual.shape() << " vs expected "
-                                         << expected.shape();
+    return ::testing::AssertionFailure()
+           << "shapes differ: " << actual.shape() << " vs expected " << expected.shape();
   }
   const std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
   for (size_t i = 0; i < a.size(); ++i) {

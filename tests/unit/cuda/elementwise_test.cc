@@ -24,30 +24,54 @@ struct UnaryCase {
 std::vector<UnaryCase> unary_cases() {
   using U = UnaryOp;
   return {
-      {U::kIdentity},        {U::kNeg},
-      {U::kAbs},             {U::kSign},
-      {U::kExp},             {U::kLog, 0, 0, 0.01, 10},
-      {U::kLog1p, 0, 0, -0.9, 5}, {U::kExpm1},
-      {U::kSqrt, 0, 0, 0, 9}, {U::kRsqrt, 0, 0, 0.01, 9},
-      {U::kSquare},          {U::kReciprocal, 0, 0, 0.5, 4},
-      {U::kSin},             {U::kCos},
-      {U::kTanh},            {U::kSigmoid, 0, 0, -30, 30},
-      {U::kRelu},            {U::kFloor},
-      {U::kCeil},            {U::kErf},
-      {U::kSoftplus, 1.5},   {U::kSoftplus, -0.5, 0, -40, 40},
-      {U::kLeakyRelu, 0.2},  {U::kElu, 1.1},
-      {U::kAddScalar, 2},    {U::kAddScalar, 0.5},
-      {U::kMulScalar, 3},    {U::kMulScalar, -1.5},
-      {U::kRSubScalar, 2},   {U::kRDivScalar, 2, 0, 0.5, 4},
-      {U::kPowScalar, 2.5, 0, 0, 4}, {U::kPowScalar, 2},
-      {U::kPowScalar, 0.5, 0, 0, 4}, {U::kPowScalar, -1, 0, 0.5, 4},
-      {U::kRPowScalar, 1.7}, {U::kMaxScalar, 0.3},
-      {U::kMinScalar, 1},    {U::kClip, -1, 1.5},
-      {U::kEqScalar, 1},     {U::kNeScalar, 1},
-      {U::kLtScalar, 0.5},   {U::kLeScalar, 1},
-      {U::kGtScalar, -1},    {U::kGeScalar, 0},
-      {U::kIsNan},           {U::kIsInf},
-      {U::kIsFinite},        {U::kLogicalNot},
+      {U::kIdentity},
+      {U::kNeg},
+      {U::kAbs},
+      {U::kSign},
+      {U::kExp},
+      {U::kLog, 0, 0, 0.01, 10},
+      {U::kLog1p, 0, 0, -0.9, 5},
+      {U::kExpm1},
+      {U::kSqrt, 0, 0, 0, 9},
+      {U::kRsqrt, 0, 0, 0.01, 9},
+      {U::kSquare},
+      {U::kReciprocal, 0, 0, 0.5, 4},
+      {U::kSin},
+      {U::kCos},
+      {U::kTanh},
+      {U::kSigmoid, 0, 0, -30, 30},
+      {U::kRelu},
+      {U::kFloor},
+      {U::kCeil},
+      {U::kErf},
+      {U::kSoftplus, 1.5},
+      {U::kSoftplus, -0.5, 0, -40, 40},
+      {U::kLeakyRelu, 0.2},
+      {U::kElu, 1.1},
+      {U::kAddScalar, 2},
+      {U::kAddScalar, 0.5},
+      {U::kMulScalar, 3},
+      {U::kMulScalar, -1.5},
+      {U::kRSubScalar, 2},
+      {U::kRDivScalar, 2, 0, 0.5, 4},
+      {U::kPowScalar, 2.5, 0, 0, 4},
+      {U::kPowScalar, 2},
+      {U::kPowScalar, 0.5, 0, 0, 4},
+      {U::kPowScalar, -1, 0, 0.5, 4},
+      {U::kRPowScalar, 1.7},
+      {U::kMaxScalar, 0.3},
+      {U::kMinScalar, 1},
+      {U::kClip, -1, 1.5},
+      {U::kEqScalar, 1},
+      {U::kNeScalar, 1},
+      {U::kLtScalar, 0.5},
+      {U::kLeScalar, 1},
+      {U::kGtScalar, -1},
+      {U::kGeScalar, 0},
+      {U::kIsNan},
+      {U::kIsInf},
+      {U::kIsFinite},
+      {U::kLogicalNot},
   };
 }
 
@@ -57,8 +81,8 @@ TEST_F(CudaElementwise, EveryUnaryOpInEveryDtype) {
   uint64_t seed = 1;
   for (const UnaryCase& c : unary_cases()) {
     for (Dtype dtype : all_dtypes()) {
-      const std::string what = detail::concat("op ", static_cast<int>(c.op), " (p0 ", c.p0, ") on ",
-                                              dtype_name(dtype));
+      const std::string what =
+          detail::concat("op ", static_cast<int>(c.op), " (p0 ", c.p0, ") on ", dtype_name(dtype));
       // Scalar parameters of integer arrays are integers.
       const double p0 = is_floating(dtype) ? c.p0 : std::floor(c.p0);
       const double p1 = is_floating(dtype) ? c.p1 : std::floor(c.p1);
@@ -90,20 +114,23 @@ TEST_F(CudaElementwise, LongAndMisalignedInputs) {
   const Array x = testing::random_array({100003}, float32, -5, 5, 11);
   const Array xg = x.to_device(gpu());
   EXPECT_TRUE(GpuMatchesCpu(tanh(xg), tanh(x)));
-  EXPECT_TRUE(GpuMatchesCpu(tanh(xg.at({Slice(1, std::nullopt)})), tanh(x.at({Slice(1, std::nullopt)}))));
+  EXPECT_TRUE(
+      GpuMatchesCpu(tanh(xg.at({Slice(1, std::nullopt)})), tanh(x.at({Slice(1, std::nullopt)}))));
   EXPECT_TRUE(GpuMatchesCpu(xg.at({Slice(3, std::nullopt)}) + xg.at({Slice(0, 100000)}),
                             x.at({Slice(3, std::nullopt)}) + x.at({Slice(0, 100000)})));
 }
 
 TEST_F(CudaElementwise, EveryBinaryOpInEveryDtype) {
   const std::vector<BinaryOp> ops = {
-      BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv, BinaryOp::kPow,
-      BinaryOp::kMaximum, BinaryOp::kMinimum, BinaryOp::kEq, BinaryOp::kNe, BinaryOp::kLt,
-      BinaryOp::kLe, BinaryOp::kGt, BinaryOp::kGe, BinaryOp::kLogicalAnd, BinaryOp::kLogicalOr};
+      BinaryOp::kAdd, BinaryOp::kSub,        BinaryOp::kMul,      BinaryOp::kDiv,
+      BinaryOp::kPow, BinaryOp::kMaximum,    BinaryOp::kMinimum,  BinaryOp::kEq,
+      BinaryOp::kNe,  BinaryOp::kLt,         BinaryOp::kLe,       BinaryOp::kGt,
+      BinaryOp::kGe,  BinaryOp::kLogicalAnd, BinaryOp::kLogicalOr};
   uint64_t seed = 100;
   for (BinaryOp op : ops) {
     for (Dtype dtype : all_dtypes()) {
-      const std::string what = detail::concat("op ", static_cast<int>(op), " on ", dtype_name(dtype));
+      const std::string what =
+          detail::concat("op ", static_cast<int>(op), " on ", dtype_name(dtype));
       // pow: a positive base (floats) and small exponents (integers, including 0 and negatives).
       const bool pow = op == BinaryOp::kPow;
       const Array a = testing::random_array({3, 1, 5}, dtype, pow ? 0.1 : -4, 4, seed++);
@@ -135,8 +162,10 @@ TEST_F(CudaElementwise, EveryBinaryOpInEveryDtype) {
 
 TEST_F(CudaElementwise, IntegerDivisionAndPowerEdgeCases) {
   for (Dtype dtype : {int32, int64, uint8}) {
-    const Array a = Array::from({7, -7, 7, -7, 5, 0, 3, 2}, Shape{8}, float64, Device::cpu()).astype(dtype);
-    const Array b = Array::from({2, 2, -2, -2, 0, 3, 0, 20}, Shape{8}, float64, Device::cpu()).astype(dtype);
+    const Array a =
+        Array::from({7, -7, 7, -7, 5, 0, 3, 2}, Shape{8}, float64, Device::cpu()).astype(dtype);
+    const Array b =
+        Array::from({2, 2, -2, -2, 0, 3, 0, 20}, Shape{8}, float64, Device::cpu()).astype(dtype);
     const Array ag = a.to_device(gpu()), bg = b.to_device(gpu());
     EXPECT_TRUE(GpuMatchesCpu(divide(ag, bg), divide(a, b))) << dtype_name(dtype);
     EXPECT_TRUE(GpuMatchesCpu(power(ag, bg), power(a, b))) << dtype_name(dtype);

@@ -55,8 +55,10 @@ TEST_F(CudaMatmul, EveryDtypeAndLayout) {
     const int64_t m = 37, k = 53, n = 29;
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
-        const Array at = testing::random_array(ta ? Shape{k, m} : Shape{m, k}, dtype, -2, 2, seed++);
-        const Array bt = testing::random_array(tb ? Shape{n, k} : Shape{k, n}, dtype, -2, 2, seed++);
+        const Array at =
+            testing::random_array(ta ? Shape{k, m} : Shape{m, k}, dtype, -2, 2, seed++);
+        const Array bt =
+            testing::random_array(tb ? Shape{n, k} : Shape{k, n}, dtype, -2, 2, seed++);
         check_views(at, bt, ta, tb, "2-d");
       }
     }
@@ -74,8 +76,8 @@ TEST_F(CudaMatmul, BatchedAndBroadcastBatches) {
     check(a, testing::random_array({1, 3, 6, 7}, dtype, -2, 2, seed++), "broadcast b over axis 0");
     check(testing::random_array({4, 1, 5, 6}, dtype, -2, 2, seed++), b, "broadcast a over axis 1");
     // Transposed batched views.
-    check_views(testing::random_array({4, 3, 6, 5}, dtype, -2, 2, seed++), b.swapaxes(-1, -2).copy(),
-                true, true, "batched");
+    check_views(testing::random_array({4, 3, 6, 5}, dtype, -2, 2, seed++),
+                b.swapaxes(-1, -2).copy(), true, true, "batched");
   }
 }
 
@@ -85,10 +87,11 @@ TEST_F(CudaMatmul, VectorsAndDegenerateShapes) {
   check(v, m, "vector @ matrix");
   check(m.transpose(), v, "matrix @ vector");
   check(v, v, "dot");
-  check(testing::random_array({1, 1}, float32, -1, 1, 3), testing::random_array({1, 4}, float32, -1, 1, 4),
-        "1x1");
+  check(testing::random_array({1, 1}, float32, -1, 1, 3),
+        testing::random_array({1, 4}, float32, -1, 1, 4), "1x1");
   // k == 0 gives zeros.
-  check(Array::zeros({3, 0}, float32, Device::cpu()), Array::zeros({0, 4}, float32, Device::cpu()), "k = 0");
+  check(Array::zeros({3, 0}, float32, Device::cpu()), Array::zeros({0, 4}, float32, Device::cpu()),
+        "k = 0");
 }
 
 TEST_F(CudaMatmul, LayoutsThatNeedACopy) {
@@ -97,7 +100,8 @@ TEST_F(CudaMatmul, LayoutsThatNeedACopy) {
   const Array b = testing::random_array({10, 7}, float32, -1, 1, 6);
   const Array as = a.at({Slice(), Slice(0, 20, 2)});
   const Array ag = a.to_device(gpu()).at({Slice(), Slice(0, 20, 2)});
-  EXPECT_TRUE(GpuMatchesCpu(matmul(ag, b.to_device(gpu())), matmul(as, b), matmul_tolerance(float32)));
+  EXPECT_TRUE(
+      GpuMatchesCpu(matmul(ag, b.to_device(gpu())), matmul(as, b), matmul_tolerance(float32)));
 }
 
 TEST_F(CudaMatmul, LargeFloat32IsAccurateWithoutTf32AndCloseWithIt) {
@@ -106,10 +110,12 @@ TEST_F(CudaMatmul, LargeFloat32IsAccurateWithoutTf32AndCloseWithIt) {
   const Array expected = matmul(a.astype(float64), b.astype(float64)).astype(float32);
   const bool before = cuda::allow_tf32();
   cuda::set_allow_tf32(false);
-  EXPECT_TRUE(GpuMatchesCpu(matmul(a.to_device(gpu()), b.to_device(gpu())), expected, {1e-4, 1e-4}));
+  EXPECT_TRUE(
+      GpuMatchesCpu(matmul(a.to_device(gpu()), b.to_device(gpu())), expected, {1e-4, 1e-4}));
   cuda::set_allow_tf32(true);
   // TF32 keeps 10 bits of mantissa in the products.
-  EXPECT_TRUE(GpuMatchesCpu(matmul(a.to_device(gpu()), b.to_device(gpu())), expected, {2e-2, 5e-2}));
+  EXPECT_TRUE(
+      GpuMatchesCpu(matmul(a.to_device(gpu()), b.to_device(gpu())), expected, {2e-2, 5e-2}));
   cuda::set_allow_tf32(before);
 }
 

@@ -65,14 +65,15 @@ TEST_F(CudaConvolution, ForwardAndGradientsMatchTheCpu) {
   uint64_t seed = 1;
   for (Dtype dtype : floating_dtypes()) {
     for (const ConvCase& c : conv_cases()) {
-      const std::string what = detail::concat("x ", c.x, " w ", c.w, " groups ", c.p.groups, " ",
-                                              dtype_name(dtype));
+      const std::string what =
+          detail::concat("x ", c.x, " w ", c.w, " groups ", c.p.groups, " ", dtype_name(dtype));
       const Array x = testing::random_array(c.x, dtype, -1, 1, seed++);
       const Array w = testing::random_array(c.w, dtype, -1, 1, seed++);
       const Array b = testing::random_array({c.w[0]}, dtype, -1, 1, seed++);
       const Array xg = x.to_device(gpu()), wg = w.to_device(gpu()), bg = b.to_device(gpu());
       const Array y = conv2d(x, w, b, c.p);
-      EXPECT_TRUE(GpuMatchesCpu(conv2d(xg, wg, bg, c.p), y, conv_tolerance(dtype))) << what << " forward";
+      EXPECT_TRUE(GpuMatchesCpu(conv2d(xg, wg, bg, c.p), y, conv_tolerance(dtype)))
+          << what << " forward";
       EXPECT_TRUE(GpuMatchesCpu(conv2d(xg, wg, Array(), c.p), conv2d(x, w, Array(), c.p),
                                 conv_tolerance(dtype)))
           << what << " forward without bias";
@@ -82,7 +83,8 @@ TEST_F(CudaConvolution, ForwardAndGradientsMatchTheCpu) {
                                 conv2d_backward_data(w, gy, x.shape(), c.p), conv_tolerance(dtype)))
           << what << " gradient of x";
       EXPECT_TRUE(GpuMatchesCpu(conv2d_backward_filter(xg, gyg, w.shape(), c.p),
-                                conv2d_backward_filter(x, gy, w.shape(), c.p), conv_tolerance(dtype)))
+                                conv2d_backward_filter(x, gy, w.shape(), c.p),
+                                conv_tolerance(dtype)))
           << what << " gradient of W";
       // A non-contiguous input (the same values, laid out with H and W swapped).
       const Array x_strided = xg.transpose({0, 1, 3, 2}).copy().transpose({0, 1, 3, 2});
@@ -137,8 +139,9 @@ TEST_F(CudaPooling, ForwardAndBackwardMatchTheCpu) {
   uint64_t seed = 10;
   for (Dtype dtype : floating_dtypes()) {
     for (const PoolCase& c : pool_cases()) {
-      const std::string what = detail::concat(c.p.kind == PoolKind::kMax ? "max" : "average", " x ", c.x,
-                                              " cover_all ", c.p.cover_all, " ", dtype_name(dtype));
+      const std::string what =
+          detail::concat(c.p.kind == PoolKind::kMax ? "max" : "average", " x ", c.x, " cover_all ",
+                         c.p.cover_all, " ", dtype_name(dtype));
       // Integer values: ties in max windows (the first maximum must win) and exact sums.
       const Array x = floor(testing::random_array(c.x, float64, 0, 4, seed++)).astype(dtype);
       const Array xg = x.to_device(gpu());
@@ -146,7 +149,8 @@ TEST_F(CudaPooling, ForwardAndBackwardMatchTheCpu) {
       const Array yg = pool2d(xg, c.p);
       EXPECT_TRUE(GpuMatchesCpu(yg, y)) << what << " forward";
       const Array gy = testing::random_array(y.shape(), dtype, -1, 1, seed++);
-      EXPECT_TRUE(GpuMatchesCpu(pool2d_backward(xg, yg, gy.to_device(gpu()), c.p), pool2d_backward(x, y, gy, c.p)))
+      EXPECT_TRUE(GpuMatchesCpu(pool2d_backward(xg, yg, gy.to_device(gpu()), c.p),
+                                pool2d_backward(x, y, gy, c.p)))
           << what << " backward";
     }
   }
@@ -161,7 +165,8 @@ TEST_F(CudaPooling, MaxPoolingPropagatesNan) {
   const Array y = pool2d(x, p);
   EXPECT_TRUE(GpuMatchesCpu(pool2d(xg, p), y));
   const Array gy = Array::ones(y.shape(), float32, Device::cpu());
-  EXPECT_TRUE(GpuMatchesCpu(pool2d_backward(xg, pool2d(xg, p), gy.to_device(gpu()), p), pool2d_backward(x, y, gy, p)));
+  EXPECT_TRUE(GpuMatchesCpu(pool2d_backward(xg, pool2d(xg, p), gy.to_device(gpu()), p),
+                            pool2d_backward(x, y, gy, p)));
 }
 
 class CudaIndexing : public CudaTest {};
@@ -172,12 +177,16 @@ TEST_F(CudaIndexing, TakeAndAddAtMatchTheCpu) {
     const Array x = testing::random_array({5, 6, 4}, dtype, -5, 5, seed++);
     const Array xg = x.to_device(gpu());
     for (Dtype index_dtype : {int32, int64}) {
-      const Array idx = Array::from({4, 0, -1, 2, 2, -6}, Shape{2, 3}, float64, Device::cpu()).astype(index_dtype);
+      const Array idx = Array::from({4, 0, -1, 2, 2, -6}, Shape{2, 3}, float64, Device::cpu())
+                            .astype(index_dtype);
       const Array idxg = idx.to_device(gpu());
       EXPECT_TRUE(GpuMatchesCpu(take(xg, idxg, 1), take(x, idx, 1))) << dtype_name(dtype);
-      EXPECT_TRUE(GpuMatchesCpu(take(xg.transpose(), idxg, 1), take(x.transpose(), idx, 1))) << dtype_name(dtype);
-      const Array idx0 = Array::from({4, 0, -1, 2}, Shape{4}, float64, Device::cpu()).astype(index_dtype);
-      EXPECT_TRUE(GpuMatchesCpu(take(xg, idx0.to_device(gpu()), 0), take(x, idx0, 0))) << dtype_name(dtype);
+      EXPECT_TRUE(GpuMatchesCpu(take(xg.transpose(), idxg, 1), take(x.transpose(), idx, 1)))
+          << dtype_name(dtype);
+      const Array idx0 =
+          Array::from({4, 0, -1, 2}, Shape{4}, float64, Device::cpu()).astype(index_dtype);
+      EXPECT_TRUE(GpuMatchesCpu(take(xg, idx0.to_device(gpu()), 0), take(x, idx0, 0)))
+          << dtype_name(dtype);
       if (dtype == bool_) continue;
       // Repeated indices add up (integer values: the atomic order does not matter).
       const Array values = testing::random_array({5, 2, 3, 4}, dtype, -5, 5, seed++);
@@ -243,7 +252,8 @@ TEST_F(CudaUpdate, EveryRuleInEveryFloatingDtypeMatchesTheCpu) {
         update_parameter(c.rule, p, g, sp, c.hyper);
         update_parameter(c.rule, pg, g.to_device(gpu()), sg, c.hyper);
       }
-      const std::string what = detail::concat("rule ", static_cast<int>(c.rule), " ", dtype_name(dtype));
+      const std::string what =
+          detail::concat("rule ", static_cast<int>(c.rule), " ", dtype_name(dtype));
       EXPECT_TRUE(GpuMatchesCpu(pg, p)) << what << " parameter";
       for (int k = 0; k < c.n_state; ++k) {
         EXPECT_TRUE(GpuMatchesCpu(states_g[static_cast<size_t>(k)], states[static_cast<size_t>(k)]))

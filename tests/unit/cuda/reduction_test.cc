@@ -23,7 +23,8 @@ struct NamedReduction {
 };
 
 std::vector<NamedReduction> reductions() {
-  return {{"sum", &sum}, {"prod", &prod}, {"max", &amax}, {"min", &amin}, {"any", &any}, {"all", &all}};
+  return {{"sum", &sum},  {"prod", &prod}, {"max", &amax},
+          {"min", &amin}, {"any", &any},   {"all", &all}};
 }
 
 /// Sums in double on both sides differ only in order; compare with a tolerance that covers it.
@@ -43,16 +44,16 @@ TEST_F(CudaReduction, EveryReductionOverEveryAxisSet) {
       // prod stays finite on values near 1; the others see zeros, fractions and negatives (any
       // and all then exercise the CPU's truncation of floats).
       const bool is_prod = std::string(r.name) == "prod";
-      const Array x = testing::random_array({5, 7, 9}, dtype, is_prod ? 0.5 : -3, is_prod ? 1.6 : 3,
-                                            seed++);
+      const Array x =
+          testing::random_array({5, 7, 9}, dtype, is_prod ? 0.5 : -3, is_prod ? 1.6 : 3, seed++);
       const Array xg = x.to_device(gpu());
       for (const Axes& axes : axis_sets) {
         for (bool keepdims : {false, true}) {
           const std::string what = detail::concat(r.name, " over ", axes, " of ", dtype_name(dtype),
                                                   keepdims ? " (keepdims)" : "");
           const Array expected = r.fn(x, axes, keepdims);
-          EXPECT_TRUE(GpuMatchesCpu(r.fn(xg, axes, keepdims), expected,
-                                    reduce_tolerance(expected.dtype())))
+          EXPECT_TRUE(
+              GpuMatchesCpu(r.fn(xg, axes, keepdims), expected, reduce_tolerance(expected.dtype())))
               << what;
         }
         // A transposed input.
@@ -102,8 +103,10 @@ TEST_F(CudaReduction, ArgMaxAndArgMinPickTheFirstExtremeOrTheFirstNan) {
     const Array x = testing::random_array({6, 5, 40}, dtype, 0, 4, seed++);
     const Array xg = x.to_device(gpu());
     for (int axis : {0, 1, 2}) {
-      EXPECT_TRUE(GpuMatchesCpu(argmax(xg, axis), argmax(x, axis))) << dtype_name(dtype) << " axis " << axis;
-      EXPECT_TRUE(GpuMatchesCpu(argmin(xg, axis), argmin(x, axis))) << dtype_name(dtype) << " axis " << axis;
+      EXPECT_TRUE(GpuMatchesCpu(argmax(xg, axis), argmax(x, axis)))
+          << dtype_name(dtype) << " axis " << axis;
+      EXPECT_TRUE(GpuMatchesCpu(argmin(xg, axis), argmin(x, axis)))
+          << dtype_name(dtype) << " axis " << axis;
       EXPECT_TRUE(GpuMatchesCpu(argmax(xg.transpose(), axis), argmax(x.transpose(), axis)))
           << dtype_name(dtype) << " axis " << axis << " (transposed)";
     }
