@@ -151,10 +151,13 @@ DeviceState& state(int device) {
 }
 
 void ensure_staging(DeviceState& s) {
-  if (s.staging[0]) return;
   for (int i = 0; i < 2; ++i) {
-    KUSARI_CUDA_CHECK(cudaHostAlloc(&s.staging[i], kStagingChunk, cudaHostAllocDefault));
-    KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(&s.staging_done[i], cudaEventDisableTiming));
+    if (!s.staging[i]) {
+      KUSARI_CUDA_CHECK(cudaHostAlloc(&s.staging[i], kStagingChunk, cudaHostAllocDefault));
+    }
+    if (!s.staging_done[i]) {
+      KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(&s.staging_done[i], cudaEventDisableTiming));
+    }
   }
 }
 
@@ -458,6 +461,8 @@ ErrorWords error_words(int device) {
   set_device(device);
   if (!s.error_device) {
     s.error_device = static_cast<int64_t*>(memory_pool().allocate(device, 2 * sizeof(int64_t)));
+  }
+  if (!s.error_host) {
     void* host = nullptr;
     KUSARI_CUDA_CHECK(cudaHostAlloc(&host, 2 * sizeof(int64_t), cudaHostAllocDefault));
     s.error_host = static_cast<int64_t*>(host);
