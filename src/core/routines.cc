@@ -351,12 +351,15 @@ Array amin(const Array& x, const Axes& axes, bool keepdims) {
   return reduce_impl(ReduceOp::kMin, x, axes, keepdims, "min", x.dtype());
 }
 
+// any / all look at truth values: non-zero elements are true (0.5 is true, NaN is true).
 Array any(const Array& x, const Axes& axes, bool keepdims) {
-  return reduce_impl(ReduceOp::kAny, x, axes, keepdims, "any", Dtype::kBool);
+  const Array b = x.dtype() == Dtype::kBool ? x : not_equal(x, Scalar(0));
+  return reduce_impl(ReduceOp::kAny, b, axes, keepdims, "any", Dtype::kBool);
 }
 
 Array all(const Array& x, const Axes& axes, bool keepdims) {
-  return reduce_impl(ReduceOp::kAll, x, axes, keepdims, "all", Dtype::kBool);
+  const Array b = x.dtype() == Dtype::kBool ? x : not_equal(x, Scalar(0));
+  return reduce_impl(ReduceOp::kAll, b, axes, keepdims, "all", Dtype::kBool);
 }
 
 Array var(const Array& x, const Axes& axes_in, bool keepdims, int ddof) {

@@ -206,3 +206,21 @@ KUSARI_INSTANTIATE_DEVICE_TEST(RoutinesTest);
 
 }  // namespace
 }  // namespace kusari
+
+namespace kusari {
+namespace {
+
+class TruthTest : public testing::DeviceTest {};
+
+TEST_P(TruthTest, AnyAndAllUseTruthValues) {
+  Array half = Array::from({0.0, 0.5}, std::nullopt, float32, device());
+  EXPECT_TRUE(any(half).item<bool>());
+  EXPECT_FALSE(all(half).item<bool>());
+  EXPECT_TRUE(all(Array::from({0.25, -1.0}, std::nullopt, float64, device())).item<bool>());
+  EXPECT_FALSE(any(Array::zeros({3}, int64, device())).item<bool>());
+}
+
+KUSARI_INSTANTIATE_DEVICE_TEST(TruthTest);
+
+}  // namespace
+}  // namespace kusari
