@@ -83,6 +83,12 @@ if(NOT KUSARI_WITH_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_HOST_COMPILER ${CMAKE_CXX_COMPILER})
     endif()
     enable_language(CUDA)
+    # CMake < 3.26 does not know nvcc's C++20 flag (nvcc >= 12 has it); without it the CUDA20
+    # dialect request below is rejected at generate time.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)

@@ -6,6 +6,10 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
 #include "kusari/core/device.h"
 
 namespace kusari::cuda {
@@ -28,6 +32,37 @@ void set_device(int device);
 void check_cuda(cudaError_t status, const char* call, const char* file, int line);
 void check_cublas(cublasStatus_t status, const char* call, const char* file, int line);
 void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line);
+
+/// Throws DeviceError unless 0 <= device < cuda_device_count(); `what` names the caller.
+void check_device_index(int device, const char* what);
+/// Streaming multiprocessors of GPU `device` (sizes the grids of the kernels).
+int sm_count(int device);
+
+/// Device scratch memory for one cuDNN call, held (with a lock) until the lease is destroyed.
+/// See Note [cuDNN workspace].
+struct WorkspaceLease {
+  std::unique_lock<std::mutex> lock;
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+/// At least `bytes` of the cuDNN workspace of GPU `device` (grown from the memory pool when
+/// needed; at most kMaxCudnnWorkspaceBytes are ever asked for).
+WorkspaceLease cudnn_workspace(int device, size_t bytes);
+/// The largest cuDNN workspace an algorithm may use.
+inline constexpr size_t kMaxCudnnWorkspaceBytes = size_t{1} << 30;
+
+/// The two error words of GPU `device` (a flag and a value), cleared, held with a lock until the
+/// lease is destroyed. A kernel that meets a bad argument (an index out of range) sets the flag
+/// with atomicCAS and stores the value. See Note [Device-side argument errors].
+struct ErrorWords {
+  std::unique_lock<std::mutex> lock;
+  int device = 0;
+  /// Device address of {flag, value}.
+  int64_t* words = nullptr;
+  /// Waits for the compute stream; true (and the value) when a kernel set the flag.
+  bool fetch(int64_t* value);
+};
+ErrorWords error_words(int device);
 
 }  // namespace kusari::cuda
 

@@ -1,0 +1,386 @@
+// CUDA kernels: 2-d convolution (forward, gradient of the data, gradient of the filter) through
+// cuDNN's convolution API.
+//
+// Note [cuDNN convolution plans]
+// Describing a convolution to cuDNN and choosing its algorithm is slow next to running it, so
+// each (direction, dtype, geometry, groups, math mode) gets a plan once: the tensor, filter and
+// convolution descriptors, the algorithm, its math type and its workspace size. Plans live in a
+// mutex-protected map per device and are shared (immutable) between threads; like the CPU's
+// oneDNN cache the map starts over past kMaxCachedPlans entries.
+//   - The algorithm comes from cuDNN's heuristics (cudnnGet*Algorithm_v7), or, when the
+//     environment sets KUSARI_CUDNN_BENCHMARK=1, from timing the candidates (cudnnFind*Ex) on the
+//     first call's own buffers (the outputs are fresh arrays, so the trial runs may write them).
+//   - Candidates whose workspace exceeds kMaxCudnnWorkspaceBytes are skipped; the workspace is the
+//     device's shared, growing buffer (Note [cuDNN workspace]), so it is allocated once per size
+//     reached, not per call.
+//   - KUSARI_CUDNN_DETERMINISTIC=1 keeps only algorithms cuDNN marks deterministic (some
+//     gradient algorithms add with atomics).
+//   - float32 uses TF32 tensor cores only when allow_tf32() (CUDNN_DEFAULT_MATH on Ampere and
+//     later); otherwise the descriptor says CUDNN_FMA_MATH and only FMA algorithms are taken.
+//     float16 and bfloat16 use tensor cores with float32 accumulation; float64 computes in
+//     float64. The math mode is part of the key, so switching TF32 at run time gets new plans.
+// Operands are made contiguous (NCHW, OIHW); the bias is added afterwards with the elementwise
+// add kernel, so a 16-bit output is rounded twice (after the convolution and after the bias)
+// where the CPU rounds once.
+#include <cudnn.h>
+
+#include <array>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "kusari/core/cuda.h"
+#include "kusari/core/error.h"
+
+namespace kusari::cuda {
+namespace {
+
+constexpr size_t kMaxCachedPlans = 1024;
+
+enum class Direction : int64_t { kForward, kBackwardData, kBackwardFilter };
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+bool benchmark_mode() {
+  static const bool on = env_flag("KUSARI_CUDNN_BENCHMARK");
+  return on;
+}
+
+bool deterministic_mode() {
+  static const bool on = env_flag("KUSARI_CUDNN_DETERMINISTIC");
+  return on;
+}
+
+/// x (n, c, h, w), w (o, c / groups, kh, kw), y (n, o, oh, ow) and the parameters.
+struct ConvShape {
+  int64_t n, c, h, w, o, kh, kw, oh, ow;
+};
+
+cudnnDataType_t data_type(Dtype d) {
+  switch (d) {
+    case Dtype::kFloat16:
+      return CUDNN_DATA_HALF;
+    case Dtype::kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    case Dtype::kFloat32:
+      return CUDNN_DATA_FLOAT;
+    case Dtype::kFloat64:
+      return CUDNN_DATA_DOUBLE;
+    default:
+      KUSARI_THROW(DtypeError, "convolution_2d: not supported for dtype ", dtype_name(d));
+  }
+}
+
+/// The descriptors and algorithm of one convolution; see Note [cuDNN convolution plans].
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  int algo = 0;
+  size_t workspace = 0;
+
+  ConvPlan() = default;
+  ConvPlan(const ConvPlan&) = delete;
+  ConvPlan& operator=(const ConvPlan&) = delete;
+  ~ConvPlan() {
+    // Errors cannot be reported from a destructor; destroying a descriptor only frees host memory.
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (x) cudnnDestroyTensorDescriptor(x);
+  }
+};
+
+using PlanKey = std::array<int64_t, 21>;
+
+int to_int(int64_t v, const char* what) {
+  KUSARI_CHECK(v <= std::numeric_limits<int>::max(), NotImplementedError,
+               "convolution_2d on CUDA: ", what, " = ", v, " exceeds cuDNN's int range");
+  return static_cast<int>(v);
+}
+
+/// The three cuDNN entry points of one direction behind one interface.
+template <Direction D>
+struct Api;
+
+template <>
+struct Api<Direction::kForward> {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  static int max_count(cudnnHandle_t h) {
+    int n = 0;
+    KUSARI_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &n));
+    return n;
+  }
+  static void heuristics(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
+    KUSARI_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, n, got, perf));
+  }
+  // a = x, b = w, out = y
+  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out, int n,
+                   int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    KUSARI_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x, a, p.w, b, p.conv, p.y, out, n,
+                                                              got, perf, ws, ws_bytes));
+  }
+  static size_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo) {
+    size_t bytes = 0;
+    KUSARI_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+        h, p.x, p.w, p.conv, p.y, static_cast<cudnnConvolutionFwdAlgo_t>(algo), &bytes));
+    return bytes;
+  }
+};
+
+template <>
+struct Api<Direction::kBackwardData> {
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  static int max_count(cudnnHandle_t h) {
+    int n = 0;
+    KUSARI_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &n));
+    return n;
+  }
+  static void heuristics(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
+    KUSARI_CUDNN_CHECK(
+        cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, n, got, perf));
+  }
+  // a = w, b = gy, out = gx
+  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out, int n,
+                   int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    KUSARI_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        h, p.w, a, p.y, b, p.conv, p.x, out, n, got, perf, ws, ws_bytes));
+  }
+  static size_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo) {
+    size_t bytes = 0;
+    KUSARI_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, p.w, p.y, p.conv, p.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &bytes));
+    return bytes;
+  }
+};
+
+template <>
+struct Api<Direction::kBackwardFilter> {
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  static int max_count(cudnnHandle_t h) {
+    int n = 0;
+    KUSARI_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &n));
+    return n;
+  }
+  static void heuristics(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
+    KUSARI_CUDNN_CHECK(
+        cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, n, got, perf));
+  }
+  // a = x, b = gy, out = gw
+  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out, int n,
+                   int* got, Perf* perf, void* ws, size_t ws_bytes) {
+    KUSARI_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        h, p.x, a, p.y, b, p.conv, p.w, out, n, got, perf, ws, ws_bytes));
+  }
+  static size_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo) {
+    size_t bytes = 0;
+    KUSARI_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, p.x, p.y, p.conv, p.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &bytes));
+    return bytes;
+  }
+};
+
+/// Whether a candidate may be used: it ran, fits the workspace limit, is deterministic when
+/// asked, and uses FMA math when TF32 is not allowed for float32.
+template <typename Perf>
+bool acceptable(const Perf& perf, bool fma_only) {
+  if (perf.status != CUDNN_STATUS_SUCCESS) return false;
+  if (perf.memory > kMaxCudnnWorkspaceBytes) return false;
+  if (deterministic_mode() && perf.determinism != CUDNN_DETERMINISTIC) return false;
+  if (fma_only && perf.mathType != CUDNN_FMA_MATH) return false;
+  return true;
+}
+
+/// Creates the descriptors of a plan (the algorithm is chosen by choose_algorithm).
+std::shared_ptr<ConvPlan> describe(Dtype dtype, const ConvShape& s, const Conv2dParams& p,
+                                   cudnnMathType_t math) {
+  auto plan = std::make_shared<ConvPlan>();
+  const cudnnDataType_t dt = data_type(dtype);
+  const cudnnDataType_t compute = dtype == Dtype::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  KUSARI_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->x));
+  KUSARI_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
+  KUSARI_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
+  KUSARI_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
+  KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt, to_int(s.n, "N"),
+                                                to_int(s.c, "C"), to_int(s.h, "H"), to_int(s.w, "W")));
+  KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, dt, to_int(s.n, "N"),
+                                                to_int(s.o, "out channels"), to_int(s.oh, "out H"),
+                                                to_int(s.ow, "out W")));
+  KUSARI_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW, to_int(s.o, "O"),
+                                                to_int(s.c / p.groups, "C / groups"),
+                                                to_int(s.kh, "kH"), to_int(s.kw, "kW")));
+  KUSARI_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+      plan->conv, to_int(p.pad[0], "pad"), to_int(p.pad[1], "pad"), to_int(p.stride[0], "stride"),
+      to_int(p.stride[1], "stride"), to_int(p.dilation[0], "dilation"),
+      to_int(p.dilation[1], "dilation"), CUDNN_CROSS_CORRELATION, compute));
+  KUSARI_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, to_int(p.groups, "groups")));
+  KUSARI_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, math));
+  return plan;
+}
+
+template <Direction D>
+void choose_algorithm(cudnnHandle_t handle, int device, ConvPlan& plan, bool fma_only,
+                      const void* a, const void* b, void* out) {
+  using Perf = typename Api<D>::Perf;
+  const int max_count = Api<D>::max_count(handle);
+  std::vector<Perf> perf(static_cast<size_t>(std::max(max_count, 1)));
+  int got = 0;
+  Api<D>::heuristics(handle, plan, max_count, &got, perf.data());
+  if (benchmark_mode()) {
+    // Time the candidates with as much workspace as the largest acceptable one needs.
+    size_t ws_bytes = 0;
+    for (int i = 0; i < got; ++i) {
+      if (acceptable(perf[i], fma_only)) ws_bytes = std::max(ws_bytes, perf[i].memory);
+    }
+    WorkspaceLease ws = cudnn_workspace(device, std::max<size_t>(ws_bytes, 1));
+    Api<D>::find(handle, plan, a, b, out, max_count, &got, perf.data(), ws.ptr, ws.bytes);
+  }
+  const Perf* chosen = nullptr;
+  for (int i = 0; i < got && !chosen; ++i) {
+    if (acceptable(perf[i], fma_only)) chosen = &perf[i];
+  }
+  if (!chosen && fma_only) {
+    // No candidate reports FMA math; keep the FMA descriptor and take the first that ran.
+    for (int i = 0; i < got && !chosen; ++i) {
+      if (acceptable(perf[i], false)) chosen = &perf[i];
+    }
+  }
+  KUSARI_CHECK(chosen != nullptr, NotImplementedError,
+               "convolution_2d on CUDA: cuDNN offers no usable algorithm for this geometry "
+               "(within a workspace of ",
+               kMaxCudnnWorkspaceBytes >> 20, " MiB",
+               deterministic_mode() ? ", deterministic only" : "", ")");
+  plan.algo = static_cast<int>(chosen->algo);
+  if (!fma_only) KUSARI_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, chosen->mathType));
+  plan.workspace = Api<D>::workspace(handle, plan, plan.algo);
+}
+
+struct PlanCache {
+  std::mutex mutex;
+  std::vector<std::map<PlanKey, std::shared_ptr<const ConvPlan>>> per_device;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache* cache = new PlanCache();  // never destroyed, see Note [Backend lifetime]
+  return *cache;
+}
+
+/// The plan of a convolution, created on first use (a, b, out: the call's buffers, used only for
+/// benchmarking).
+template <Direction D>
+std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShape& s,
+                                         const Conv2dParams& p, const void* a, const void* b,
+                                         void* out) {
+  const bool tf32 = dtype == Dtype::kFloat32 && allow_tf32();
+  const bool fma_only = dtype == Dtype::kFloat32 && !tf32;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  if (fma_only) math = CUDNN_FMA_MATH;
+  if (dtype == Dtype::kFloat16 || dtype == Dtype::kBFloat16) math = CUDNN_TENSOR_OP_MATH;
+  const PlanKey key{static_cast<int64_t>(D), static_cast<int64_t>(dtype), tf32 ? 1 : 0,
+                    s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow,
+                    p.stride[0], p.stride[1], p.pad[0], p.pad[1], p.dilation[0], p.dilation[1],
+                    p.groups, deterministic_mode() ? 1 : 0, benchmark_mode() ? 1 : 0};
+  PlanCache& cache = plan_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    if (cache.per_device.size() <= static_cast<size_t>(device)) {
+      cache.per_device.resize(static_cast<size_t>(device) + 1);
+    }
+    auto& plans = cache.per_device[static_cast<size_t>(device)];
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+  }
+  // Created outside the lock (benchmarking runs kernels); a concurrent duplicate is harmless.
+  cudnnHandle_t handle = cudnn_handle(device);
+  std::shared_ptr<ConvPlan> plan = describe(dtype, s, p, math);
+  choose_algorithm<D>(handle, device, *plan, fma_only, a, b, out);
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto& plans = cache.per_device[static_cast<size_t>(device)];
+  if (plans.size() >= kMaxCachedPlans) plans.clear();
+  plans[key] = plan;
+  return plan;
+}
+
+ConvShape conv_shape(const Shape& x, const Shape& w, const Shape& y) {
+  return ConvShape{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3]};
+}
+
+/// alpha = 1 and beta = 0 in the type cuDNN scales with (double for float64, else float).
+struct Scales {
+  float f1 = 1.0f, f0 = 0.0f;
+  double d1 = 1.0, d0 = 0.0;
+  const void* one(Dtype d) const { return d == Dtype::kFloat64 ? static_cast<const void*>(&d1) : &f1; }
+  const void* zero(Dtype d) const { return d == Dtype::kFloat64 ? static_cast<const void*>(&d0) : &f0; }
+};
+
+}  // namespace
+
+void conv2d_forward(const Array& x_in, const Array& w_in, const Array& b, const Conv2dParams& p,
+                    Array& y) {
+  KUSARI_ASSERT(y.is_contiguous(), "conv2d_forward: the output must be contiguous");
+  data_type(x_in.dtype());
+  const Array x = x_in.contiguous(), w = w_in.contiguous();
+  const int device = y.device().index();
+  set_device(device);
+  const ConvShape s = conv_shape(x.shape(), w.shape(), y.shape());
+  const auto plan = get_plan<Direction::kForward>(device, x.dtype(), s, p, x.raw_data(),
+                                                  w.raw_data(), y.raw_data());
+  const Scales scales;
+  {
+    WorkspaceLease ws = cudnn_workspace(device, plan->workspace);
+    KUSARI_CUDNN_CHECK(cudnnConvolutionForward(
+        cudnn_handle(device), scales.one(x.dtype()), plan->x, x.raw_data(), plan->w, w.raw_data(),
+        plan->conv, static_cast<cudnnConvolutionFwdAlgo_t>(plan->algo), ws.ptr, ws.bytes,
+        scales.zero(x.dtype()), plan->y, y.raw_data()));
+  }
+  if (b.defined()) {
+    // y += b[None, :, None, None]
+    const Array bias = b.reshape({1, b.shape()[0], 1, 1}).broadcast_to(y.shape());
+    binary(BinaryOp::kAdd, y, bias, y);
+  }
+}
+
+void conv2d_backward_data(const Array& w_in, const Array& gy_in, const Conv2dParams& p, Array& gx) {
+  KUSARI_ASSERT(gx.is_contiguous(), "conv2d_backward_data: the output must be contiguous");
+  data_type(gy_in.dtype());
+  const Array w = w_in.contiguous(), gy = gy_in.contiguous();
+  const int device = gx.device().index();
+  set_device(device);
+  const ConvShape s = conv_shape(gx.shape(), w.shape(), gy.shape());
+  const auto plan = get_plan<Direction::kBackwardData>(device, gy.dtype(), s, p, w.raw_data(),
+                                                       gy.raw_data(), gx.raw_data());
+  const Scales scales;
+  WorkspaceLease ws = cudnn_workspace(device, plan->workspace);
+  KUSARI_CUDNN_CHECK(cudnnConvolutionBackwardData(
+      cudnn_handle(device), scales.one(gy.dtype()), plan->w, w.raw_data(), plan->y, gy.raw_data(),
+      plan->conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(plan->algo), ws.ptr, ws.bytes,
+      scales.zero(gy.dtype()), plan->x, gx.raw_data()));
+}
+
+void conv2d_backward_filter(const Array& x_in, const Array& gy_in, const Conv2dParams& p, Array& gw) {
+  KUSARI_ASSERT(gw.is_contiguous(), "conv2d_backward_filter: the output must be contiguous");
+  data_type(gy_in.dtype());
+  const Array x = x_in.contiguous(), gy = gy_in.contiguous();
+  const int device = gw.device().index();
+  set_device(device);
+  const ConvShape s = conv_shape(x.shape(), gw.shape(), gy.shape());
+  const auto plan = get_plan<Direction::kBackwardFilter>(device, gy.dtype(), s, p, x.raw_data(),
+                                                         gy.raw_data(), gw.raw_data());
+  const Scales scales;
+  WorkspaceLease ws = cudnn_workspace(device, plan->workspace);
+  KUSARI_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+      cudnn_handle(device), scales.one(gy.dtype()), plan->x, x.raw_data(), plan->y, gy.raw_data(),
+      plan->conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan->algo), ws.ptr, ws.bytes,
+      scales.zero(gy.dtype()), plan->w, gw.raw_data()));
+}
+
+}  // namespace kusari::cuda

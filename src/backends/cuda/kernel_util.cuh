@@ -1,0 +1,318 @@
+// Shared pieces of the CUDA kernels: device element types, conversions that match the CPU
+// kernels bit for bit, strided indexing, launch geometry and dtype dispatch. Included by the .cu
+// files of the backend only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/cuda_backend.h"
+#include "kusari/core/array.h"
+
+namespace kusari::cuda {
+
+// --- element types ---------------------------------------------------------------------------------
+
+// Note [Device element types]
+// kusari::Half and kusari::BFloat16 are host storage types; on the GPU the same 16 bits are read
+// as __half and __nv_bfloat16. Arithmetic on them happens in float32 (compute_t), and results are
+// rounded to nearest even like the CPU's conversions. Every other dtype is its own C++ type.
+template <typename T>
+struct DeviceStorage {
+  using type = T;
+};
+template <>
+struct DeviceStorage<Half> {
+  using type = __half;
+};
+template <>
+struct DeviceStorage<BFloat16> {
+  using type = __nv_bfloat16;
+};
+/// The device type of a kusari element type.
+template <typename T>
+using device_t = typename DeviceStorage<T>::type;
+
+template <typename T>
+struct ComputeType {
+  using type = T;
+};
+template <>
+struct ComputeType<__half> {
+  using type = float;
+};
+template <>
+struct ComputeType<__nv_bfloat16> {
+  using type = float;
+};
+/// The type arithmetic on a device element type is done in.
+template <typename T>
+using compute_t = typename ComputeType<T>::type;
+
+template <typename T>
+inline constexpr bool is_float_v = std::is_floating_point_v<compute_t<T>>;
+
+template <typename T>
+__device__ __forceinline__ compute_t<T> to_compute(T v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else {
+    return v;
+  }
+}
+
+/// Rounds a compute value back to T (16-bit floats: to nearest even, like the CPU).
+template <typename T>
+__device__ __forceinline__ T from_compute(compute_t<T> v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return v;
+  }
+}
+
+/// Stores a double as T the way the CPU's static_cast<T>(static_cast<compute_t<T>>(v)) does
+/// (16-bit floats go through float32, so both round twice the same way).
+template <typename T>
+__device__ __forceinline__ T from_double(double v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v != 0.0;
+  } else if constexpr (std::is_same_v<T, uint8_t>) {
+    // x86 converts through a 32-bit integer and keeps the low byte; do the same.
+    return static_cast<uint8_t>(static_cast<int32_t>(v));
+  } else if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+    return from_compute<T>(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// --- math in the compute type ---------------------------------------------------------------------
+
+// Overloads for float and double, so that templated kernels call the precise float functions
+// (expf, not exp on a promoted double) without relying on host <cmath> overloads.
+namespace dmath {
+#define KUSARI_DMATH_1(name)                                                   \
+  __device__ __forceinline__ float name(float v) { return ::name##f(v); }     \
+  __device__ __forceinline__ double name(double v) { return ::name(v); }
+KUSARI_DMATH_1(exp)
+KUSARI_DMATH_1(log)
+KUSARI_DMATH_1(log1p)
+KUSARI_DMATH_1(expm1)
+KUSARI_DMATH_1(sqrt)
+KUSARI_DMATH_1(sin)
+KUSARI_DMATH_1(cos)
+KUSARI_DMATH_1(tanh)
+KUSARI_DMATH_1(floor)
+KUSARI_DMATH_1(ceil)
+KUSARI_DMATH_1(erf)
+KUSARI_DMATH_1(fabs)
+#undef KUSARI_DMATH_1
+__device__ __forceinline__ float pow(float a, float b) { return ::powf(a, b); }
+__device__ __forceinline__ double pow(double a, double b) { return ::pow(a, b); }
+/// v < 0, without a warning for unsigned types.
+template <typename C>
+__device__ __forceinline__ bool negative(C v) {
+  if constexpr (std::is_unsigned_v<C>) {
+    return false;
+  } else {
+    return v < C(0);
+  }
+}
+template <typename C>
+__device__ __forceinline__ bool isnan(C v) {
+  return v != v;
+}
+template <typename C>
+__device__ __forceinline__ bool isinf(C v) {
+  return !(v != v) && dmath::fabs(v) == static_cast<C>(INFINITY);
+}
+}  // namespace dmath
+
+// --- launch geometry -------------------------------------------------------------------------------
+
+/// Threads per block of the elementwise kernels.
+inline constexpr int kBlockSize = 256;
+
+/// Blocks for a grid-stride loop over n items: enough to fill the GPU a few times over, fewer
+/// for small n.
+inline unsigned grid_for(int64_t n, int device, int block = kBlockSize) {
+  const int64_t wanted = (n + block - 1) / block;
+  const int64_t cap = static_cast<int64_t>(sm_count(device)) * (2048 / block) * 4;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(wanted, cap)));
+}
+
+/// Makes the array's GPU current and returns its compute stream.
+inline cudaStream_t prepare(const Array& a) {
+  const int device = a.device().index();
+  set_device(device);
+  return compute_stream(device);
+}
+
+/// Throws DeviceError if the last launch failed (bad configuration, missing kernel image).
+#define KUSARI_CUDA_CHECK_LAUNCH() KUSARI_CUDA_CHECK(cudaGetLastError())
+
+/// The first element of a grid-stride loop and its step.
+__device__ __forceinline__ int64_t grid_start() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_step() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// --- strided indexing ------------------------------------------------------------------------------
+
+// Note [Strided indexing on the GPU]
+// An elementwise kernel sees N arrays of one shape (broadcast operands have stride 0). The host
+// compacts their geometry like the CPU's StridedLoop (Note [Strided loops]): length-1 axes are
+// dropped and an axis is merged into its inner neighbour when every operand allows it, so a
+// contiguous or simply broadcast case has one axis. The result travels to the kernel by value.
+// A thread turns its flat index into N element offsets with one division per remaining axis;
+// `Index` is uint32_t when the element count fits (32-bit division is several times faster than
+// 64-bit) and int64_t otherwise.
+template <int N>
+struct StridedIndexer {
+  int ndim = 0;
+  int64_t sizes[kMaxNdim] = {};
+  int64_t strides[N][kMaxNdim] = {};  // in elements
+
+  template <typename Index>
+  __device__ __forceinline__ void offsets(int64_t flat, int64_t (&off)[N]) const {
+    if (ndim == 1) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] = flat * strides[k][0];
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] = 0;
+    Index i = static_cast<Index>(flat);
+    for (int d = ndim - 1; d >= 0; --d) {
+      const Index size = static_cast<Index>(sizes[d]);
+      const Index q = i / size;
+      const int64_t r = static_cast<int64_t>(i - q * size);
+      i = q;
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] += r * strides[k][d];
+    }
+  }
+
+  /// True when every operand is contiguous in flat order (offset == flat index).
+  bool contiguous() const {
+    if (ndim != 1) return false;
+    for (int k = 0; k < N; ++k) {
+      if (strides[k][0] != 1) return false;
+    }
+    return true;
+  }
+};
+
+/// Compacts the geometry of N operands over `nd` axes (sizes, strides[k] in elements): drops
+/// length-1 axes and merges neighbours, see Note [Strided indexing on the GPU].
+template <int N>
+StridedIndexer<N> compact_geometry(int nd_in, const int64_t* sizes_in,
+                                   const std::array<const int64_t*, N>& strides_in) {
+  StridedIndexer<N> ix;
+  int nd = 0;
+  int64_t sizes[kMaxNdim];
+  int64_t strides[N][kMaxNdim];
+  for (int d = 0; d < nd_in; ++d) {
+    if (sizes_in[d] == 1) continue;
+    sizes[nd] = sizes_in[d];
+    for (int k = 0; k < N; ++k) strides[k][nd] = strides_in[k][d];
+    ++nd;
+  }
+  if (nd == 0) {
+    ix.ndim = 1;
+    ix.sizes[0] = 1;
+    for (int k = 0; k < N; ++k) ix.strides[k][0] = 1;
+    return ix;
+  }
+  // Merge from the innermost axis outwards.
+  int out = 0;
+  ix.sizes[0] = sizes[nd - 1];
+  for (int k = 0; k < N; ++k) ix.strides[k][0] = strides[k][nd - 1];
+  for (int d = nd - 2; d >= 0; --d) {
+    bool mergeable = true;
+    for (int k = 0; k < N; ++k) {
+      if (strides[k][d] != ix.strides[k][out] * ix.sizes[out]) {
+        mergeable = false;
+        break;
+      }
+    }
+    if (mergeable) {
+      ix.sizes[out] *= sizes[d];
+    } else {
+      ++out;
+      ix.sizes[out] = sizes[d];
+      for (int k = 0; k < N; ++k) ix.strides[k][out] = strides[k][d];
+    }
+  }
+  // Collected innermost first; store outermost first.
+  ix.ndim = out + 1;
+  for (int a = 0, b = out; a < b; ++a, --b) {
+    std::swap(ix.sizes[a], ix.sizes[b]);
+    for (int k = 0; k < N; ++k) std::swap(ix.strides[k][a], ix.strides[k][b]);
+  }
+  return ix;
+}
+
+/// The compacted geometry of `arrays` (views of `shape`), see Note [Strided indexing on the GPU].
+template <int N>
+StridedIndexer<N> make_indexer(const Shape& shape, const std::array<const Array*, N>& arrays) {
+  std::array<const int64_t*, N> strides;
+  for (int k = 0; k < N; ++k) strides[k] = arrays[k]->strides().data();
+  return compact_geometry<N>(shape.size(), shape.data(), strides);
+}
+
+/// True when 32-bit index arithmetic covers n elements.
+inline bool fits_uint32(int64_t n) { return n < (int64_t{1} << 32) - 1; }
+
+// --- vectorised access -----------------------------------------------------------------------------
+
+/// Elements per vector access in the contiguous kernels.
+inline constexpr int kVec = 4;
+
+template <typename T>
+struct alignas(sizeof(T) * kVec) Vec {
+  T v[kVec];
+};
+
+/// True when p can be read as Vec<T> (the allocation is aligned; a view's offset may not be).
+template <typename T>
+inline bool vec_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
+}
+
+// --- dtype dispatch --------------------------------------------------------------------------------
+
+/// Calls f(T{}) with T the device element type of `d`.
+template <typename F>
+decltype(auto) visit_device_dtype(Dtype d, F&& f) {
+  return visit_dtype(d, [&](auto tag) { return f(device_t<decltype(tag)>{}); });
+}
+
+/// Calls f(T{}) with T an unsigned integer type of the dtype's size (for copies of raw bits).
+template <typename F>
+decltype(auto) visit_itemsize(size_t itemsize, F&& f) {
+  switch (itemsize) {
+    case 1:
+      return f(uint8_t{});
+    case 2:
+      return f(uint16_t{});
+    case 4:
+      return f(uint32_t{});
+    default:
+      return f(uint64_t{});
+  }
+}
+
+}  // namespace kusari::cuda

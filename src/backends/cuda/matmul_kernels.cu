@@ -1,0 +1,206 @@
+// CUDA kernels: matrix products through cuBLAS (floating dtypes) and a plain kernel for integers.
+//
+// Note [cuBLAS operand layout]
+// cuBLAS is column-major, so the row-major product C (m, n) = A (m, k) B (k, n) is computed as
+// the column-major C^T (n, m) = B^T A^T. An operand goes in without a copy under the CPU's rule
+// (Note [BLAS operand layout]): a matrix whose columns are unit-stride (row stride ld) reads,
+// column-major, as its own transpose with leading dimension ld, which is exactly what the swapped
+// product wants (CUBLAS_OP_N); a transposed view (rows unit-stride, column stride ld) reads as
+// the matrix itself and goes in with CUBLAS_OP_T. Other layouts are copied once. The batch axes
+// (broadcast ones have stride 0) are compacted like an elementwise loop; the innermost becomes
+// the batch of one cublasGemmStridedBatchedEx_64 call (a stride of 0 is allowed there) and any
+// others are walked on the host.
+// Precision: float32 computes in float32 (CUBLAS_COMPUTE_32F) unless allow_tf32() permits TF32
+// tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); float16 and bfloat16 read and write 16 bits and
+// accumulate in float32 (the handle also forbids reduced-precision split-K reductions), so the
+// result is rounded once like the CPU's; float64 computes in float64.
+#include <vector>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernel_util.cuh"
+#include "kusari/core/cuda.h"
+
+namespace kusari::cuda {
+namespace {
+
+// --- kernels -----------------------------------------------------------------------------------
+
+// c (batch, m, n) contiguous = a @ b for integers, wrapping like the CPU; batch offsets of a and b
+// from `batch_ix` (operands a, b), matrix strides a_rs/a_cs and b_rs/b_cs.
+template <typename T>
+__global__ void matmul_integer_kernel(int64_t batch, int64_t m, int64_t n, int64_t k,
+                                      StridedIndexer<2> batch_ix, const T* a, int64_t a_rs,
+                                      int64_t a_cs, const T* b, int64_t b_rs, int64_t b_cs, T* c) {
+  const int64_t total = batch * m * n;
+  for (int64_t e = grid_start(); e < total; e += grid_step()) {
+    const int64_t col = e % n, row = (e / n) % m, bi = e / (m * n);
+    int64_t off[2];
+    batch_ix.offsets<int64_t>(bi, off);
+    const T* ap = a + off[0] + row * a_rs;
+    const T* bp = b + off[1] + col * b_cs;
+    uint64_t s = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      s += static_cast<uint64_t>(static_cast<int64_t>(ap[j * a_cs])) *
+           static_cast<uint64_t>(static_cast<int64_t>(bp[j * b_rs]));
+    }
+    c[e] = static_cast<T>(s);
+  }
+}
+
+// --- launchers ---------------------------------------------------------------------------------
+
+struct MatrixOperand {
+  bool transposed = false;
+  int64_t ld = 0;
+  bool usable = false;
+};
+
+/// The CPU's Note [BLAS operand layout] rule for the last two axes of `a`.
+MatrixOperand describe(const Array& a) {
+  const int nd = a.ndim();
+  const int64_t rows = a.shape()[nd - 2], cols = a.shape()[nd - 1];
+  const int64_t rs = a.strides()[nd - 2], cs = a.strides()[nd - 1];
+  MatrixOperand m;
+  if ((cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1)) {
+    m.ld = std::max<int64_t>(rs, std::max<int64_t>(cols, 1));
+    m.usable = true;
+  } else if ((rs == 1 || rows == 1) && cs >= std::max<int64_t>(rows, 1)) {
+    m.transposed = true;
+    m.ld = std::max<int64_t>(cs, std::max<int64_t>(rows, 1));
+    m.usable = true;
+  }
+  if (rows == 1 && cols == 1) {
+    m.transposed = false;
+    m.ld = 1;
+    m.usable = true;
+  }
+  return m;
+}
+
+/// Batch geometry of out, a, b over the batch axes (all but the last two), compacted.
+StridedIndexer<3> batch_geometry(const Array& out, const Array& a, const Array& b) {
+  const int nb = out.ndim() - 2;
+  const int64_t m = out.shape()[nb], n = out.shape()[nb + 1];
+  int64_t out_strides[kMaxNdim];
+  int64_t s = m * n;
+  for (int d = nb - 1; d >= 0; --d) {
+    out_strides[d] = s;
+    s *= out.shape()[d];
+  }
+  return compact_geometry<3>(nb, out.shape().data(),
+                             {out_strides, a.strides().data(), b.strides().data()});
+}
+
+struct GemmTypes {
+  cudaDataType data;
+  cublasComputeType_t compute;
+};
+
+void matmul_cublas(const Array& a_in, const Array& b_in, Array& out) {
+  Array a = a_in, b = b_in;
+  MatrixOperand ma = describe(a), mb = describe(b);
+  if (!ma.usable) {
+    a = a.copy();
+    ma = describe(a);
+  }
+  if (!mb.usable) {
+    b = b.copy();
+    mb = describe(b);
+  }
+  const int nd = out.ndim();
+  const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a.shape()[nd - 1];
+  const int device = out.device().index();
+  cudaStream_t stream = prepare(out);
+  if (k == 0) {
+    KUSARI_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.nbytes()), stream));
+    return;
+  }
+  GemmTypes types{};
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const void* alpha = &alpha_f;
+  const void* beta = &beta_f;
+  switch (out.dtype()) {
+    case Dtype::kFloat32:
+      types = {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+      break;
+    case Dtype::kFloat16:
+      types = {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+      break;
+    case Dtype::kBFloat16:
+      types = {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
+      break;
+    case Dtype::kFloat64:
+      types = {CUDA_R_64F, CUBLAS_COMPUTE_64F};
+      alpha = &alpha_d;
+      beta = &beta_d;
+      break;
+    default:
+      KUSARI_ASSERT(false, "matmul_cublas: dtype ", dtype_name(out.dtype()));
+  }
+  cublasHandle_t handle = cublas_handle(device);
+  const StridedIndexer<3> bix = batch_geometry(out, a, b);
+  const int inner = bix.ndim - 1;
+  const int64_t batch = bix.sizes[inner];
+  int64_t outer = 1;
+  for (int d = 0; d < inner; ++d) outer *= bix.sizes[d];
+  const int64_t item = out.itemsize();
+  const char* ap = static_cast<const char*>(a.raw_data());
+  const char* bp = static_cast<const char*>(b.raw_data());
+  char* cp = static_cast<char*>(out.raw_data());
+  for (int64_t o = 0; o < outer; ++o) {
+    // Offsets of this outer batch position (walking the outer batch axes in C order).
+    int64_t off_c = 0, off_a = 0, off_b = 0, rest = o;
+    for (int d = inner - 1; d >= 0; --d) {
+      const int64_t i = rest % bix.sizes[d];
+      rest /= bix.sizes[d];
+      off_c += i * bix.strides[0][d];
+      off_a += i * bix.strides[1][d];
+      off_b += i * bix.strides[2][d];
+    }
+    // C^T (n, m) = op(B^T) (n, k) op(A^T) (k, m); see Note [cuBLAS operand layout].
+    KUSARI_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+        handle, mb.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, ma.transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+        n, m, k, alpha, bp + off_b * item, types.data, mb.ld, bix.strides[2][inner],
+        ap + off_a * item, types.data, ma.ld, bix.strides[1][inner], beta, cp + off_c * item,
+        types.data, n, bix.strides[0][inner], batch, types.compute, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+template <typename T>
+void matmul_integer(const Array& a, const Array& b, Array& out) {
+  const int nd = out.ndim();
+  const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a.shape()[nd - 1];
+  const int64_t batch = out.size() / (m * n);
+  const int device = out.device().index();
+  cudaStream_t stream = prepare(out);
+  const StridedIndexer<2> bix =
+      compact_geometry<2>(nd - 2, out.shape().data(), {a.strides().data(), b.strides().data()});
+  matmul_integer_kernel<T><<<grid_for(out.size(), device), kBlockSize, 0, stream>>>(
+      batch, m, n, k, bix, static_cast<const T*>(a.raw_data()), a.strides()[nd - 2],
+      a.strides()[nd - 1], static_cast<const T*>(b.raw_data()), b.strides()[nd - 2],
+      b.strides()[nd - 1], static_cast<T*>(out.raw_data()));
+  KUSARI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void matmul(const Array& a, const Array& b, Array& out) {
+  const int nd = out.ndim();
+  if (out.shape()[nd - 2] == 0 || out.shape()[nd - 1] == 0) return;
+  switch (a.dtype()) {
+    case Dtype::kFloat32:
+    case Dtype::kFloat64:
+    case Dtype::kFloat16:
+    case Dtype::kBFloat16:
+      return matmul_cublas(a, b, out);
+    case Dtype::kInt32:
+      return matmul_integer<int32_t>(a, b, out);
+    case Dtype::kInt64:
+      return matmul_integer<int64_t>(a, b, out);
+    default:
+      KUSARI_THROW(DtypeError, "matmul: not supported for dtype ", dtype_name(a.dtype()));
+  }
+}
+
+}  // namespace kusari::cuda

@@ -1,0 +1,484 @@
+// CUDA kernels: reductions over axes, arg-reductions and softmax.
+//
+// Note [GPU reductions]
+// x's axes split into kept axes (the output's) and reduced axes, each compacted to a strided
+// indexer, so output o and reduction index r address x at kept.offset(o) + red.offset(r) for any
+// strides. One kernel serves every reduction through a small reducer policy (identity, load,
+// combine, finish) and a launch plan:
+//   - a group of G threads produces one output over one chunk of r: G = 1 (a thread per output)
+//     when the kept axes hold x's unit-stride axis, so neighbouring threads read neighbouring
+//     outputs; otherwise G is a power of two from 32 to 512, so neighbouring threads read
+//     neighbouring r, and the group ends with a shuffle tree (plus shared memory above a warp);
+//   - when outputs x G threads would not fill the GPU, r is cut into `splits` chunks whose
+//     partial accumulators go to a scratch buffer, and a second kernel combines them in chunk
+//     order.
+// Every thread folds its elements in a fixed order, the trees have a fixed shape, and the plan
+// depends only on the shapes and the GPU's SM count, so a result is the same from run to run.
+// Accumulators follow the CPU (Note [CPU reductions]): sums and products of floats in double, of
+// integers and bools in int64; max/min in the compute type; any/all on truth values.
+#include <bit>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernel_util.cuh"
+
+namespace kusari::cuda {
+namespace {
+
+// --- reducer policies ------------------------------------------------------------------------------
+
+/// sum / prod.
+template <typename T>
+struct SumProdReducer {
+  using Acc = std::conditional_t<is_float_v<T>, double, int64_t>;
+  using Out = std::conditional_t<std::is_same_v<T, bool>, int64_t, T>;
+  bool prod;
+
+  __device__ __forceinline__ Acc identity() const { return prod ? Acc(1) : Acc(0); }
+  __device__ __forceinline__ Acc load(T x, int64_t) const {
+    return static_cast<Acc>(to_compute(x));
+  }
+  __device__ __forceinline__ Acc combine(Acc a, Acc b) const {
+    if constexpr (std::is_same_v<Acc, int64_t>) {
+      // Wrapping integer arithmetic, like the CPU in practice (without signed overflow).
+      const uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
+      return static_cast<int64_t>(prod ? ua * ub : ua + ub);
+    } else {
+      return prod ? a * b : a + b;
+    }
+  }
+  __device__ __forceinline__ Out finish(Acc a) const {
+    if constexpr (is_float_v<Out>) {
+      return from_double<Out>(a);
+    } else {
+      return static_cast<Out>(a);
+    }
+  }
+};
+
+/// max / min; a NaN wins (it propagates) like the CPU.
+template <typename T>
+struct MaxMinReducer {
+  using Acc = std::conditional_t<is_float_v<T>, compute_t<T>, int64_t>;
+  using Out = T;
+  bool max;
+
+  __device__ __forceinline__ Acc identity() const {
+    if constexpr (is_float_v<T>) {
+      return max ? -static_cast<Acc>(INFINITY) : static_cast<Acc>(INFINITY);
+    } else {
+      return max ? INT64_MIN : INT64_MAX;
+    }
+  }
+  __device__ __forceinline__ Acc load(T x, int64_t) const {
+    return static_cast<Acc>(to_compute(x));
+  }
+  __device__ __forceinline__ Acc combine(Acc a, Acc b) const {
+    if (max) return (b > a || b != b) ? b : a;
+    return (b < a || b != b) ? b : a;
+  }
+  __device__ __forceinline__ Out finish(Acc a) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      return a != 0;
+    } else if constexpr (is_float_v<T>) {
+      return from_compute<T>(a);
+    } else {
+      return static_cast<T>(a);
+    }
+  }
+};
+
+/// any / all.
+template <typename T>
+struct AnyAllReducer {
+  using Acc = int;
+  using Out = bool;
+  bool all;
+
+  __device__ __forceinline__ Acc identity() const { return all ? 1 : 0; }
+  __device__ __forceinline__ Acc load(T x, int64_t) const {
+    if constexpr (is_float_v<T>) {
+      // The CPU folds static_cast<int64_t>(value), so a float counts as true when it truncates
+      // to a non-zero integer (|v| >= 1), or is NaN (x86 turns NaN into INT64_MIN).
+      const compute_t<T> v = to_compute(x);
+      return !(dmath::fabs(v) < compute_t<T>(1)) ? 1 : 0;
+    } else {
+      return x != T(0) ? 1 : 0;
+    }
+  }
+  __device__ __forceinline__ Acc combine(Acc a, Acc b) const { return all ? (a & b) : (a | b); }
+  __device__ __forceinline__ Out finish(Acc a) const { return a != 0; }
+};
+
+/// A value and its index along the reduced axis.
+template <typename V>
+struct ArgAcc {
+  V v;
+  int64_t i;  // -1: no element yet
+};
+
+/// argmax / argmin: the first NaN if there is one, else the first extreme value (the CPU's scan).
+template <typename T>
+struct ArgReducer {
+  using V = std::conditional_t<is_float_v<T>, compute_t<T>, int64_t>;
+  using Acc = ArgAcc<V>;
+  using Out = int64_t;
+  bool max;
+
+  __device__ __forceinline__ Acc identity() const { return {V(0), -1}; }
+  __device__ __forceinline__ Acc load(T x, int64_t r) const {
+    return {static_cast<V>(to_compute(x)), r};
+  }
+  __device__ __forceinline__ Acc combine(Acc a, Acc b) const {
+    if (a.i < 0) return b;
+    if (b.i < 0) return a;
+    const bool a_nan = a.v != a.v, b_nan = b.v != b.v;
+    if (a_nan || b_nan) {
+      if (a_nan && b_nan) return a.i < b.i ? a : b;
+      return a_nan ? a : b;
+    }
+    if (max ? b.v > a.v : b.v < a.v) return b;
+    if (max ? a.v > b.v : a.v < b.v) return a;
+    return a.i < b.i ? a : b;
+  }
+  __device__ __forceinline__ Out finish(Acc a) const { return a.i < 0 ? 0 : a.i; }
+};
+
+// --- group reductions --------------------------------------------------------------------------------
+
+template <typename A>
+__device__ __forceinline__ A shfl_down(A v, int offset) {
+  return __shfl_down_sync(0xffffffffu, v, offset);
+}
+template <typename V>
+__device__ __forceinline__ ArgAcc<V> shfl_down(ArgAcc<V> v, int offset) {
+  return {__shfl_down_sync(0xffffffffu, v.v, offset), __shfl_down_sync(0xffffffffu, v.i, offset)};
+}
+template <typename A>
+__device__ __forceinline__ A shfl_first(A v) {
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+/// Reduces v over each group of `group` consecutive threads (1, or a power of two >= 32 dividing
+/// blockDim.x); the result is valid in the group's first thread. Every thread of the block must
+/// call it (it may synchronise the block). smem holds blockDim.x / 32 values.
+template <typename A, typename F>
+__device__ __forceinline__ A group_reduce(A v, const F& combine, int group, A* smem) {
+  if (group == 1) return v;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = combine(v, shfl_down(v, off));
+  if (group == 32) return v;
+  const int warp = threadIdx.x / 32;
+  __syncthreads();  // smem may still be read from a previous call
+  if (threadIdx.x % 32 == 0) smem[warp] = v;
+  __syncthreads();
+  if (threadIdx.x % group == 0) {
+    A r = smem[warp];
+    for (int w = 1; w < group / 32; ++w) r = combine(r, smem[warp + w]);
+    v = r;
+  }
+  return v;
+}
+
+/// group_reduce whose result every thread of the group receives.
+template <typename A, typename F>
+__device__ __forceinline__ A group_allreduce(A v, const F& combine, int group, A* smem) {
+  v = group_reduce(v, combine, group, smem);
+  if (group == 32) return shfl_first(v);
+  __syncthreads();
+  if (threadIdx.x % group == 0) smem[threadIdx.x / 32] = v;
+  __syncthreads();
+  return smem[(threadIdx.x / group) * (group / 32)];
+}
+
+// --- kernels -----------------------------------------------------------------------------------
+
+/// The launch plan of a reduction (see Note [GPU reductions]).
+struct ReducePlan {
+  StridedIndexer<1> kept;  // the output's axes, strides of x
+  StridedIndexer<1> red;   // the reduced axes, strides of x
+  int64_t n_out = 1, n_red = 1;
+  int64_t splits = 1, chunk = 1;
+  int group = 1;
+  int block = kBlockSize;
+  unsigned grid = 1;
+};
+
+// out (n_out,) = reduce over r of x[kept(o) + red(r)], or the partial accumulators
+// partial (splits, n_out) when the plan splits r.
+template <typename T, typename R>
+__global__ void reduce_kernel(const T* x, ReducePlan plan, R reducer, typename R::Acc* partial,
+                              typename R::Out* out) {
+  using Acc = typename R::Acc;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Acc* smem = reinterpret_cast<Acc*>(smem_raw);
+  const int group = plan.group;
+  const int lane = threadIdx.x % group;
+  const int64_t groups_per_block = blockDim.x / group;
+  const int64_t groups = plan.n_out * plan.splits;
+  const auto combine = [&](Acc a, Acc b) { return reducer.combine(a, b); };
+  // Whole blocks step together so that every thread reaches the group reduction's barriers.
+  for (int64_t base = blockIdx.x * groups_per_block; base < groups;
+       base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
+    const int64_t gi = base + threadIdx.x / group;
+    Acc acc = reducer.identity();
+    int64_t o = 0, c = 0;
+    if (gi < groups) {
+      o = gi % plan.n_out;
+      c = gi / plan.n_out;
+      int64_t kept_off[1];
+      plan.kept.offsets<int64_t>(o, kept_off);
+      const T* xo = x + kept_off[0];
+      const int64_t begin = c * plan.chunk;
+      const int64_t end = min(begin + plan.chunk, plan.n_red);
+      for (int64_t r = begin + lane; r < end; r += group) {
+        int64_t red_off[1];
+        plan.red.offsets<int64_t>(r, red_off);
+        acc = reducer.combine(acc, reducer.load(xo[red_off[0]], r));
+      }
+    }
+    acc = group_reduce(acc, combine, group, smem);
+    if (lane == 0 && gi < groups) {
+      if (plan.splits == 1) {
+        out[o] = reducer.finish(acc);
+      } else {
+        partial[c * plan.n_out + o] = acc;
+      }
+    }
+  }
+}
+
+// out (n_out,) = finish(combine over c of partial (splits, n_out)), in chunk order.
+template <typename R>
+__global__ void reduce_partials_kernel(int64_t n_out, int64_t splits,
+                                       const typename R::Acc* partial, R reducer,
+                                       typename R::Out* out) {
+  for (int64_t o = grid_start(); o < n_out; o += grid_step()) {
+    typename R::Acc acc = reducer.identity();
+    for (int64_t c = 0; c < splits; ++c) acc = reducer.combine(acc, partial[c * n_out + o]);
+    out[o] = reducer.finish(acc);
+  }
+}
+
+// Softmax rows along the last axis: x, y (rows, n) contiguous; a group of G threads per row.
+template <typename T>
+__global__ void softmax_rows_kernel(int64_t rows, int64_t n, const T* x, T* y, bool log) {
+  using C = compute_t<T>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  double* smem_d = reinterpret_cast<double*>(smem_raw);
+  C* smem_c = reinterpret_cast<C*>(smem_raw);
+  const int group = blockDim.x <= 256 ? 32 : static_cast<int>(blockDim.x);
+  const int lane = threadIdx.x % group;
+  const int64_t groups_per_block = blockDim.x / group;
+  const auto max_op = [](C a, C b) { return (b > a || b != b) ? b : a; };
+  const auto sum_op = [](double a, double b) { return a + b; };
+  for (int64_t base = blockIdx.x * groups_per_block; base < rows;
+       base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
+    const int64_t row = base + threadIdx.x / group;
+    const bool active = row < rows;
+    const T* xr = x + (active ? row : 0) * n;
+    C m = -static_cast<C>(INFINITY);
+    if (active) {
+      for (int64_t j = lane; j < n; j += group) m = max_op(m, to_compute(xr[j]));
+    }
+    m = group_allreduce(m, max_op, group, smem_c);
+    double sum = 0.0;
+    if (active) {
+      for (int64_t j = lane; j < n; j += group) {
+        sum += ::exp(static_cast<double>(to_compute(xr[j]) - m));
+      }
+    }
+    sum = group_allreduce(sum, sum_op, group, smem_d);
+    if (active) {
+      T* yr = y + row * n;
+      if (log) {
+        const C lse = m + static_cast<C>(::log(sum));
+        for (int64_t j = lane; j < n; j += group) yr[j] = from_compute<T>(to_compute(xr[j]) - lse);
+      } else {
+        const C inv = static_cast<C>(1.0 / sum);
+        for (int64_t j = lane; j < n; j += group) {
+          yr[j] = from_compute<T>(dmath::exp(to_compute(xr[j]) - m) * inv);
+        }
+      }
+    }
+  }
+}
+
+// Softmax along a middle axis: x, y (outer, n, inner) contiguous, a thread per (outer, inner).
+template <typename T>
+__global__ void softmax_columns_kernel(int64_t outer, int64_t n, int64_t inner, const T* x, T* y,
+                                       bool log) {
+  using C = compute_t<T>;
+  for (int64_t col = grid_start(); col < outer * inner; col += grid_step()) {
+    const int64_t o = col / inner, in = col % inner;
+    const T* xr = x + o * n * inner + in;
+    T* yr = y + o * n * inner + in;
+    C m = -static_cast<C>(INFINITY);
+    for (int64_t j = 0; j < n; ++j) {
+      const C v = to_compute(xr[j * inner]);
+      m = (v > m || v != v) ? v : m;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) sum += ::exp(static_cast<double>(to_compute(xr[j * inner]) - m));
+    if (log) {
+      const C lse = m + static_cast<C>(::log(sum));
+      for (int64_t j = 0; j < n; ++j) yr[j * inner] = from_compute<T>(to_compute(xr[j * inner]) - lse);
+    } else {
+      const C inv = static_cast<C>(1.0 / sum);
+      for (int64_t j = 0; j < n; ++j) {
+        yr[j * inner] = from_compute<T>(dmath::exp(to_compute(xr[j * inner]) - m) * inv);
+      }
+    }
+  }
+}
+
+// --- launchers ---------------------------------------------------------------------------------
+
+/// The plan for reducing x over the axes where `reduced[d]` is true.
+ReducePlan make_plan(const Array& x, const bool* reduced, size_t acc_bytes) {
+  const int nd = x.ndim();
+  const int device = x.device().index();
+  int64_t kept_sizes[kMaxNdim], kept_strides[kMaxNdim], red_sizes[kMaxNdim], red_strides[kMaxNdim];
+  int nk = 0, nr = 0;
+  ReducePlan plan;
+  int64_t min_stride = INT64_MAX;
+  bool unit_axis_reduced = false;
+  for (int d = 0; d < nd; ++d) {
+    const int64_t size = x.shape()[d], stride = x.strides()[d];
+    if (reduced[d]) {
+      red_sizes[nr] = size;
+      red_strides[nr++] = stride;
+      plan.n_red *= size;
+    } else {
+      kept_sizes[nk] = size;
+      kept_strides[nk++] = stride;
+      plan.n_out *= size;
+    }
+    const int64_t mag = stride < 0 ? -stride : stride;
+    if (size > 1 && mag < min_stride) {
+      min_stride = mag;
+      unit_axis_reduced = reduced[d];
+    }
+  }
+  plan.kept = compact_geometry<1>(nk, kept_sizes, {kept_strides});
+  plan.red = compact_geometry<1>(nr, red_sizes, {red_strides});
+  const int64_t sms = sm_count(device);
+  const int64_t target_threads = sms * 2048;
+  if (plan.n_out == 1 || unit_axis_reduced) {
+    plan.group = static_cast<int>(std::clamp<int64_t>(
+        static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(plan.n_red, 1)))),
+        32, 512));
+  } else {
+    plan.group = 1;
+  }
+  // Split r when the outputs alone leave the GPU idle, keeping >= 16 elements per thread.
+  const int64_t per_thread = plan.group == 1 ? 32 : 16;
+  const int64_t max_splits = std::max<int64_t>(1, plan.n_red / (plan.group * per_thread));
+  const int64_t want = (target_threads + plan.n_out * plan.group - 1) / (plan.n_out * plan.group);
+  plan.splits = std::clamp<int64_t>(want, 1, std::min<int64_t>(max_splits, 65536));
+  plan.chunk = (plan.n_red + plan.splits - 1) / plan.splits;
+  if (plan.chunk > 0) plan.splits = (plan.n_red + plan.chunk - 1) / plan.chunk;
+  if (plan.splits < 1) plan.splits = 1;
+  plan.block = plan.group > kBlockSize ? plan.group : kBlockSize;
+  const int64_t groups_per_block = plan.block / plan.group;
+  const int64_t blocks = (plan.n_out * plan.splits + groups_per_block - 1) / groups_per_block;
+  plan.grid = static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, sms * 32));
+  (void)acc_bytes;
+  return plan;
+}
+
+template <typename T, typename R>
+void launch_reduce(const Array& x, const bool* reduced, R reducer, Array& out) {
+  using Acc = typename R::Acc;
+  using Out = typename R::Out;
+  cudaStream_t stream = prepare(x);
+  const int device = x.device().index();
+  const ReducePlan plan = make_plan(x, reduced, sizeof(Acc));
+  const size_t smem = static_cast<size_t>(plan.block / 32) * sizeof(Acc);
+  const T* xp = static_cast<const T*>(x.raw_data());
+  Out* op = static_cast<Out*>(out.raw_data());
+  if (plan.splits == 1) {
+    reduce_kernel<T, R><<<plan.grid, plan.block, smem, stream>>>(xp, plan, reducer, nullptr, op);
+    KUSARI_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // Scratch for the partial accumulators, returned to the pool in stream order.
+  const Array scratch = Array::empty({static_cast<int64_t>(plan.splits * plan.n_out * sizeof(Acc))},
+                                     Dtype::kUInt8, x.device());
+  Acc* partial = static_cast<Acc*>(scratch.raw_data());
+  reduce_kernel<T, R><<<plan.grid, plan.block, smem, stream>>>(xp, plan, reducer, partial, op);
+  KUSARI_CUDA_CHECK_LAUNCH();
+  reduce_partials_kernel<R><<<grid_for(plan.n_out, device), kBlockSize, 0, stream>>>(
+      plan.n_out, plan.splits, partial, reducer, op);
+  KUSARI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void reduce(ReduceOp op, const Array& x, Array& out) {
+  KUSARI_ASSERT(out.is_contiguous());
+  bool reduced[kMaxNdim] = {};
+  for (int d = 0; d < x.ndim(); ++d) reduced[d] = out.shape()[d] == 1 && x.shape()[d] != 1;
+  if (op == ReduceOp::kMax || op == ReduceOp::kMin) {
+    KUSARI_CHECK(x.size() > 0, ValueError, op == ReduceOp::kMax ? "max" : "min",
+                 ": zero-size array has no maximum or minimum");
+  }
+  visit_device_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kProd:
+        return launch_reduce<T>(x, reduced, SumProdReducer<T>{op == ReduceOp::kProd}, out);
+      case ReduceOp::kMax:
+      case ReduceOp::kMin:
+        return launch_reduce<T>(x, reduced, MaxMinReducer<T>{op == ReduceOp::kMax}, out);
+      case ReduceOp::kAny:
+      case ReduceOp::kAll:
+        return launch_reduce<T>(x, reduced, AnyAllReducer<T>{op == ReduceOp::kAll}, out);
+    }
+  });
+}
+
+void arg_reduce(ArgReduceOp op, const Array& x, int axis, Array& out) {
+  KUSARI_ASSERT(out.is_contiguous());
+  const int64_t len = x.shape()[axis];
+  KUSARI_CHECK(len > 0, ValueError, op == ArgReduceOp::kArgMax ? "argmax" : "argmin",
+               ": attempt to take the index of an empty axis");
+  bool reduced[kMaxNdim] = {};
+  reduced[axis] = true;
+  visit_device_dtype(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    launch_reduce<T>(x, reduced, ArgReducer<T>{op == ArgReduceOp::kArgMax}, out);
+  });
+}
+
+void softmax(const Array& x_in, int axis, bool log, Array& out) {
+  KUSARI_ASSERT(out.is_contiguous());
+  const Array x = x_in.contiguous();
+  const Shape& shape = x.shape();
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= shape[d];
+  for (int d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t n = shape[axis];
+  const int device = x.device().index();
+  cudaStream_t stream = prepare(x);
+  visit_floating_dtype(x.dtype(), "softmax", [&](auto tag) {
+    using T = device_t<decltype(tag)>;
+    const T* xp = static_cast<const T*>(x.raw_data());
+    T* yp = static_cast<T*>(out.raw_data());
+    if (inner == 1) {
+      // A warp per row for ordinary rows; a block of 512 per very long row.
+      const int block = n > 8192 ? 512 : kBlockSize;
+      const int64_t rows_per_block = block == 512 ? 1 : block / 32;
+      const unsigned grid = static_cast<unsigned>(std::clamp<int64_t>(
+          (outer + rows_per_block - 1) / rows_per_block, 1, static_cast<int64_t>(sm_count(device)) * 32));
+      const size_t smem = static_cast<size_t>(block / 32) * sizeof(double);
+      softmax_rows_kernel<T><<<grid, block, smem, stream>>>(outer, n, xp, yp, log);
+    } else {
+      softmax_columns_kernel<T><<<grid_for(outer * inner, device), kBlockSize, 0, stream>>>(
+          outer, n, inner, xp, yp, log);
+    }
+  });
+  KUSARI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kusari::cuda

@@ -1,0 +1,193 @@
+// CUDA kernels: fused optimizer updates, one pass over the parameter, its gradient and its state.
+//
+// The rules, their hyperparameter layouts and the rounding of 16-bit states are the CPU's
+// (Note [Fused updates], Note [Update rule layouts]): derived constants (1 - beta1, momentum^2,
+// ...) are computed on the host in double and rounded to the compute type exactly as the CPU
+// does, and every state is stored and read back before it is used, so 16-bit states round at the
+// same points. One kernel per dtype switches on the rule (Note [Runtime op switch]).
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernel_util.cuh"
+
+namespace kusari::cuda {
+namespace {
+
+/// The hyperparameters of one step in the compute type C; see update_constants for the layout.
+template <typename C>
+struct UpdateConstants {
+  UpdateRule rule;
+  C c[6];
+  bool flag;  // Adam: amsgrad; RMSprop: eps inside the square root
+};
+
+// --- kernels -----------------------------------------------------------------------------------
+
+/// max(a, b) that propagates a NaN in either operand (numpy.maximum's behaviour).
+template <typename C>
+__device__ __forceinline__ C nan_max(C a, C b) {
+  return (b != b || b > a) ? b : a;
+}
+
+// p, g, s0, s1, s2 (n,) contiguous: one step of the rule per element.
+template <typename T>
+__global__ void update_kernel(int64_t n, T* p, const T* g, T* s0, T* s1, T* s2,
+                              UpdateConstants<compute_t<T>> k) {
+  using C = compute_t<T>;
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    const C gi = to_compute(g[i]);
+    switch (k.rule) {
+      case UpdateRule::kSgd:
+        p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi);
+        break;
+      case UpdateRule::kMomentumSgd: {
+        // c: lr, momentum
+        s0[i] = from_compute<T>(k.c[1] * to_compute(s0[i]) - k.c[0] * gi);
+        p[i] = from_compute<T>(to_compute(p[i]) + to_compute(s0[i]));
+        break;
+      }
+      case UpdateRule::kNesterov: {
+        // c: lr, momentum, momentum^2, (1 + momentum) lr
+        s0[i] = from_compute<T>(k.c[1] * to_compute(s0[i]) - k.c[0] * gi);
+        p[i] = from_compute<T>(to_compute(p[i]) + (k.c[2] * to_compute(s0[i]) - k.c[3] * gi));
+        break;
+      }
+      case UpdateRule::kAdam: {
+        // c: alpha_t, 1 - beta1, 1 - beta2, eps, eta, weight_decay_rate; flag: amsgrad
+        C mi = to_compute(s0[i]), vi = to_compute(s1[i]);
+        mi += k.c[1] * (gi - mi);
+        vi += k.c[2] * (gi * gi - vi);
+        s0[i] = from_compute<T>(mi);
+        s1[i] = from_compute<T>(vi);
+        mi = to_compute(s0[i]);
+        vi = to_compute(s1[i]);
+        if (k.flag) {
+          s2[i] = from_compute<T>(nan_max(to_compute(s2[i]), vi));
+          vi = to_compute(s2[i]);
+        }
+        const C pi = to_compute(p[i]);
+        p[i] = from_compute<T>(pi - k.c[4] * (k.c[0] * mi / (dmath::sqrt(vi) + k.c[3]) + k.c[5] * pi));
+        break;
+      }
+      case UpdateRule::kRmsprop: {
+        // c: lr, alpha, 1 - alpha, eps; flag: eps inside the square root
+        s0[i] = from_compute<T>(k.c[1] * to_compute(s0[i]) + k.c[2] * gi * gi);
+        const C msi = to_compute(s0[i]);
+        const C denom = k.flag ? dmath::sqrt(msi + k.c[3]) : dmath::sqrt(msi) + k.c[3];
+        p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi / denom);
+        break;
+      }
+      case UpdateRule::kAdaGrad: {
+        // c: lr, eps
+        s0[i] = from_compute<T>(to_compute(s0[i]) + gi * gi);
+        const C hi = to_compute(s0[i]);
+        p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi / (dmath::sqrt(hi) + k.c[1]));
+        break;
+      }
+    }
+  }
+}
+
+// --- launchers ---------------------------------------------------------------------------------
+
+/// How many hyperparameters and state arrays `rule` takes (Adam's state count depends on amsgrad).
+void expected_counts(UpdateRule rule, const double* hyper, int n_hyper, int& hypers, int& states) {
+  switch (rule) {
+    case UpdateRule::kSgd:
+      hypers = 1, states = 0;
+      return;
+    case UpdateRule::kMomentumSgd:
+    case UpdateRule::kNesterov:
+      hypers = 2, states = 1;
+      return;
+    case UpdateRule::kAdam:
+      hypers = 7, states = (n_hyper >= 7 && hyper[6] != 0.0) ? 3 : 2;
+      return;
+    case UpdateRule::kRmsprop:
+      hypers = 4, states = 1;
+      return;
+    case UpdateRule::kAdaGrad:
+      hypers = 2, states = 1;
+      return;
+  }
+  hypers = -1, states = -1;
+}
+
+/// The constants of one step, converted from double exactly as the CPU kernels convert them.
+template <typename C>
+UpdateConstants<C> update_constants(UpdateRule rule, const double* h) {
+  UpdateConstants<C> k{};
+  k.rule = rule;
+  const auto c = [](double v) { return static_cast<C>(v); };
+  switch (rule) {
+    case UpdateRule::kSgd:
+      k.c[0] = c(h[0]);
+      break;
+    case UpdateRule::kMomentumSgd:
+      k.c[0] = c(h[0]);
+      k.c[1] = c(h[1]);
+      break;
+    case UpdateRule::kNesterov:
+      k.c[0] = c(h[0]);
+      k.c[1] = c(h[1]);
+      k.c[2] = c(h[1] * h[1]);
+      k.c[3] = c((1.0 + h[1]) * h[0]);
+      break;
+    case UpdateRule::kAdam:
+      k.c[0] = c(h[0]);
+      k.c[1] = c(1.0 - h[1]);
+      k.c[2] = c(1.0 - h[2]);
+      k.c[3] = c(h[3]);
+      k.c[4] = c(h[4]);
+      k.c[5] = c(h[5]);
+      k.flag = h[6] != 0.0;
+      break;
+    case UpdateRule::kRmsprop:
+      k.c[0] = c(h[0]);
+      k.c[1] = c(h[1]);
+      k.c[2] = c(1.0 - h[1]);
+      k.c[3] = c(h[2]);
+      k.flag = h[3] != 0.0;
+      break;
+    case UpdateRule::kAdaGrad:
+      k.c[0] = c(h[0]);
+      k.c[1] = c(h[1]);
+      break;
+  }
+  return k;
+}
+
+}  // namespace
+
+void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
+                      const double* hyper, int n_hyper) {
+  // The routine (kusari::update_parameter) has checked all of this; a failure is our bug.
+  int want_hypers = 0, want_states = 0;
+  expected_counts(rule, hyper, n_hyper, want_hypers, want_states);
+  KUSARI_ASSERT(n_hyper == want_hypers && n_state == want_states, "update_parameter: rule ",
+                static_cast<int>(rule), " got ", n_hyper, " hyperparameters and ", n_state,
+                " states, expected ", want_hypers, " and ", want_states);
+  KUSARI_ASSERT(param.is_contiguous() && grad.is_contiguous(), "update_parameter: param ",
+                param.shape(), " and grad ", grad.shape(), " must be contiguous");
+  KUSARI_ASSERT(grad.dtype() == param.dtype() && grad.size() == param.size(),
+                "update_parameter: grad does not match the parameter");
+  for (int k = 0; k < n_state; ++k) {
+    KUSARI_ASSERT(state[k].is_contiguous() && state[k].dtype() == param.dtype() &&
+                      state[k].size() == param.size(),
+                  "update_parameter: state array ", k, " (", state[k].shape(), ", ",
+                  dtype_name(state[k].dtype()), ") does not match the contiguous parameter ",
+                  param.shape(), " of ", dtype_name(param.dtype()));
+  }
+  const int64_t n = param.size();
+  if (n == 0) return;
+  const int device = param.device().index();
+  cudaStream_t stream = prepare(param);
+  visit_floating_dtype(param.dtype(), "update_parameter", [&](auto tag) {
+    using T = device_t<decltype(tag)>;
+    auto st = [&](int k) { return k < n_state ? static_cast<T*>(state[k].raw_data()) : nullptr; };
+    update_kernel<T><<<grid_for(n, device), kBlockSize, 0, stream>>>(
+        n, static_cast<T*>(param.raw_data()), static_cast<const T*>(grad.raw_data()), st(0), st(1),
+        st(2), update_constants<compute_t<T>>(rule, hyper));
+  });
+  KUSARI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kusari::cuda

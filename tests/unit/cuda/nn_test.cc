@@ -1,0 +1,257 @@
+// Neural-network kernels on the GPU against the CPU: convolution (forward and both gradients,
+// with stride, pad, dilation and groups), pooling (max and average, cover_all, forward and
+// backward), take / add_at, and the fused optimizer updates.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+
+namespace kusari {
+namespace {
+
+using testing::CudaTest;
+using testing::floating_dtypes;
+using testing::GpuMatchesCpu;
+
+/// Convolutions sum many products; allow for their rounding (and 16-bit double rounding).
+testing::Tolerance conv_tolerance(Dtype d) {
+  switch (d) {
+    case Dtype::kFloat64:
+      return {1e-11, 1e-11};
+    case Dtype::kFloat32:
+      return {1e-4, 1e-4};
+    case Dtype::kFloat16:
+      return {1e-2, 1e-2};
+    default:
+      return {3e-2, 3e-2};
+  }
+}
+
+struct ConvCase {
+  Shape x, w;
+  Conv2dParams p;
+};
+
+std::vector<ConvCase> conv_cases() {
+  std::vector<ConvCase> cases;
+  cases.push_back({{2, 3, 9, 11}, {4, 3, 3, 3}, {}});
+  Conv2dParams strided;
+  strided.stride[0] = 2;
+  strided.pad[0] = 1;
+  strided.pad[1] = 2;
+  cases.push_back({{2, 3, 9, 11}, {5, 3, 3, 2}, strided});
+  Conv2dParams dilated;
+  dilated.dilation[0] = 2;
+  dilated.dilation[1] = 3;
+  dilated.pad[1] = 1;
+  cases.push_back({{1, 2, 12, 13}, {3, 2, 3, 3}, dilated});
+  Conv2dParams grouped;
+  grouped.groups = 2;
+  grouped.stride[1] = 2;
+  grouped.pad[0] = 1;
+  cases.push_back({{3, 4, 8, 8}, {6, 2, 3, 3}, grouped});
+  Conv2dParams depthwise;
+  depthwise.groups = 4;
+  depthwise.pad[0] = depthwise.pad[1] = 1;
+  cases.push_back({{2, 4, 7, 7}, {4, 1, 3, 3}, depthwise});
+  return cases;
+}
+
+class CudaConvolution : public CudaTest {};
+
+TEST_F(CudaConvolution, ForwardAndGradientsMatchTheCpu) {
+  uint64_t seed = 1;
+  for (Dtype dtype : floating_dtypes()) {
+    for (const ConvCase& c : conv_cases()) {
+      const std::string what = detail::concat("x ", c.x, " w ", c.w, " groups ", c.p.groups, " ",
+                                              dtype_name(dtype));
+      const Array x = testing::random_array(c.x, dtype, -1, 1, seed++);
+      const Array w = testing::random_array(c.w, dtype, -1, 1, seed++);
+      const Array b = testing::random_array({c.w[0]}, dtype, -1, 1, seed++);
+      const Array xg = x.to_device(gpu()), wg = w.to_device(gpu()), bg = b.to_device(gpu());
+      const Array y = conv2d(x, w, b, c.p);
+      EXPECT_TRUE(GpuMatchesCpu(conv2d(xg, wg, bg, c.p), y, conv_tolerance(dtype))) << what << " forward";
+      EXPECT_TRUE(GpuMatchesCpu(conv2d(xg, wg, Array(), c.p), conv2d(x, w, Array(), c.p),
+                                conv_tolerance(dtype)))
+          << what << " forward without bias";
+      const Array gy = testing::random_array(y.shape(), dtype, -1, 1, seed++);
+      const Array gyg = gy.to_device(gpu());
+      EXPECT_TRUE(GpuMatchesCpu(conv2d_backward_data(wg, gyg, x.shape(), c.p),
+                                conv2d_backward_data(w, gy, x.shape(), c.p), conv_tolerance(dtype)))
+          << what << " gradient of x";
+      EXPECT_TRUE(GpuMatchesCpu(conv2d_backward_filter(xg, gyg, w.shape(), c.p),
+                                conv2d_backward_filter(x, gy, w.shape(), c.p), conv_tolerance(dtype)))
+          << what << " gradient of W";
+      // A non-contiguous input (the same values, laid out with H and W swapped).
+      const Array x_strided = xg.transpose({0, 1, 3, 2}).copy().transpose({0, 1, 3, 2});
+      EXPECT_TRUE(GpuMatchesCpu(conv2d(x_strided, wg, bg, c.p), y, conv_tolerance(dtype)))
+          << what << " strided input";
+    }
+  }
+}
+
+TEST_F(CudaConvolution, RepeatedCallsReuseThePlanAndAgree) {
+  const Array x = testing::random_array({4, 8, 16, 16}, float32, -1, 1, 3).to_device(gpu());
+  const Array w = testing::random_array({8, 8, 3, 3}, float32, -1, 1, 4).to_device(gpu());
+  Conv2dParams p;
+  p.pad[0] = p.pad[1] = 1;
+  const Array first = conv2d(x, w, Array(), p);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(GpuMatchesCpu(conv2d(x, w, Array(), p), first.to_device(Device::cpu()), {0, 0}));
+  }
+}
+
+struct PoolCase {
+  Shape x;
+  Pool2dParams p;
+};
+
+std::vector<PoolCase> pool_cases() {
+  std::vector<PoolCase> cases;
+  for (PoolKind kind : {PoolKind::kMax, PoolKind::kAverage}) {
+    Pool2dParams plain;
+    plain.kind = kind;
+    cases.push_back({{2, 3, 8, 8}, plain});
+    Pool2dParams overlapping;  // 3x3 windows with stride 2 overlap: gradients add up
+    overlapping.kind = kind;
+    overlapping.ksize[0] = overlapping.ksize[1] = 3;
+    overlapping.pad[0] = overlapping.pad[1] = 1;
+    cases.push_back({{2, 2, 9, 10}, overlapping});
+    Pool2dParams cover_all = overlapping;
+    cover_all.cover_all = true;
+    cover_all.pad[1] = 0;
+    cases.push_back({{1, 3, 10, 7}, cover_all});
+    Pool2dParams exclude_pad = overlapping;
+    exclude_pad.count_include_pad = false;
+    exclude_pad.stride[1] = 1;
+    cases.push_back({{2, 1, 6, 9}, exclude_pad});
+  }
+  return cases;
+}
+
+class CudaPooling : public CudaTest {};
+
+TEST_F(CudaPooling, ForwardAndBackwardMatchTheCpu) {
+  uint64_t seed = 10;
+  for (Dtype dtype : floating_dtypes()) {
+    for (const PoolCase& c : pool_cases()) {
+      const std::string what = detail::concat(c.p.kind == PoolKind::kMax ? "max" : "average", " x ", c.x,
+                                              " cover_all ", c.p.cover_all, " ", dtype_name(dtype));
+      // Integer values: ties in max windows (the first maximum must win) and exact sums.
+      const Array x = floor(testing::random_array(c.x, float64, 0, 4, seed++)).astype(dtype);
+      const Array xg = x.to_device(gpu());
+      const Array y = pool2d(x, c.p);
+      const Array yg = pool2d(xg, c.p);
+      EXPECT_TRUE(GpuMatchesCpu(yg, y)) << what << " forward";
+      const Array gy = testing::random_array(y.shape(), dtype, -1, 1, seed++);
+      EXPECT_TRUE(GpuMatchesCpu(pool2d_backward(xg, yg, gy.to_device(gpu()), c.p), pool2d_backward(x, y, gy, c.p)))
+          << what << " backward";
+    }
+  }
+}
+
+TEST_F(CudaPooling, MaxPoolingPropagatesNan) {
+  Array x = Array::from({1, NAN, 3, 4, 5, 6, 7, 8, 9}, Shape{1, 1, 3, 3}, float32, Device::cpu());
+  Pool2dParams p;
+  p.ksize[0] = p.ksize[1] = 2;
+  p.stride[0] = p.stride[1] = 1;
+  const Array xg = x.to_device(gpu());
+  const Array y = pool2d(x, p);
+  EXPECT_TRUE(GpuMatchesCpu(pool2d(xg, p), y));
+  const Array gy = Array::ones(y.shape(), float32, Device::cpu());
+  EXPECT_TRUE(GpuMatchesCpu(pool2d_backward(xg, pool2d(xg, p), gy.to_device(gpu()), p), pool2d_backward(x, y, gy, p)));
+}
+
+class CudaIndexing : public CudaTest {};
+
+TEST_F(CudaIndexing, TakeAndAddAtMatchTheCpu) {
+  uint64_t seed = 30;
+  for (Dtype dtype : testing::all_dtypes()) {
+    const Array x = testing::random_array({5, 6, 4}, dtype, -5, 5, seed++);
+    const Array xg = x.to_device(gpu());
+    for (Dtype index_dtype : {int32, int64}) {
+      const Array idx = Array::from({4, 0, -1, 2, 2, -6}, Shape{2, 3}, float64, Device::cpu()).astype(index_dtype);
+      const Array idxg = idx.to_device(gpu());
+      EXPECT_TRUE(GpuMatchesCpu(take(xg, idxg, 1), take(x, idx, 1))) << dtype_name(dtype);
+      EXPECT_TRUE(GpuMatchesCpu(take(xg.transpose(), idxg, 1), take(x.transpose(), idx, 1))) << dtype_name(dtype);
+      const Array idx0 = Array::from({4, 0, -1, 2}, Shape{4}, float64, Device::cpu()).astype(index_dtype);
+      EXPECT_TRUE(GpuMatchesCpu(take(xg, idx0.to_device(gpu()), 0), take(x, idx0, 0))) << dtype_name(dtype);
+      if (dtype == bool_) continue;
+      // Repeated indices add up (integer values: the atomic order does not matter).
+      const Array values = testing::random_array({5, 2, 3, 4}, dtype, -5, 5, seed++);
+      EXPECT_TRUE(GpuMatchesCpu(add_at_zeros(x.shape(), idxg, 1, values.to_device(gpu())),
+                                add_at_zeros(x.shape(), idx, 1, values)))
+          << dtype_name(dtype);
+    }
+  }
+}
+
+TEST_F(CudaIndexing, OutOfBoundsIndicesRaiseIndexError) {
+  const Array x = Array::zeros({3, 4}, float32, gpu());
+  const Array bad = Array::from_vector(std::vector<int64_t>{0, 3}, std::nullopt, gpu());
+  try {
+    take(x, bad, 0);
+    FAIL() << "expected IndexError";
+  } catch (const IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find("index 3"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(add_at_zeros({3, 4}, bad, 0, Array::ones({2, 4}, float32, gpu())), IndexError);
+  // The device is still usable, and a good call after a bad one succeeds.
+  const Array good = Array::from_vector(std::vector<int64_t>{2, -3}, std::nullopt, gpu());
+  EXPECT_EQ(take(x, good, 0).shape(), (Shape{2, 4}));
+}
+
+class CudaUpdate : public CudaTest {};
+
+TEST_F(CudaUpdate, EveryRuleInEveryFloatingDtypeMatchesTheCpu) {
+  struct RuleCase {
+    UpdateRule rule;
+    std::vector<double> hyper;
+    int n_state;
+  };
+  const std::vector<RuleCase> cases = {
+      {UpdateRule::kSgd, {0.1}, 0},
+      {UpdateRule::kMomentumSgd, {0.05, 0.9}, 1},
+      {UpdateRule::kNesterov, {0.05, 0.9}, 1},
+      {UpdateRule::kAdam, {0.001, 0.9, 0.999, 1e-8, 1.0, 0.0, 0.0}, 2},
+      {UpdateRule::kAdam, {0.002, 0.8, 0.99, 1e-6, 0.5, 0.01, 1.0}, 3},
+      {UpdateRule::kRmsprop, {0.01, 0.99, 1e-8, 0.0}, 1},
+      {UpdateRule::kRmsprop, {0.01, 0.9, 1e-4, 1.0}, 1},
+      {UpdateRule::kAdaGrad, {0.01, 1e-8}, 1},
+  };
+  uint64_t seed = 50;
+  for (Dtype dtype : floating_dtypes()) {
+    for (const RuleCase& c : cases) {
+      const int64_t n = 10007;
+      Array p = testing::random_array({n}, dtype, -1, 1, seed++);
+      Array pg = p.to_device(gpu());
+      std::vector<Array> states, states_g;
+      for (int k = 0; k < c.n_state; ++k) {
+        // Second moments are non-negative.
+        states.push_back(testing::random_array({n}, dtype, 0, 0.5, seed++));
+        states_g.push_back(states.back().to_device(gpu()));
+      }
+      for (int step = 0; step < 3; ++step) {
+        const Array g = testing::random_array({n}, dtype, -1, 1, seed++);
+        std::vector<Array*> sp, sg;
+        for (int k = 0; k < c.n_state; ++k) {
+          sp.push_back(&states[static_cast<size_t>(k)]);
+          sg.push_back(&states_g[static_cast<size_t>(k)]);
+        }
+        update_parameter(c.rule, p, g, sp, c.hyper);
+        update_parameter(c.rule, pg, g.to_device(gpu()), sg, c.hyper);
+      }
+      const std::string what = detail::concat("rule ", static_cast<int>(c.rule), " ", dtype_name(dtype));
+      EXPECT_TRUE(GpuMatchesCpu(pg, p)) << what << " parameter";
+      for (int k = 0; k < c.n_state; ++k) {
+        EXPECT_TRUE(GpuMatchesCpu(states_g[static_cast<size_t>(k)], states[static_cast<size_t>(k)]))
+            << what << " state " << k;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kusari
