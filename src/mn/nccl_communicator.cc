@@ -72,9 +72,10 @@ namespace kusari::mn::detail {
 // still spinning on the GPU, so the streams drain), and CommunicatorError names the operation,
 // the rank, the GPU and the timeout. Uncaught, that error ends the whole job through the failure
 // handler (Note [Failure of one rank ends the job]); caught, the communicator refuses further
-// NCCL work. Creating the NCCL communicators is bounded by max(timeout, 60 s), since connecting
-// many ranks can legitimately take long; non_cuda_aware's MPI step uses non-blocking MPI calls
-// polled against the same deadline. Without a timeout (the default) nothing waits on the host:
+// NCCL work. Creating the NCCL communicators, and the first operation (NCCL connects the peers
+// lazily, on first use), are bounded by max(timeout, 60 s), since connecting many ranks can
+// legitimately take long; non_cuda_aware's MPI step uses non-blocking MPI calls polled against
+// the same deadline. Without a timeout (the default) nothing waits on the host:
 // NCCL's asynchronous errors are still checked at the start of each operation. The cost of a
 // timeout is one host wait per operation (double buffering waits only when it needs the result).
 
@@ -168,7 +169,6 @@ void NcclCommunicator::create_nccl_comm(MPI_Comm mpi, ncclComm_t* out, const cha
   KUSARI_MPI_CHECK(MPI_Comm_size(mpi, &n));
   *out = nullptr;
   if (n == 1) return;
-  nccl_comms_.push_back(out);
   // Rank 0 makes the id and says whether that worked, so that a failure there fails every rank
   // instead of leaving the others waiting in ncclCommInitRank.
   struct {
@@ -194,8 +194,14 @@ void NcclCommunicator::create_nccl_comm(MPI_Comm mpi, ncclComm_t* out, const cha
                     t);
 }
 
+double NcclCommunicator::op_timeout() const {
+  const double t = options_.timeout_seconds;
+  if (t <= 0 || warmed_up_) return t;
+  return std::max(t, kMinInitTimeoutSeconds);
+}
+
 void NcclCommunicator::nccl_check(ncclResult_t result, ncclComm_t comm, const char* call, const char* what) {
-  nccl_check_within(result, comm, call, what, options_.timeout_seconds);
+  nccl_check_within(result, comm, call, what, op_timeout());
 }
 
 void NcclCommunicator::nccl_check_within(ncclResult_t result, ncclComm_t comm, const char* call,
@@ -223,7 +229,7 @@ void NcclCommunicator::nccl_check_within(ncclResult_t result, ncclComm_t comm, c
 }
 
 void NcclCommunicator::abort_and_throw(const std::string& message) {
-  for (ncclComm_t* c : nccl_comms_) {
+  for (ncclComm_t* c : nccl_comms()) {
     if (*c) ncclCommAbort(*c);  // nothing more can be done if the abort itself fails
     *c = nullptr;
   }
@@ -234,7 +240,7 @@ void NcclCommunicator::abort_and_throw(const std::string& message) {
 }
 
 std::string NcclCommunicator::async_error() {
-  for (ncclComm_t* c : nccl_comms_) {
+  for (ncclComm_t* c : nccl_comms()) {
     if (!*c) continue;
     ncclResult_t state = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(*c, &state);
@@ -300,7 +306,7 @@ bool event_done(cudaEvent_t event) {
 }  // namespace
 
 void NcclCommunicator::wait_op(const Events& ev, const char* what) {
-  const double timeout = options_.timeout_seconds;
+  const double timeout = op_timeout();
   if (timeout <= 0) return;
   WaitProbes probes;
   probes.done = [&] { return event_done(ev.done); };
@@ -314,6 +320,7 @@ void NcclCommunicator::wait_op(const Events& ev, const char* what) {
     abort_and_throw(concat(name(), ": ", what, " did not finish within the timeout of ", timeout, " s on rank ", rank_,
                            " (cuda:", device_, "); a peer process may have died or not called it"));
   }
+  warmed_up_ = true;
 }
 
 void NcclCommunicator::wait_stream(const char* what) {
@@ -323,7 +330,7 @@ void NcclCommunicator::wait_stream(const char* what) {
   probes.failed = [&] { return async_error(); };
   cudaEvent_t started = current_started_;
   if (started) probes.started = [&] { return event_done(started); };
-  const double timeout = options_.timeout_seconds;
+  const double timeout = op_timeout();
   const WaitResult w = poll_until(probes, timeout);
   if (w.outcome == WaitOutcome::kFailed) {
     abort_and_throw(concat(name(), ": ", what, " failed on rank ", rank_, " (cuda:", device_, "): ", w.error));
@@ -378,9 +385,9 @@ void NcclCommunicator::host_allreduce(void* data, int64_t n, Dtype dtype, Reduce
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     MPI_Request request;
     KUSARI_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + done * item, count, type, mop, mpi, &request));
-    if (!wait_request(&request, options_.timeout_seconds)) {
+    if (!wait_request(&request, op_timeout())) {
       abort_and_throw(concat(name(), ": ", what, ": the MPI allreduce among the hosts did not finish within ",
-                             options_.timeout_seconds, " s on rank ", rank_,
+                             op_timeout(), " s on rank ", rank_,
                              "; a peer process may have died or not called it"));
     }
     done += count;
@@ -393,9 +400,9 @@ void NcclCommunicator::host_bcast(void* data, int64_t bytes, MPI_Comm mpi, const
     const int count = static_cast<int>(std::min(bytes - done, max_chunk_elements()));
     MPI_Request request;
     KUSARI_MPI_CHECK(MPI_Ibcast(p + done, count, MPI_BYTE, 0, mpi, &request));
-    if (!wait_request(&request, options_.timeout_seconds)) {
+    if (!wait_request(&request, op_timeout())) {
       abort_and_throw(concat(name(), ": ", what, ": the MPI broadcast among the hosts did not finish within ",
-                             options_.timeout_seconds, " s on rank ", rank_,
+                             op_timeout(), " s on rank ", rank_,
                              "; a peer process may have died or not called it"));
     }
     done += count;
@@ -415,7 +422,7 @@ void NcclCommunicator::release_nccl() noexcept {
     for (const InFlight& f : in_flight_) cudaStreamWaitEvent(compute, slot_events_[static_cast<size_t>(f.slot)].done, 0);
   }
   in_flight_.clear();
-  for (ncclComm_t* c : nccl_comms_) {
+  for (ncclComm_t* c : nccl_comms()) {
     if (!*c) continue;
     ncclResult_t result = ncclCommFinalize(*c);
     if (result == ncclInProgress) {
@@ -436,7 +443,6 @@ void NcclCommunicator::release_nccl() noexcept {
     }
     *c = nullptr;
   }
-  nccl_comms_.clear();
   if (stream_) {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);

@@ -68,9 +68,9 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   virtual int64_t buffer_multiple() const { return 1; }
 
   // --- for the kinds -------------------------------------------------------------------------
-  /// Creates an NCCL communicator over the ranks of `mpi` into `*out` (the unique id made by
-  /// its rank 0 and broadcast over MPI), or leaves it null when `mpi` has one rank. `*out` joins
-  /// the communicators that a failure aborts. `what` names it in errors.
+  /// Creates an NCCL communicator over the ranks of `mpi` into `*out` (one of world_, intra_,
+  /// inter_; the unique id made by rank 0 of `mpi` and broadcast over it), or leaves it null
+  /// when `mpi` has one rank. `what` names it in errors.
   void create_nccl_comm(MPI_Comm mpi, ncclComm_t* out, const char* what);
   /// Checks the result of an NCCL call on `comm`; in non-blocking mode waits (with the deadline)
   /// until the call has been enqueued. On failure aborts and throws CommunicatorError naming
@@ -85,6 +85,12 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   void wait_stream(const char* what);
   /// Pinned host memory of at least `bytes` (grown on demand, kept).
   void* host_buffer(size_t bytes);
+
+  /// The NCCL communicators a kind may create (null when not needed or of one rank): over all
+  /// ranks, within this host, and among the processes of this host's position on every host.
+  ncclComm_t world_ = nullptr;
+  ncclComm_t intra_ = nullptr;
+  ncclComm_t inter_ = nullptr;
 
  private:
   struct Events {
@@ -112,6 +118,9 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   /// With a timeout: waits on the host until `ev.done` has passed, watching NCCL's asynchronous
   /// errors; aborts and throws on a failure or when the deadline passes.
   void wait_op(const Events& ev, const char* what);
+  /// The deadline of an operation: options().timeout_seconds, but at least the initialisation
+  /// deadline until one operation has completed (the first one also connects the peers).
+  double op_timeout() const;
   /// Aborts every NCCL communicator of this kind and throws CommunicatorError with `message`.
   [[noreturn]] void abort_and_throw(const std::string& message);
   /// A non-empty message when an NCCL communicator reported an asynchronous error.
@@ -122,6 +131,8 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   int64_t pack_gradients_into(const std::vector<std::pair<std::string, Parameter>>& params, Array& buffer);
   /// The wire dtype for gradients of these dtypes.
   Dtype wire_dtype(const std::vector<std::pair<std::string, Parameter>>& params) const;
+  /// world_, intra_ and inter_ (aborted together on a failure).
+  std::array<ncclComm_t*, 3> nccl_comms() { return {&world_, &intra_, &inter_}; }
   /// Releases the NCCL communicators (finalize + destroy, bounded by the deadline; abort on failure).
   void release_nccl() noexcept;
 
@@ -132,8 +143,8 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   Events sync_events_;
   std::array<Events, 2> slot_events_;
   std::string aborted_;  // why the communicator was aborted (empty while healthy)
+  bool warmed_up_ = false;  // an operation has completed (NCCL connects lazily on the first)
   cudaEvent_t current_started_ = nullptr;  // the started event of the operation in progress
-  std::vector<ncclComm_t*> nccl_comms_;     // every NCCL communicator the kind created
 
   BatchedPacker grad_packer_;
   BatchedPacker data_packer_;
@@ -157,7 +168,6 @@ class PureNcclCommunicator : public NcclCommunicator {
   void init_nccl() override;
   void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
   void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
-  ncclComm_t world_ = nullptr;
 };
 
 /// "single_node": pure_nccl that refuses a job spanning more than one host.
@@ -180,8 +190,6 @@ class HierarchicalCommunicator : public NcclCommunicator {
   void init_nccl() override;
   void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
   void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
-  ncclComm_t intra_ = nullptr;
-  ncclComm_t inter_ = nullptr;
 };
 
 /// "two_dimensional": NCCL reduce-scatter within each host, NCCL allreduce of each chunk across
@@ -197,8 +205,6 @@ class TwoDimensionalCommunicator : public NcclCommunicator {
   void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
   void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
   int64_t buffer_multiple() const override;
-  ncclComm_t intra_ = nullptr;
-  ncclComm_t inter_ = nullptr;
 };
 
 /// "non_cuda_aware": NCCL reduce within each host, the hosts' first processes copy the sum to
@@ -213,7 +219,6 @@ class NonCudaAwareCommunicator : public NcclCommunicator {
   void init_nccl() override;
   void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
   void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
-  ncclComm_t intra_ = nullptr;
 };
 
 /// Creates the NCCL communicator `name` over `comm` (called by create_communicator).
