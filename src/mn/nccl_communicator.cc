@@ -230,13 +230,19 @@ void NcclCommunicator::nccl_check_within(ncclResult_t result, ncclComm_t comm, c
 
 void NcclCommunicator::abort_and_throw(const std::string& message) {
   for (ncclComm_t* c : nccl_comms()) {
-    if (*c) ncclCommAbort(*c);  // nothing more can be done if the abort itself fails
+    if (*c) ncclCommAbort(*c);  // ends the kernels still waiting; nothing more to do if it fails
     *c = nullptr;
   }
-  aborted_ = message;
+  // The double-buffering slots in flight go back to the pool only after the compute stream has
+  // passed their (now ended) collectives.
+  if (device_ >= 0) {
+    for (const InFlight& f : in_flight_) {
+      cudaStreamWaitEvent(compute_stream(device_), slot_events_[static_cast<size_t>(f.slot)].done, 0);
+    }
+  }
   in_flight_.clear();
-  KUSARI_THROW(CommunicatorError, message,
-               "; the NCCL communicators were aborted and this communicator cannot be used again");
+  aborted_ = message + "; its NCCL communicators were aborted";
+  KUSARI_THROW(CommunicatorError, aborted_, " and it cannot be used again");
 }
 
 std::string NcclCommunicator::async_error() {
@@ -251,9 +257,8 @@ std::string NcclCommunicator::async_error() {
 }
 
 void NcclCommunicator::ensure_nccl(Device device, const char* what) {
-  KUSARI_CHECK(aborted_.empty(), CommunicatorError, name(), ": ", what,
-               ": this communicator was aborted after an earlier failure (", aborted_,
-               "); create a new communicator");
+  KUSARI_CHECK(aborted_.empty(), CommunicatorError, name(), ": ", what, ": this communicator is unusable: ",
+               aborted_, "; create a new communicator");
   KUSARI_CHECK(device.is_cuda(), DeviceError, name(), ": ", what, " needs arrays on a GPU, got ", device,
                " (on the CPU use the 'flat' or 'naive' communicator)");
   if (device_ < 0) {
