@@ -5,6 +5,9 @@
 #include "mn/nccl_pack.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include "backends/cuda/cuda_backend.h"
 
 namespace kusari::mn::detail {
 
@@ -23,7 +26,9 @@ namespace kusari::mn::detail {
 //     pointers change whenever backward allocates new gradient arrays, and only the entry table
 //     (32 bytes an array) is uploaded again then, and only if a pointer actually moved (the
 //     caching pool often hands back the same blocks). Uploads and kernels run on the compute
-//     stream in order, so rewriting a table never races a kernel still reading it.
+//     stream in order, so rewriting a table never races a kernel still reading it. Uploads go
+//     through pinned buffers of the packer's own, so that they never make the host wait for the
+//     compute stream (a copy from pageable memory may).
 void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int device) {
   bool layout_same = device == device_ && wire == wire_ && arrays.size() == entries_.size();
   for (size_t i = 0; layout_same && i < arrays.size(); ++i) {
@@ -77,11 +82,43 @@ void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int de
   if (!device_entries_.defined() || device_entries_.size() != std::max<int64_t>(entry_words, 1)) {
     device_entries_ = Array::empty({std::max<int64_t>(entry_words, 1)}, int64, gpu);
   }
-  if (entry_words > 0) {
-    gpu.backend().copy_from_host(device, device_entries_.raw_data(), entries_.data(),
-                                 entries_.size() * sizeof(PackEntry));
-  }
+  if (entry_words > 0) upload_entries();
   ++pointer_uploads_;
+}
+
+void BatchedPacker::upload_entries() {
+  const size_t bytes = entries_.size() * sizeof(PackEntry);
+  Staging& st = staging_[next_staging_];
+  next_staging_ ^= 1;
+  cuda::set_device(device_);
+  if (st.copied) {
+    KUSARI_CUDA_CHECK(cudaEventSynchronize(st.copied));  // its last copy has left the buffer
+  } else {
+    KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
+  }
+  if (bytes > st.bytes) {
+    if (st.host) KUSARI_CUDA_CHECK(cudaFreeHost(st.host));
+    st.host = nullptr;
+    st.bytes = 0;
+    KUSARI_CUDA_CHECK(cudaHostAlloc(&st.host, bytes, cudaHostAllocDefault));
+    st.bytes = bytes;
+  }
+  std::memcpy(st.host, entries_.data(), bytes);
+  cudaStream_t stream = cuda::compute_stream(device_);
+  KUSARI_CUDA_CHECK(cudaMemcpyAsync(device_entries_.raw_data(), st.host, bytes, cudaMemcpyHostToDevice, stream));
+  KUSARI_CUDA_CHECK(cudaEventRecord(st.copied, stream));
+}
+
+BatchedPacker::~BatchedPacker() {
+  // Never throws (destructors; the CUDA runtime may be shutting down at exit).
+  for (Staging& st : staging_) {
+    if (st.copied) {
+      cudaEventSynchronize(st.copied);
+      cudaEventDestroy(st.copied);
+    }
+    if (st.host) cudaFreeHost(st.host);
+  }
+  cudaGetLastError();
 }
 
 void BatchedPacker::pack(void* buffer, cudaStream_t stream) const {

@@ -45,6 +45,11 @@ void launch_unpack(const PackEntry* entries, const PackChunk* chunks, int64_t nu
 /// device-side tables that are built once per layout and reused. See Note [Batched packing].
 class BatchedPacker {
  public:
+  BatchedPacker() = default;
+  ~BatchedPacker();
+  BatchedPacker(const BatchedPacker&) = delete;
+  BatchedPacker& operator=(const BatchedPacker&) = delete;
+
   /// Makes the tables describe `arrays` (contiguous, floating, all on GPU `device`) packed as
   /// `wire` at consecutive offsets. Cheap when nothing changed since the last call; uploads the
   /// pointer table when only the arrays' memory moved; rebuilds everything when the layout
@@ -69,6 +74,17 @@ class BatchedPacker {
   std::vector<PackChunk> chunks_;
   Array device_entries_;
   Array device_chunks_;
+  /// Uploads of the entry table go through two pinned buffers, each free again once the
+  /// compute stream has passed its event (a copy from pageable memory may wait for the stream).
+  struct Staging {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  Staging staging_[2];
+  int next_staging_ = 0;
+  /// Queues the copy of entries_ into device_entries_ on the compute stream.
+  void upload_entries();
   int64_t layout_builds_ = 0;
   int64_t pointer_uploads_ = 0;
 };

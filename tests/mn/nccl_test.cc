@@ -320,7 +320,9 @@ TEST(NcclTest, SingleNodeRefusesPretendHosts) {
   } catch (const CommunicatorError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("single_node"), std::string::npos) << what;
-    if (kHaveNccl) EXPECT_NE(what.find("hosts"), std::string::npos) << what;
+    if (kHaveNccl) {
+      EXPECT_NE(what.find("hosts"), std::string::npos) << what;
+    }
   }
   if (kHaveNccl) {
     auto comm = create_communicator("single_node");  // one real host: accepted
