@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -15,6 +16,7 @@
 #include "kusari/config.h"
 #include "kusari/mn.h"
 #include "kusari/optimizers/sgd.h"
+#include "mn/mean_grad_pipeline.h"
 #include "mn/nccl_wait.h"
 #include "test_util.h"
 
@@ -93,6 +95,30 @@ std::shared_ptr<Communicator> make_comm(const std::string& name, int ranks_per_h
   return c;
 }
 
+/// NCCL communicators are kept for the whole run, one per (kind, pretend host size, wire
+/// dtype): setting NCCL up takes a good part of a second, and reusing a communicator across
+/// models of different layouts also exercises the packer's table rebuilds. They are released
+/// before MPI is finalized.
+std::map<std::string, std::shared_ptr<Communicator>>& comm_cache() {
+  static std::map<std::string, std::shared_ptr<Communicator>> cache;
+  return cache;
+}
+
+class ReleaseCachedCommunicators : public ::testing::Environment {
+ public:
+  void TearDown() override { comm_cache().clear(); }
+};
+[[maybe_unused]] ::testing::Environment* const release_env =
+    ::testing::AddGlobalTestEnvironment(new ReleaseCachedCommunicators);
+
+std::shared_ptr<Communicator> cached_comm(const std::string& name, int ranks_per_host, CommunicatorOptions o = {}) {
+  const std::string key = name + "/" + std::to_string(ranks_per_host) + "/" +
+                          (o.allreduce_grad_dtype ? dtype_name(*o.allreduce_grad_dtype) : "same");
+  auto& c = comm_cache()[key];
+  if (!c) c = make_comm(name, ranks_per_host, o);
+  return c;
+}
+
 /// A model of parameters of uneven sizes: tiny ones, and ones larger than a pack chunk (16384).
 class Uneven : public Link {
  public:
@@ -138,7 +164,7 @@ class NcclKindTest : public ::testing::TestWithParam<KindAndHosts> {
     }
   }
   std::shared_ptr<Communicator> make_kind(CommunicatorOptions o = {}) {
-    return make_comm(std::get<0>(GetParam()), std::get<1>(GetParam()), o);
+    return cached_comm(std::get<0>(GetParam()), std::get<1>(GetParam()), o);
   }
 };
 
@@ -281,8 +307,10 @@ TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
   auto value = [&] { return p0.data().to_device(Device::cpu()); };
   step(1);  // the first update broadcasts rank 0's parameters (zeros) and takes no step
   EXPECT_TRUE(ArraysClose(value(), Array::zeros(p0.shape(), float32)));
+  auto& pipeline = dynamic_cast<detail::MeanGradPipeline&>(*comm);
   step(2);  // starts the pipeline: no update yet
   EXPECT_EQ(opt->t(), 0);
+  EXPECT_EQ(pipeline.mean_grads_in_flight(), 1);
   EXPECT_TRUE(ArraysClose(value(), Array::zeros(p0.shape(), float32)));
   step(3);  // applies the mean of step 2
   EXPECT_EQ(opt->t(), 1);
@@ -293,7 +321,11 @@ TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
   EXPECT_TRUE(ArraysClose(value(), Array::full(p0.shape(), -(m2 + m3), float32)));
   step(5);
   EXPECT_EQ(opt->t(), 3);
+  EXPECT_EQ(pipeline.mean_grads_in_flight(), 1);
   EXPECT_TRUE(ArraysClose(value(), Array::full(p0.shape(), -(m2 + m3 + m4), float32)));
+  // Another setup drops the sum in flight.
+  opt->setup(model);
+  EXPECT_EQ(pipeline.mean_grads_in_flight(), 0);
 }
 
 std::vector<KindAndHosts> kinds_and_hosts() {
