@@ -72,7 +72,8 @@ class GradientModel : public kusari::Link {
     }
   }
   void fill_gradients(Device device) {
-    for (auto& [path, p] : namedparams()) p.set_grad(Array::uniform(p.shape(), -1.0, 1.0, kusari::float32, device));
+    for (auto& [path, p] : namedparams())
+      p.set_grad(Array::uniform(p.shape(), -1.0, 1.0, kusari::float32, device));
   }
   const char* type_name() const override { return "GradientModel"; }
 };
@@ -84,7 +85,8 @@ struct Row {
 };
 
 /// The slowest rank's median seconds of `op`, timed with CUDA events on the compute stream.
-double time_op(mn::Communicator& world, Device device, int warmup, int repeats, const std::function<void()>& op) {
+double time_op(mn::Communicator& world, Device device, int warmup, int repeats,
+               const std::function<void()>& op) {
   mn::GpuTimer timer(device);
   for (int i = 0; i < warmup; ++i) op();
   std::vector<double> t;
@@ -119,8 +121,10 @@ int main(int argc, char** argv) {
   const bool ok_here = gpus > 0 && world->intra_rank() < gpus;
   if (world->allreduce_obj(static_cast<int64_t>(ok_here ? 0 : 1), mn::ReduceOp::kMax) != 0) {
     if (rank == 0) {
-      std::fprintf(stderr, "bench_mn_allreduce: every process needs a GPU of its own (this machine has %d, %s)\n",
-                   gpus, mn::nccl_version().c_str());
+      std::fprintf(
+          stderr,
+          "bench_mn_allreduce: every process needs a GPU of its own (this machine has %d, %s)\n",
+          gpus, mn::nccl_version().c_str());
     }
     return 1;
   }
@@ -158,16 +162,20 @@ int main(int argc, char** argv) {
       continue;
     }
     model.fill_gradients(device);
-    r.seconds = time_op(*world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); });
+    r.seconds =
+        time_op(*world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); });
     rows.push_back(r);
   }
 
   if (rank == 0) {
-    std::printf("gradient allreduce, ResNet-50 sized: %zu parameters, %lld values, wire %s (%.1f MB)\n",
-                shapes.size(), static_cast<long long>(elements), kusari::dtype_name(wire), bytes / 1e6);
-    std::printf("%d ranks, %d GPU(s) on rank 0's host, %s%s%s; median of %d after %d warm-up, slowest rank\n", n, gpus,
-                mn::nccl_version().c_str(), pretend ? ", KUSARI_MN_RANKS_PER_HOST=" : "", pretend ? saved.c_str() : "",
-                repeats, warmup);
+    std::printf(
+        "gradient allreduce, ResNet-50 sized: %zu parameters, %lld values, wire %s (%.1f MB)\n",
+        shapes.size(), static_cast<long long>(elements), kusari::dtype_name(wire), bytes / 1e6);
+    std::printf(
+        "%d ranks, %d GPU(s) on rank 0's host, %s%s%s; median of %d after %d warm-up, slowest "
+        "rank\n",
+        n, gpus, mn::nccl_version().c_str(), pretend ? ", KUSARI_MN_RANKS_PER_HOST=" : "",
+        pretend ? saved.c_str() : "", repeats, warmup);
     std::printf("%-20s %10s %12s %12s %10s\n", "path", "ms", "algbw GB/s", "busbw GB/s", "vs raw");
     const double raw_seconds = rows.front().seconds;
     for (const Row& r : rows) {
@@ -177,10 +185,11 @@ int main(int argc, char** argv) {
       }
       const double algbw = bytes / r.seconds / 1e9;
       const double busbw = algbw * 2.0 * (n - 1) / n;
-      std::printf("%-20s %10.3f %12.2f %12.2f %10.3f\n", r.name.c_str(), r.seconds * 1e3, algbw, busbw,
-                  raw_seconds / r.seconds);
+      std::printf("%-20s %10.3f %12.2f %12.2f %10.3f\n", r.name.c_str(), r.seconds * 1e3, algbw,
+                  busbw, raw_seconds / r.seconds);
     }
-    std::printf("(vs raw = raw time / path time: 1.0 means the path costs nothing beyond the allreduce)\n");
+    std::printf(
+        "(vs raw = raw time / path time: 1.0 means the path costs nothing beyond the allreduce)\n");
     std::printf("reproduce: %smpiexec -n %d %s\n",
                 pretend ? ("KUSARI_MN_RANKS_PER_HOST=" + saved + " ").c_str() : "", n,
                 kusari::bench::command_line(argc, argv).c_str());

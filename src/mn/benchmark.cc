@@ -62,7 +62,9 @@ GpuTimer::GpuTimer(Device device) {
 GpuTimer::~GpuTimer() = default;
 void GpuTimer::start() {}
 void GpuTimer::stop() {}
-double GpuTimer::seconds() { return 0; }
+double GpuTimer::seconds() {
+  return 0;
+}
 
 #endif
 

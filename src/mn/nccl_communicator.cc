@@ -94,7 +94,9 @@ std::string nccl_message(ncclResult_t result, ncclComm_t comm) {
   return msg;
 }
 
-int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+int64_t round_up(int64_t n, int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
 
 /// The widest floating dtype of a set (one float64 makes float64; mixed 16/32-bit make float32).
 Dtype widest(const std::vector<Dtype>& dtypes) {
@@ -155,7 +157,9 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, const CommunicatorOptions& opt
   }
 }
 
-NcclCommunicator::~NcclCommunicator() { release_nccl(); }
+NcclCommunicator::~NcclCommunicator() {
+  release_nccl();
+}
 
 void NcclCommunicator::finalize() {
   release_nccl();
@@ -189,9 +193,10 @@ void NcclCommunicator::create_nccl_comm(MPI_Comm mpi, ncclComm_t* out, const cha
   ncclComm_t c = nullptr;
   const ncclResult_t result = ncclCommInitRankConfig(&c, n, msg.id, r, &config);
   *out = c;
-  const double t = options_.timeout_seconds > 0 ? std::max(options_.timeout_seconds, kMinInitTimeoutSeconds) : 0;
-  nccl_check_within(result, c, "ncclCommInitRankConfig", concat("creating the ", what, " NCCL communicator").c_str(),
-                    t);
+  const double t =
+      options_.timeout_seconds > 0 ? std::max(options_.timeout_seconds, kMinInitTimeoutSeconds) : 0;
+  nccl_check_within(result, c, "ncclCommInitRankConfig",
+                    concat("creating the ", what, " NCCL communicator").c_str(), t);
 }
 
 double NcclCommunicator::op_timeout() const {
@@ -200,7 +205,8 @@ double NcclCommunicator::op_timeout() const {
   return std::max(t, kMinInitTimeoutSeconds);
 }
 
-void NcclCommunicator::nccl_check(ncclResult_t result, ncclComm_t comm, const char* call, const char* what) {
+void NcclCommunicator::nccl_check(ncclResult_t result, ncclComm_t comm, const char* call,
+                                  const char* what) {
   nccl_check_within(result, comm, call, what, op_timeout());
 }
 
@@ -216,15 +222,15 @@ void NcclCommunicator::nccl_check_within(ncclResult_t result, ncclComm_t comm, c
     };
     const WaitResult w = poll_until(probes, timeout_seconds);
     if (w.outcome == WaitOutcome::kTimedOut) {
-      abort_and_throw(concat(name(), ": ", what, ": ", call, " did not complete within ", timeout_seconds,
-                             " s on rank ", rank_, " (cuda:", device_,
+      abort_and_throw(concat(name(), ": ", what, ": ", call, " did not complete within ",
+                             timeout_seconds, " s on rank ", rank_, " (cuda:", device_,
                              "); a peer process may have died or not joined"));
     }
     result = state;
   }
   if (result != ncclSuccess) {
-    abort_and_throw(concat(name(), ": ", what, ": NCCL call ", call, " failed on rank ", rank_, " (cuda:", device_,
-                           "): ", nccl_message(result, comm)));
+    abort_and_throw(concat(name(), ": ", what, ": NCCL call ", call, " failed on rank ", rank_,
+                           " (cuda:", device_, "): ", nccl_message(result, comm)));
   }
 }
 
@@ -237,7 +243,8 @@ void NcclCommunicator::abort_and_throw(const std::string& message) {
   // passed their (now ended) collectives.
   if (device_ >= 0) {
     for (const InFlight& f : in_flight_) {
-      cudaStreamWaitEvent(compute_stream(device_), slot_events_[static_cast<size_t>(f.slot)].done, 0);
+      cudaStreamWaitEvent(compute_stream(device_), slot_events_[static_cast<size_t>(f.slot)].done,
+                          0);
     }
   }
   in_flight_.clear();
@@ -257,10 +264,10 @@ std::string NcclCommunicator::async_error() {
 }
 
 void NcclCommunicator::ensure_nccl(Device device, const char* what) {
-  KUSARI_CHECK(aborted_.empty(), CommunicatorError, name(), ": ", what, ": this communicator is unusable: ",
-               aborted_, "; create a new communicator");
-  KUSARI_CHECK(device.is_cuda(), DeviceError, name(), ": ", what, " needs arrays on a GPU, got ", device,
-               " (on the CPU use the 'flat' or 'naive' communicator)");
+  KUSARI_CHECK(aborted_.empty(), CommunicatorError, name(), ": ", what,
+               ": this communicator is unusable: ", aborted_, "; create a new communicator");
+  KUSARI_CHECK(device.is_cuda(), DeviceError, name(), ": ", what, " needs arrays on a GPU, got ",
+               device, " (on the CPU use the 'flat' or 'naive' communicator)");
   if (device_ < 0) {
     const int d = device.index();
     cuda::check_device_index(d, name());
@@ -269,19 +276,21 @@ void NcclCommunicator::ensure_nccl(Device device, const char* what) {
     int least = 0, greatest = 0;
     KUSARI_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     KUSARI_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
-    for (cudaEvent_t* e : {&ready_, &staged_, &sync_events_.started, &sync_events_.done, &slot_events_[0].started,
-                           &slot_events_[0].done, &slot_events_[1].started, &slot_events_[1].done}) {
+    for (cudaEvent_t* e :
+         {&ready_, &staged_, &sync_events_.started, &sync_events_.done, &slot_events_[0].started,
+          &slot_events_[0].done, &slot_events_[1].started, &slot_events_[1].done}) {
       KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
     device_ = d;
     init_nccl();
   } else {
-    KUSARI_CHECK(device.index() == device_, DeviceError, name(), ": ", what, " got arrays on ", device,
-                 " but this communicator drives cuda:", device_, " (one GPU per process)");
+    KUSARI_CHECK(device.index() == device_, DeviceError, name(), ": ", what, " got arrays on ",
+                 device, " but this communicator drives cuda:", device_, " (one GPU per process)");
     cuda::set_device(device_);
     const std::string error = async_error();
     if (!error.empty()) {
-      abort_and_throw(concat(name(), ": ", what, ": an earlier NCCL operation failed on rank ", rank_, ": ", error));
+      abort_and_throw(concat(name(), ": ", what, ": an earlier NCCL operation failed on rank ",
+                             rank_, ": ", error));
     }
   }
 }
@@ -319,11 +328,13 @@ void NcclCommunicator::wait_op(const Events& ev, const char* what) {
   probes.started = [&] { return event_done(ev.started); };
   const WaitResult w = poll_until(probes, timeout);
   if (w.outcome == WaitOutcome::kFailed) {
-    abort_and_throw(concat(name(), ": ", what, " failed on rank ", rank_, " (cuda:", device_, "): ", w.error));
+    abort_and_throw(
+        concat(name(), ": ", what, " failed on rank ", rank_, " (cuda:", device_, "): ", w.error));
   }
   if (w.outcome == WaitOutcome::kTimedOut) {
-    abort_and_throw(concat(name(), ": ", what, " did not finish within the timeout of ", timeout, " s on rank ", rank_,
-                           " (cuda:", device_, "); a peer process may have died or not called it"));
+    abort_and_throw(concat(name(), ": ", what, " did not finish within the timeout of ", timeout,
+                           " s on rank ", rank_, " (cuda:", device_,
+                           "); a peer process may have died or not called it"));
   }
   warmed_up_ = true;
 }
@@ -338,11 +349,13 @@ void NcclCommunicator::wait_stream(const char* what) {
   const double timeout = op_timeout();
   const WaitResult w = poll_until(probes, timeout);
   if (w.outcome == WaitOutcome::kFailed) {
-    abort_and_throw(concat(name(), ": ", what, " failed on rank ", rank_, " (cuda:", device_, "): ", w.error));
+    abort_and_throw(
+        concat(name(), ": ", what, " failed on rank ", rank_, " (cuda:", device_, "): ", w.error));
   }
   if (w.outcome == WaitOutcome::kTimedOut) {
-    abort_and_throw(concat(name(), ": ", what, " did not finish within the timeout of ", timeout, " s on rank ", rank_,
-                           " (cuda:", device_, "); a peer process may have died or not called it"));
+    abort_and_throw(concat(name(), ": ", what, " did not finish within the timeout of ", timeout,
+                           " s on rank ", rank_, " (cuda:", device_,
+                           "); a peer process may have died or not called it"));
   }
 }
 
@@ -389,11 +402,12 @@ void NcclCommunicator::host_allreduce(void* data, int64_t n, Dtype dtype, Reduce
   for (int64_t done = 0; done < n;) {
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     MPI_Request request;
-    KUSARI_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + done * item, count, type, mop, mpi, &request));
+    KUSARI_MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, p + done * item, count, type, mop, mpi, &request));
     if (!wait_request(&request, op_timeout())) {
-      abort_and_throw(concat(name(), ": ", what, ": the MPI allreduce among the hosts did not finish within ",
-                             op_timeout(), " s on rank ", rank_,
-                             "; a peer process may have died or not called it"));
+      abort_and_throw(concat(
+          name(), ": ", what, ": the MPI allreduce among the hosts did not finish within ",
+          op_timeout(), " s on rank ", rank_, "; a peer process may have died or not called it"));
     }
     done += count;
   }
@@ -406,9 +420,9 @@ void NcclCommunicator::host_bcast(void* data, int64_t bytes, MPI_Comm mpi, const
     MPI_Request request;
     KUSARI_MPI_CHECK(MPI_Ibcast(p + done, count, MPI_BYTE, 0, mpi, &request));
     if (!wait_request(&request, op_timeout())) {
-      abort_and_throw(concat(name(), ": ", what, ": the MPI broadcast among the hosts did not finish within ",
-                             op_timeout(), " s on rank ", rank_,
-                             "; a peer process may have died or not called it"));
+      abort_and_throw(concat(
+          name(), ": ", what, ": the MPI broadcast among the hosts did not finish within ",
+          op_timeout(), " s on rank ", rank_, "; a peer process may have died or not called it"));
     }
     done += count;
   }
@@ -424,7 +438,8 @@ void NcclCommunicator::release_nccl() noexcept {
   } catch (...) {
   }
   if (compute) {
-    for (const InFlight& f : in_flight_) cudaStreamWaitEvent(compute, slot_events_[static_cast<size_t>(f.slot)].done, 0);
+    for (const InFlight& f : in_flight_)
+      cudaStreamWaitEvent(compute, slot_events_[static_cast<size_t>(f.slot)].done, 0);
   }
   in_flight_.clear();
   for (ncclComm_t* c : nccl_comms()) {
@@ -453,8 +468,9 @@ void NcclCommunicator::release_nccl() noexcept {
     cudaStreamDestroy(stream_);
     stream_ = nullptr;
   }
-  for (cudaEvent_t* e : {&ready_, &staged_, &sync_events_.started, &sync_events_.done, &slot_events_[0].started,
-                         &slot_events_[0].done, &slot_events_[1].started, &slot_events_[1].done}) {
+  for (cudaEvent_t* e :
+       {&ready_, &staged_, &sync_events_.started, &sync_events_.done, &slot_events_[0].started,
+        &slot_events_[0].done, &slot_events_[1].started, &slot_events_[1].done}) {
     if (*e) cudaEventDestroy(*e);
     *e = nullptr;
   }
@@ -469,31 +485,34 @@ void NcclCommunicator::release_nccl() noexcept {
   device_ = -1;
 }
 
-// --- gradients ------------------------------------------------------------------------------------
+// --- gradients -----------------------------------------------------------------------------------
 
-Device NcclCommunicator::gradient_device(const std::vector<std::pair<std::string, Parameter>>& params,
-                                         const char* what) {
+Device NcclCommunicator::gradient_device(
+    const std::vector<std::pair<std::string, Parameter>>& params, const char* what) {
   const Device d = params.front().second.grad().device();
   for (const auto& [path, p] : params) {
-    KUSARI_CHECK(p.grad().device() == d, DeviceError, name(), ": ", what, ": the gradient of ", path, " is on ",
-                 p.grad().device(), " but that of ", params.front().first, " is on ", d,
-                 " (the model must be on one GPU)");
+    KUSARI_CHECK(p.grad().device() == d, DeviceError, name(), ": ", what, ": the gradient of ",
+                 path, " is on ", p.grad().device(), " but that of ", params.front().first,
+                 " is on ", d, " (the model must be on one GPU)");
   }
-  KUSARI_CHECK(d.is_cuda(), CommunicatorError, name(), ": ", what, " needs the model on a GPU, but its gradients are on ",
-               d, " (move the model with to_device(Device::cuda(comm->intra_rank())), or use 'flat' or 'naive' on ",
+  KUSARI_CHECK(d.is_cuda(), CommunicatorError, name(), ": ", what,
+               " needs the model on a GPU, but its gradients are on ", d,
+               " (move the model with to_device(Device::cuda(comm->intra_rank())), or use 'flat' "
+               "or 'naive' on ",
                "the CPU)");
   return d;
 }
 
-Dtype NcclCommunicator::wire_dtype(const std::vector<std::pair<std::string, Parameter>>& params) const {
+Dtype NcclCommunicator::wire_dtype(
+    const std::vector<std::pair<std::string, Parameter>>& params) const {
   if (options_.allreduce_grad_dtype) return *options_.allreduce_grad_dtype;
   std::vector<Dtype> dtypes;
   for (const auto& [path, p] : params) dtypes.push_back(p.grad().dtype());
   return widest(dtypes);
 }
 
-int64_t NcclCommunicator::pack_gradients_into(const std::vector<std::pair<std::string, Parameter>>& params,
-                                              Array& buffer) {
+int64_t NcclCommunicator::pack_gradients_into(
+    const std::vector<std::pair<std::string, Parameter>>& params, Array& buffer) {
   std::vector<Array> grads;
   grads.reserve(params.size());
   for (const auto& [path, p] : params) grads.push_back(p.grad());
@@ -591,7 +610,8 @@ bool NcclCommunicator::finish_mean_grad(Link& model) {
     grads.push_back(p.grad());
   }
   grad_packer_.prepare(grads, buffer.dtype(), device_);
-  KUSARI_ASSERT(grad_packer_.total() <= f.padded, "double buffering: the gradients outgrew their slot");
+  KUSARI_ASSERT(grad_packer_.total() <= f.padded,
+                "double buffering: the gradients outgrew their slot");
   grad_packer_.unpack(buffer.raw_data(), 1.0 / size_, compute_stream(device_));
   check_finite_after_reduce(f.params);
   return true;
@@ -609,11 +629,12 @@ void NcclCommunicator::cancel_mean_grads() {
   }
 }
 
-// --- parameters and arrays --------------------------------------------------------------------------
+// --- parameters and arrays -----------------------------------------------------------------------
 
 void NcclCommunicator::bcast_data(Link& model) {
   auto params = model.namedparams(false);
-  std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(params.begin(), params.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<Array> datas;
   std::vector<Dtype> dtypes;
   bool gpu = true;
@@ -678,37 +699,46 @@ void NcclCommunicator::allreduce_inplace(Array& x, ReduceOp op) {
     head.assign(x.reshape({n}));
   }
   begin_op(sync_events_);
-  reduce_buffer(work.raw_data(), padded, x.dtype(), op == ReduceOp::kMean ? ReduceOp::kSum : op, what);
+  reduce_buffer(work.raw_data(), padded, x.dtype(), op == ReduceOp::kMean ? ReduceOp::kSum : op,
+                what);
   end_op(sync_events_);
   wait_op(sync_events_, what);
   if (padded != n) x.assign(work.at({Slice(0, n)}).reshape(x.shape()));
   if (op == ReduceOp::kMean) x.assign(x * (1.0 / size_));
 }
 
-// --- the kinds --------------------------------------------------------------------------------------
+// --- the kinds -----------------------------------------------------------------------------------
 
 #define KUSARI_NCCL(call, comm, what) nccl_check((call), (comm), #call, (what))
 
-void PureNcclCommunicator::init_nccl() { create_nccl_comm(comm(), &world_, "world"); }
+void PureNcclCommunicator::init_nccl() {
+  create_nccl_comm(comm(), &world_, "world");
+}
 
-void PureNcclCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) {
+void PureNcclCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op,
+                                         const char* what) {
   if (!world_) return;
-  KUSARI_NCCL(ncclAllReduce(buffer, buffer, static_cast<size_t>(n), nccl_datatype(dtype), nccl_op(op, dtype),
-                            world_, stream()),
+  KUSARI_NCCL(ncclAllReduce(buffer, buffer, static_cast<size_t>(n), nccl_datatype(dtype),
+                            nccl_op(op, dtype), world_, stream()),
               world_, what);
 }
 
 void PureNcclCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) {
   if (!world_) return;
-  KUSARI_NCCL(ncclBroadcast(buffer, buffer, static_cast<size_t>(n), nccl_datatype(dtype), 0, world_, stream()),
+  KUSARI_NCCL(ncclBroadcast(buffer, buffer, static_cast<size_t>(n), nccl_datatype(dtype), 0, world_,
+                            stream()),
               world_, what);
 }
 
 SingleNodeCommunicator::SingleNodeCommunicator(MPI_Comm comm, const CommunicatorOptions& options)
     : PureNcclCommunicator(comm, options) {
   KUSARI_CHECK(inter_size_ == 1, CommunicatorError, "single_node: the job spans ", inter_size_,
-               " hosts, but single_node works within one host only (use pure_nccl or hierarchical across hosts",
-               std::getenv("KUSARI_MN_RANKS_PER_HOST") ? "; KUSARI_MN_RANKS_PER_HOST makes pretend hosts" : "", ")");
+               " hosts, but single_node works within one host only (use pure_nccl or hierarchical "
+               "across hosts",
+               std::getenv("KUSARI_MN_RANKS_PER_HOST")
+                   ? "; KUSARI_MN_RANKS_PER_HOST makes pretend hosts"
+                   : "",
+               ")");
 }
 
 void HierarchicalCommunicator::init_nccl() {
@@ -716,29 +746,38 @@ void HierarchicalCommunicator::init_nccl() {
   if (intra_rank_ == 0) create_nccl_comm(inter_comm(), &inter_, "inter-host");
 }
 
-void HierarchicalCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) {
+void HierarchicalCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op,
+                                             const char* what) {
   const size_t count = static_cast<size_t>(n);
   const ncclDataType_t type = nccl_datatype(dtype);
   const ncclRedOp_t rop = nccl_op(op, dtype);
-  if (intra_) KUSARI_NCCL(ncclReduce(buffer, buffer, count, type, rop, 0, intra_, stream()), intra_, what);
-  if (inter_) KUSARI_NCCL(ncclAllReduce(buffer, buffer, count, type, rop, inter_, stream()), inter_, what);
-  if (intra_) KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, intra_, stream()), intra_, what);
+  if (intra_)
+    KUSARI_NCCL(ncclReduce(buffer, buffer, count, type, rop, 0, intra_, stream()), intra_, what);
+  if (inter_)
+    KUSARI_NCCL(ncclAllReduce(buffer, buffer, count, type, rop, inter_, stream()), inter_, what);
+  if (intra_)
+    KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, intra_, stream()), intra_, what);
 }
 
-void HierarchicalCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) {
+void HierarchicalCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype,
+                                            const char* what) {
   const size_t count = static_cast<size_t>(n);
   const ncclDataType_t type = nccl_datatype(dtype);
-  if (inter_) KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, inter_, stream()), inter_, what);
-  if (intra_) KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, intra_, stream()), intra_, what);
+  if (inter_)
+    KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, inter_, stream()), inter_, what);
+  if (intra_)
+    KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, intra_, stream()), intra_, what);
 }
 
-TwoDimensionalCommunicator::TwoDimensionalCommunicator(MPI_Comm comm, const CommunicatorOptions& options)
+TwoDimensionalCommunicator::TwoDimensionalCommunicator(MPI_Comm comm,
+                                                       const CommunicatorOptions& options)
     : NcclCommunicator(comm, options) {
   int64_t sizes[2] = {intra_size_, -intra_size_};
   allreduce_host(sizes, 2, Dtype::kInt64, ReduceOp::kMax, this->comm());
-  KUSARI_CHECK(sizes[0] == -sizes[1], CommunicatorError,
-               "two_dimensional: every host must run the same number of processes, but hosts run between ", -sizes[1],
-               " and ", sizes[0], " (use hierarchical for uneven hosts)");
+  KUSARI_CHECK(
+      sizes[0] == -sizes[1], CommunicatorError,
+      "two_dimensional: every host must run the same number of processes, but hosts run between ",
+      -sizes[1], " and ", sizes[0], " (use hierarchical for uneven hosts)");
 }
 
 int64_t TwoDimensionalCommunicator::buffer_multiple() const {
@@ -757,28 +796,37 @@ void TwoDimensionalCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dt
   const size_t chunk = static_cast<size_t>(n / intra_size_);
   const ncclDataType_t type = nccl_datatype(dtype);
   const ncclRedOp_t rop = nccl_op(op, dtype);
-  void* mine = static_cast<char*>(buffer) + chunk * static_cast<size_t>(intra_rank_) * itemsize(dtype);
-  if (intra_) KUSARI_NCCL(ncclReduceScatter(buffer, mine, chunk, type, rop, intra_, stream()), intra_, what);
-  if (inter_) KUSARI_NCCL(ncclAllReduce(mine, mine, chunk, type, rop, inter_, stream()), inter_, what);
+  void* mine =
+      static_cast<char*>(buffer) + chunk * static_cast<size_t>(intra_rank_) * itemsize(dtype);
+  if (intra_)
+    KUSARI_NCCL(ncclReduceScatter(buffer, mine, chunk, type, rop, intra_, stream()), intra_, what);
+  if (inter_)
+    KUSARI_NCCL(ncclAllReduce(mine, mine, chunk, type, rop, inter_, stream()), inter_, what);
   if (intra_) KUSARI_NCCL(ncclAllGather(mine, buffer, chunk, type, intra_, stream()), intra_, what);
 }
 
-void TwoDimensionalCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) {
+void TwoDimensionalCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype,
+                                              const char* what) {
   const size_t count = static_cast<size_t>(n);
   const ncclDataType_t type = nccl_datatype(dtype);
   if (intra_rank_ == 0 && inter_) {
     KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, inter_, stream()), inter_, what);
   }
-  if (intra_) KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, intra_, stream()), intra_, what);
+  if (intra_)
+    KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, intra_, stream()), intra_, what);
 }
 
-void NonCudaAwareCommunicator::init_nccl() { create_nccl_comm(intra_comm(), &intra_, "intra-host"); }
+void NonCudaAwareCommunicator::init_nccl() {
+  create_nccl_comm(intra_comm(), &intra_, "intra-host");
+}
 
-void NonCudaAwareCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) {
+void NonCudaAwareCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op,
+                                             const char* what) {
   const size_t count = static_cast<size_t>(n);
   const ncclDataType_t type = nccl_datatype(dtype);
   const ncclRedOp_t rop = nccl_op(op, dtype);
-  if (intra_) KUSARI_NCCL(ncclReduce(buffer, buffer, count, type, rop, 0, intra_, stream()), intra_, what);
+  if (intra_)
+    KUSARI_NCCL(ncclReduce(buffer, buffer, count, type, rop, 0, intra_, stream()), intra_, what);
   if (intra_rank_ == 0 && inter_size_ > 1) {
     const size_t bytes = count * itemsize(dtype);
     void* host = host_buffer(bytes);
@@ -787,10 +835,12 @@ void NonCudaAwareCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtyp
     host_allreduce(host, n, dtype, op, inter_comm(), what);
     KUSARI_CUDA_CHECK(cudaMemcpyAsync(buffer, host, bytes, cudaMemcpyHostToDevice, stream()));
   }
-  if (intra_) KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, intra_, stream()), intra_, what);
+  if (intra_)
+    KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, type, 0, intra_, stream()), intra_, what);
 }
 
-void NonCudaAwareCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) {
+void NonCudaAwareCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype,
+                                            const char* what) {
   const size_t count = static_cast<size_t>(n);
   if (intra_rank_ == 0 && inter_size_ > 1) {
     const size_t bytes = count * itemsize(dtype);
@@ -805,13 +855,14 @@ void NonCudaAwareCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype
     }
   }
   if (intra_) {
-    KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, nccl_datatype(dtype), 0, intra_, stream()), intra_, what);
+    KUSARI_NCCL(ncclBroadcast(buffer, buffer, count, nccl_datatype(dtype), 0, intra_, stream()),
+                intra_, what);
   }
 }
 
 #undef KUSARI_NCCL
 
-// --- split and creation -------------------------------------------------------------------------------
+// --- split and creation --------------------------------------------------------------------------
 
 namespace {
 

@@ -61,7 +61,8 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   /// Queues on stream() the in-place reduction (`op`: kSum, kMax or kMin) of `n` elements of
   /// `dtype` at `buffer` over every rank, so that every rank ends with the result. `what` names
   /// the operation in errors.
-  virtual void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) = 0;
+  virtual void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op,
+                             const char* what) = 0;
   /// Queues on stream() the broadcast of `n` elements of `dtype` at `buffer` from rank 0.
   virtual void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) = 0;
   /// The wire buffer is padded to a multiple of this many elements.
@@ -78,7 +79,8 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   void nccl_check(ncclResult_t result, ncclComm_t comm, const char* call, const char* what);
   /// MPI allreduce / broadcast of host memory among `mpi`'s ranks, bounded by the deadline
   /// (non_cuda_aware's host step).
-  void host_allreduce(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm mpi, const char* what);
+  void host_allreduce(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm mpi,
+                      const char* what);
   void host_bcast(void* data, int64_t bytes, MPI_Comm mpi, const char* what);
   /// Waits on the host until everything queued on stream() so far has run (non_cuda_aware
   /// before its MPI step), with the deadline.
@@ -126,14 +128,17 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   /// A non-empty message when an NCCL communicator reported an asynchronous error.
   std::string async_error();
   /// The common GPU of the gradients, checked.
-  Device gradient_device(const std::vector<std::pair<std::string, Parameter>>& params, const char* what);
+  Device gradient_device(const std::vector<std::pair<std::string, Parameter>>& params,
+                         const char* what);
   /// Packs the gradients of `params` into `buffer` (grown to hold them, padded; pad zeroed).
-  int64_t pack_gradients_into(const std::vector<std::pair<std::string, Parameter>>& params, Array& buffer);
+  int64_t pack_gradients_into(const std::vector<std::pair<std::string, Parameter>>& params,
+                              Array& buffer);
   /// The wire dtype for gradients of these dtypes.
   Dtype wire_dtype(const std::vector<std::pair<std::string, Parameter>>& params) const;
   /// world_, intra_ and inter_ (aborted together on a failure).
   std::array<ncclComm_t*, 3> nccl_comms() { return {&world_, &intra_, &inter_}; }
-  /// Releases the NCCL communicators (finalize + destroy, bounded by the deadline; abort on failure).
+  /// Releases the NCCL communicators (finalize + destroy, bounded by the deadline; abort on
+  /// failure).
   void release_nccl() noexcept;
 
   int device_ = -1;
@@ -142,7 +147,7 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   cudaEvent_t staged_ = nullptr;
   Events sync_events_;
   std::array<Events, 2> slot_events_;
-  std::string aborted_;  // why the communicator was aborted (empty while healthy)
+  std::string aborted_;     // why the communicator was aborted (empty while healthy)
   bool warmed_up_ = false;  // an operation has completed (NCCL connects lazily on the first)
   cudaEvent_t current_started_ = nullptr;  // the started event of the operation in progress
 

@@ -43,11 +43,13 @@ void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int de
 
   for (const Array& a : arrays) {
     KUSARI_ASSERT(a.is_contiguous(), "BatchedPacker: arrays must be contiguous");
-    KUSARI_CHECK(a.device() == Device::cuda(device), DeviceError, "gradient packing: an array is on ",
-                 a.device(), " but the communicator uses cuda:", device,
+    KUSARI_CHECK(a.device() == Device::cuda(device), DeviceError,
+                 "gradient packing: an array is on ", a.device(),
+                 " but the communicator uses cuda:", device,
                  " (every parameter must be on the communicator's GPU)");
     KUSARI_CHECK(is_floating(a.dtype()), DtypeError,
-                 "gradient packing: only floating arrays can be packed, got ", dtype_name(a.dtype()));
+                 "gradient packing: only floating arrays can be packed, got ",
+                 dtype_name(a.dtype()));
   }
   const Device gpu = Device::cuda(device);
   if (!layout_same) {
@@ -72,13 +74,16 @@ void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int de
     }
     total_ = offset;
     static_assert(sizeof(PackChunk) % sizeof(int64_t) == 0);
-    const int64_t chunk_words = static_cast<int64_t>(chunks_.size() * sizeof(PackChunk) / sizeof(int64_t));
-    device_chunks_ = Array::from_buffer(chunks_.data(), {std::max<int64_t>(chunk_words, 1)}, int64, gpu);
+    const int64_t chunk_words =
+        static_cast<int64_t>(chunks_.size() * sizeof(PackChunk) / sizeof(int64_t));
+    device_chunks_ =
+        Array::from_buffer(chunks_.data(), {std::max<int64_t>(chunk_words, 1)}, int64, gpu);
     ++layout_builds_;
   }
   for (size_t i = 0; i < arrays.size(); ++i) entries_[i].data = arrays[i].raw_data();
   static_assert(sizeof(PackEntry) % sizeof(int64_t) == 0);
-  const int64_t entry_words = static_cast<int64_t>(entries_.size() * sizeof(PackEntry) / sizeof(int64_t));
+  const int64_t entry_words =
+      static_cast<int64_t>(entries_.size() * sizeof(PackEntry) / sizeof(int64_t));
   if (!device_entries_.defined() || device_entries_.size() != std::max<int64_t>(entry_words, 1)) {
     device_entries_ = Array::empty({std::max<int64_t>(entry_words, 1)}, int64, gpu);
   }
@@ -105,7 +110,8 @@ void BatchedPacker::upload_entries() {
   }
   std::memcpy(st.host, entries_.data(), bytes);
   cudaStream_t stream = cuda::compute_stream(device_);
-  KUSARI_CUDA_CHECK(cudaMemcpyAsync(device_entries_.raw_data(), st.host, bytes, cudaMemcpyHostToDevice, stream));
+  KUSARI_CUDA_CHECK(
+      cudaMemcpyAsync(device_entries_.raw_data(), st.host, bytes, cudaMemcpyHostToDevice, stream));
   KUSARI_CUDA_CHECK(cudaEventRecord(st.copied, stream));
 }
 

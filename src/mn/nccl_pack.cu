@@ -159,8 +159,8 @@ void check_grid(int64_t num_chunks) {
 
 }  // namespace
 
-void launch_pack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks, void* buffer,
-                 Dtype wire, cudaStream_t stream) {
+void launch_pack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks,
+                 void* buffer, Dtype wire, cudaStream_t stream) {
   if (num_chunks == 0) return;
   check_grid(num_chunks);
   visit_wire(wire, [&](auto tag) {

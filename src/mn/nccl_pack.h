@@ -35,8 +35,8 @@ struct PackChunk {
 
 /// Launches one kernel that copies every entry into `buffer` (dtype `wire`), casting, on
 /// `stream`. `entries` and `chunks` are device tables.
-void launch_pack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks, void* buffer,
-                 Dtype wire, cudaStream_t stream);
+void launch_pack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks,
+                 void* buffer, Dtype wire, cudaStream_t stream);
 /// Launches one kernel that writes `buffer` * scale back into every entry, cast to its dtype.
 void launch_unpack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks,
                    const void* buffer, Dtype wire, double scale, cudaStream_t stream);

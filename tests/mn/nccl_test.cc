@@ -62,8 +62,10 @@ std::string gpu_skip_reason() {
     if (gpus == 0) {
       why = "no CUDA device can be used on this machine; the NCCL tests need one GPU per rank";
     } else if (gpus < local_size) {
-      why = "this machine runs " + std::to_string(local_size) + " ranks but has " + std::to_string(gpus) +
-            " GPU(s); the NCCL tests need one GPU per rank (run them with mpiexec -n " + std::to_string(gpus) + ")";
+      why = "this machine runs " + std::to_string(local_size) + " ranks but has " +
+            std::to_string(gpus) +
+            " GPU(s); the NCCL tests need one GPU per rank (run them with mpiexec -n " +
+            std::to_string(gpus) + ")";
     }
   }
   int skip = why.empty() ? 0 : 1, any = 0;
@@ -72,18 +74,22 @@ std::string gpu_skip_reason() {
   return why;
 }
 
-#define KUSARI_REQUIRE_GPUS()                                        \
-  do {                                                               \
-    const std::string why_ = gpu_skip_reason();                      \
+#define KUSARI_REQUIRE_GPUS()                                             \
+  do {                                                                    \
+    const std::string why_ = gpu_skip_reason();                           \
     if (!why_.empty()) GTEST_SKIP() << "NCCL GPU test skipped: " << why_; \
   } while (0)
 
 /// The GPU of this process: one per process of a machine, whatever the pretend hosts are.
-Device my_gpu() { return Device::cuda(machine_rank_and_size().first); }
+Device my_gpu() {
+  return Device::cuda(machine_rank_and_size().first);
+}
 
 /// Creates `name` with pretend hosts of `ranks_per_host` ranks (0: the real hosts).
-std::shared_ptr<Communicator> make_comm(const std::string& name, int ranks_per_host, CommunicatorOptions o = {}) {
-  if (ranks_per_host > 0) setenv("KUSARI_MN_RANKS_PER_HOST", std::to_string(ranks_per_host).c_str(), 1);
+std::shared_ptr<Communicator> make_comm(const std::string& name, int ranks_per_host,
+                                        CommunicatorOptions o = {}) {
+  if (ranks_per_host > 0)
+    setenv("KUSARI_MN_RANKS_PER_HOST", std::to_string(ranks_per_host).c_str(), 1);
   std::shared_ptr<Communicator> c;
   try {
     c = create_communicator(name, o);
@@ -111,7 +117,8 @@ class ReleaseCachedCommunicators : public ::testing::Environment {
 [[maybe_unused]] ::testing::Environment* const release_env =
     ::testing::AddGlobalTestEnvironment(new ReleaseCachedCommunicators);
 
-std::shared_ptr<Communicator> cached_comm(const std::string& name, int ranks_per_host, CommunicatorOptions o = {}) {
+std::shared_ptr<Communicator> cached_comm(const std::string& name, int ranks_per_host,
+                                          CommunicatorOptions o = {}) {
   const std::string key = name + "/" + std::to_string(ranks_per_host) + "/" +
                           (o.allreduce_grad_dtype ? dtype_name(*o.allreduce_grad_dtype) : "same");
   auto& c = comm_cache()[key];
@@ -157,10 +164,12 @@ class NcclKindTest : public ::testing::TestWithParam<KindAndHosts> {
     const auto& [kind, per_host] = GetParam();
     const int s = world_size();
     if (kind == "single_node" && per_host > 0 && per_host < s) {
-      GTEST_SKIP() << "single_node refuses more than one host (tested by SingleNodeRefusesPretendHosts)";
+      GTEST_SKIP()
+          << "single_node refuses more than one host (tested by SingleNodeRefusesPretendHosts)";
     }
     if (kind == "two_dimensional" && per_host > 0 && s % per_host != 0) {
-      GTEST_SKIP() << "two_dimensional refuses uneven hosts (tested by TwoDimensionalRefusesUnevenHosts)";
+      GTEST_SKIP()
+          << "two_dimensional refuses uneven hosts (tested by TwoDimensionalRefusesUnevenHosts)";
     }
   }
   std::shared_ptr<Communicator> make_kind(CommunicatorOptions o = {}) {
@@ -182,7 +191,8 @@ TEST_P(NcclKindTest, MeanGradEqualsFlat) {
   ASSERT_EQ(g.size(), c.size());
   for (size_t i = 0; i < g.size(); ++i) {
     EXPECT_EQ(g[i].second.grad().device(), my_gpu());
-    EXPECT_TRUE(ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(), 1e-6, 1e-6))
+    EXPECT_TRUE(
+        ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(), 1e-6, 1e-6))
         << comm->name() << " " << g[i].first;
   }
   // A second step with new gradient arrays (the tables are reused, the pointers may move).
@@ -191,7 +201,8 @@ TEST_P(NcclKindTest, MeanGradEqualsFlat) {
   comm->multi_node_mean_grad(gpu_model);
   flat->multi_node_mean_grad(cpu_model);
   for (size_t i = 0; i < g.size(); ++i) {
-    EXPECT_TRUE(ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(), 1e-6, 1e-6))
+    EXPECT_TRUE(
+        ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(), 1e-6, 1e-6))
         << comm->name() << " step 2 " << g[i].first;
   }
 }
@@ -216,7 +227,9 @@ TEST_P(NcclKindTest, ZeroFillAndMixedDtypes) {
     Array expected = i == 3 ? Array::zeros(p.shape(), float64)
                             : (gradient_pattern(p.shape(), i, 0, float64) + (s - 1) / 2.0);
     EXPECT_EQ(p.grad().dtype(), i == 0 ? float64 : i == 1 ? float16 : float32) << path;
-    EXPECT_TRUE(ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-3, 1e-6)) << path;
+    EXPECT_TRUE(
+        ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-3, 1e-6))
+        << path;
     ++i;
   }
 }
@@ -237,7 +250,8 @@ TEST_P(NcclKindTest, WireDtypes) {
     auto g = gpu_model.namedparams(), c = cpu_model.namedparams();
     for (size_t i = 0; i < g.size(); ++i) {
       EXPECT_EQ(g[i].second.grad().dtype(), float32);
-      EXPECT_TRUE(ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(), 1e-2, 1e-2))
+      EXPECT_TRUE(
+          ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(), 1e-2, 1e-2))
           << comm->name() << " wire " << dtype_name(wire) << " " << g[i].first;
     }
   }
@@ -272,14 +286,19 @@ TEST_P(NcclKindTest, AllreduceOnTheGpu) {
   Array x = (base + static_cast<double>(r)).to_device(my_gpu());
   Array sum = comm->allreduce(x, ReduceOp::kSum);
   EXPECT_EQ(sum.device(), my_gpu());
-  EXPECT_TRUE(ArraysClose(sum.to_device(Device::cpu()), base * static_cast<double>(s) + s * (s - 1) / 2.0));
-  EXPECT_TRUE(ArraysClose(comm->allreduce(x, ReduceOp::kMax).to_device(Device::cpu()), base + (s - 1.0)));
+  EXPECT_TRUE(
+      ArraysClose(sum.to_device(Device::cpu()), base * static_cast<double>(s) + s * (s - 1) / 2.0));
+  EXPECT_TRUE(
+      ArraysClose(comm->allreduce(x, ReduceOp::kMax).to_device(Device::cpu()), base + (s - 1.0)));
   EXPECT_TRUE(ArraysClose(comm->allreduce(x, ReduceOp::kMin).to_device(Device::cpu()), base));
-  EXPECT_TRUE(ArraysClose(comm->allreduce(x, ReduceOp::kMean).to_device(Device::cpu()), base + (s - 1) / 2.0));
+  EXPECT_TRUE(ArraysClose(comm->allreduce(x, ReduceOp::kMean).to_device(Device::cpu()),
+                          base + (s - 1) / 2.0));
   Array ints = Array::full({5, 3}, r + 1, int64).to_device(my_gpu());
-  EXPECT_TRUE(array_equal(comm->allreduce(ints).to_device(Device::cpu()), Array::full({5, 3}, s * (s + 1) / 2, int64)));
+  EXPECT_TRUE(array_equal(comm->allreduce(ints).to_device(Device::cpu()),
+                          Array::full({5, 3}, s * (s + 1) / 2, int64)));
   // A CPU array still goes through MPI.
-  EXPECT_TRUE(ArraysClose(comm->allreduce(base + static_cast<double>(r)), base * static_cast<double>(s) + s * (s - 1) / 2.0));
+  EXPECT_TRUE(ArraysClose(comm->allreduce(base + static_cast<double>(r)),
+                          base * static_cast<double>(s) + s * (s - 1) / 2.0));
 }
 
 TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
@@ -293,7 +312,9 @@ TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
     const char* type_name() const override { return "Sgd"; }
 
    protected:
-    void update_one(ParamState& st) override { st.param.set_data(st.param.data() - st.param.grad()); }
+    void update_one(ParamState& st) override {
+      st.param.set_data(st.param.data() - st.param.grad());
+    }
   };
   auto opt = create_multi_node_optimizer(std::make_shared<Sgd>(), comm, /*double_buffering=*/true);
   opt->setup(model);
@@ -301,7 +322,8 @@ TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
   // The gradient of step t on rank r is 10 t + r everywhere; its mean is 10 t + (s - 1) / 2.
   auto step = [&](int t) {
     model->cleargrads();
-    for (auto& [path, p] : model->namedparams()) p.set_grad(Array::full(p.shape(), 10.0 * t + r, float32, my_gpu()));
+    for (auto& [path, p] : model->namedparams())
+      p.set_grad(Array::full(p.shape(), 10.0 * t + r, float32, my_gpu()));
     opt->update();
   };
   auto value = [&] { return p0.data().to_device(Device::cpu()); };
@@ -315,7 +337,8 @@ TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
   step(3);  // applies the mean of step 2
   EXPECT_EQ(opt->t(), 1);
   const double m2 = 20 + (s - 1) / 2.0, m3 = 30 + (s - 1) / 2.0, m4 = 40 + (s - 1) / 2.0;
-  EXPECT_TRUE(ArraysClose(p0.grad().to_device(Device::cpu()), Array::full(p0.shape(), m2, float32)));
+  EXPECT_TRUE(
+      ArraysClose(p0.grad().to_device(Device::cpu()), Array::full(p0.shape(), m2, float32)));
   EXPECT_TRUE(ArraysClose(value(), Array::full(p0.shape(), -m2, float32)));
   step(4);  // applies the mean of step 3
   EXPECT_TRUE(ArraysClose(value(), Array::full(p0.shape(), -(m2 + m3), float32)));
@@ -330,7 +353,8 @@ TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
 
 std::vector<KindAndHosts> kinds_and_hosts() {
   std::vector<KindAndHosts> v;
-  for (const char* kind : {"pure_nccl", "non_cuda_aware", "hierarchical", "two_dimensional", "single_node"}) {
+  for (const char* kind :
+       {"pure_nccl", "non_cuda_aware", "hierarchical", "two_dimensional", "single_node"}) {
     for (int per_host : {0, 1, 2}) v.emplace_back(kind, per_host);
   }
   return v;
@@ -338,12 +362,13 @@ std::vector<KindAndHosts> kinds_and_hosts() {
 
 std::string kind_name(const ::testing::TestParamInfo<KindAndHosts>& info) {
   const int per_host = std::get<1>(info.param);
-  return std::get<0>(info.param) + (per_host == 0 ? std::string("_real_hosts") : "_hosts_of_" + std::to_string(per_host));
+  return std::get<0>(info.param) +
+         (per_host == 0 ? std::string("_real_hosts") : "_hosts_of_" + std::to_string(per_host));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, NcclKindTest, ::testing::ValuesIn(kinds_and_hosts()), kind_name);
 
-// --- tests that need no GPU --------------------------------------------------------------------------
+// --- tests that need no GPU ----------------------------------------------------------------------
 
 TEST(NcclTest, SingleNodeRefusesPretendHosts) {
   try {
@@ -373,21 +398,24 @@ TEST(NcclTest, TwoDimensionalRefusesUnevenHosts) {
     make_comm("two_dimensional", 2);
     ADD_FAILURE() << "expected CommunicatorError";
   } catch (const CommunicatorError& e) {
-    EXPECT_NE(std::string(e.what()).find("same number of processes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("same number of processes"), std::string::npos)
+        << e.what();
   }
 }
 
 TEST(NcclTest, DoubleBufferingNeedsAnNcclCommunicator) {
   auto flat = create_communicator("flat");
   try {
-    create_multi_node_optimizer(std::make_shared<optimizers::SGD>(), flat, /*double_buffering=*/true);
+    create_multi_node_optimizer(std::make_shared<optimizers::SGD>(), flat,
+                                /*double_buffering=*/true);
     ADD_FAILURE() << "expected NotImplementedError";
   } catch (const NotImplementedError& e) {
     EXPECT_NE(std::string(e.what()).find("NCCL"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("flat"), std::string::npos) << e.what();
   }
   if (kHaveNccl) {
-    auto opt = create_multi_node_optimizer(std::make_shared<optimizers::SGD>(), create_communicator("pure_nccl"), true);
+    auto opt = create_multi_node_optimizer(std::make_shared<optimizers::SGD>(),
+                                           create_communicator("pure_nccl"), true);
     EXPECT_TRUE(dynamic_cast<MultiNodeOptimizer&>(*opt).double_buffering());
   }
 }
@@ -401,7 +429,8 @@ TEST(NcclTest, CpuModelsGoThroughMpiOrAreRefused) {
   Uneven model;
   for (auto& [path, p] : model.namedparams()) p.set_data(Array::full(p.shape(), r, float32));
   comm->bcast_data(model);
-  for (auto& [path, p] : model.namedparams()) EXPECT_TRUE(ArraysClose(p.data(), Array::zeros(p.shape(), float32)));
+  for (auto& [path, p] : model.namedparams())
+    EXPECT_TRUE(ArraysClose(p.data(), Array::zeros(p.shape(), float32)));
   Array x = Array::full({4}, r, float32);
   EXPECT_TRUE(ArraysClose(comm->allreduce(x), Array::full({4}, s * (s - 1) / 2.0, float32)));
   set_gradients(model, r, float32, Device::cpu());
@@ -420,7 +449,7 @@ TEST(NcclTest, RejectsAnIntegerWireDtype) {
   EXPECT_THROW(create_communicator("pure_nccl", o), DtypeError);
 }
 
-// --- the timeout --------------------------------------------------------------------------------------
+// --- the timeout ---------------------------------------------------------------------------------
 
 TEST(NcclWaitTest, DoneAfterSomePolls) {
   int polls = 0;
@@ -446,7 +475,8 @@ TEST(NcclWaitTest, TimesOutAfterTheDeadline) {
   p.done = [] { return false; };
   const auto t0 = std::chrono::steady_clock::now();
   const detail::WaitResult w = detail::poll_until(p, 0.2);
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(w.outcome, detail::WaitOutcome::kTimedOut);
   EXPECT_GE(elapsed, 0.2);
   EXPECT_LT(elapsed, 2.0);
@@ -456,7 +486,9 @@ TEST(NcclWaitTest, TimesOutAfterTheDeadline) {
 TEST(NcclWaitTest, TheClockStartsWhenTheOperationStarts) {
   // Queued for 0.3 s behind other work, then running 0.1 s: a 0.25 s deadline is not exceeded.
   const auto t0 = std::chrono::steady_clock::now();
-  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   detail::WaitProbes p;
   p.started = [&] { return since() >= 0.3; };
   p.done = [&] { return since() >= 0.4; };
@@ -490,7 +522,8 @@ TEST(NcclTest, TimeoutAbortsAndNamesTheOperation) {
       EXPECT_NE(what.find("timeout"), std::string::npos) << what;
       EXPECT_NE(what.find("aborted"), std::string::npos) << what;
     }
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_LT(elapsed, 30.0);
     // The communicator refuses further NCCL work, naming the first failure.
     try {
