@@ -51,8 +51,6 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   int device() const { return device_; }
   /// The communication stream (null until the first NCCL operation).
   cudaStream_t stream() const { return stream_; }
-  /// The packer of the gradients (for tests of the table cache).
-  const BatchedPacker& gradient_packer() const { return grad_packer_; }
 
  protected:
   /// Creates the NCCL communicators this kind needs; called once on every rank, with the GPU

@@ -62,7 +62,7 @@ class BatchedPacker {
   void pack(void* buffer, cudaStream_t stream) const;
   /// Queues the unpack of `buffer` (times `scale`) into the prepared arrays on `stream`.
   void unpack(const void* buffer, double scale, cudaStream_t stream) const;
-  /// Rebuilds of the layout and uploads of the pointer table so far (for tests).
+  /// Rebuilds of the layout and uploads of the pointer table so far (diagnostics).
   int64_t layout_builds() const { return layout_builds_; }
   int64_t pointer_uploads() const { return pointer_uploads_; }
 
