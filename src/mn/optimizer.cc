@@ -2,17 +2,34 @@
 
 #include <algorithm>
 
+#include "kusari/autograd/variable.h"
+#include "mn/mean_grad_pipeline.h"
+
 namespace kusari::mn {
 
+namespace {
+
+detail::MeanGradPipeline* pipeline_of(Communicator* comm) { return dynamic_cast<detail::MeanGradPipeline*>(comm); }
+
+}  // namespace
+
 MultiNodeOptimizer::MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::shared_ptr<Communicator> comm,
-                                       bool zero_fill)
-    : actual_(std::move(actual)), comm_(std::move(comm)), zero_fill_(zero_fill) {
+                                       bool zero_fill, bool double_buffering)
+    : actual_(std::move(actual)), comm_(std::move(comm)), zero_fill_(zero_fill), double_buffering_(double_buffering) {
   KUSARI_CHECK(actual_, ValueError, "create_multi_node_optimizer: the optimizer is null");
   KUSARI_CHECK(comm_, ValueError, "create_multi_node_optimizer: the communicator is null");
+  KUSARI_CHECK(!double_buffering_ || pipeline_of(comm_.get()), NotImplementedError,
+               "create_multi_node_optimizer: double_buffering needs an NCCL communicator (pure_nccl, hierarchical, ",
+               "two_dimensional, non_cuda_aware or single_node); '", comm_->name(),
+               "' reduces on the host and cannot overlap the next step");
   if (actual_->target()) target_ = actual_->target_ptr();
 }
 
 void MultiNodeOptimizer::setup(std::shared_ptr<Link> target) {
+  if (double_buffering_) {
+    pipeline_of(comm_.get())->cancel_mean_grads();
+    in_flight_loss_scales_.clear();
+  }
   actual_->setup(target);
   target_ = std::move(target);
   first_ = true;
@@ -36,10 +53,39 @@ void MultiNodeOptimizer::mark_parameters_synchronized() {
 
 void MultiNodeOptimizer::step_after_backward() {
   if (parameters_changed()) {
+    if (double_buffering_) {
+      pipeline_of(comm_.get())->cancel_mean_grads();
+      in_flight_loss_scales_.clear();
+    }
     comm_->bcast_data(*target_);
     return;
   }
+  if (double_buffering_) {
+    step_double_buffered();
+    return;
+  }
   comm_->multi_node_mean_grad(*target_, zero_fill_);
+  actual_->update();
+}
+
+// See Note [Double buffering] (src/mn/nccl_communicator.cc). Each update starts the reduction of
+// this step's gradients and applies the previous step's averaged ones; the very first update
+// after a broadcast has nothing to apply yet. The loss scale a step's gradients were computed
+// with travels with them, so that the update unscales the stale gradients by their own factor.
+void MultiNodeOptimizer::step_double_buffered() {
+  detail::MeanGradPipeline* pipeline = pipeline_of(comm_.get());
+  std::vector<std::pair<std::string, double>> scales;
+  for (auto& [path, p] : target_->namedparams(false)) scales.emplace_back(path, p.impl().loss_scale);
+  pipeline->start_mean_grad(*target_, zero_fill_);
+  in_flight_loss_scales_.push_back(std::move(scales));
+  if (pipeline->mean_grads_in_flight() < 2) return;  // the pipeline's first step
+  pipeline->finish_mean_grad(*target_);
+  const auto previous = std::move(in_flight_loss_scales_.front());
+  in_flight_loss_scales_.erase(in_flight_loss_scales_.begin());
+  for (auto& [path, p] : target_->namedparams(false)) {
+    auto it = std::find_if(previous.begin(), previous.end(), [&](const auto& e) { return e.first == path; });
+    p.impl().loss_scale = it != previous.end() ? it->second : 1.0;
+  }
   actual_->update();
 }
 
@@ -70,10 +116,7 @@ void MultiNodeOptimizer::serialize(Serializer& s) { actual_->serialize(s); }
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> actual,
                                                        std::shared_ptr<Communicator> comm, bool double_buffering,
                                                        bool zero_fill) {
-  KUSARI_CHECK(!double_buffering, NotImplementedError,
-               "create_multi_node_optimizer: double_buffering needs an NCCL communicator (pure_nccl); '",
-               comm ? comm->name() : "null", "' does not support it");
-  return std::make_shared<MultiNodeOptimizer>(std::move(actual), std::move(comm), zero_fill);
+  return std::make_shared<MultiNodeOptimizer>(std::move(actual), std::move(comm), zero_fill, double_buffering);
 }
 
 }  // namespace kusari::mn

@@ -23,7 +23,11 @@ namespace kusari::mn {
 /// wrapped optimizer's.
 class MultiNodeOptimizer : public Optimizer {
  public:
-  MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::shared_ptr<Communicator> comm, bool zero_fill);
+  /// With `double_buffering` each update applies the previous step's averaged gradients while
+  /// this step's are reduced in the background (NCCL communicators only; see
+  /// create_multi_node_optimizer).
+  MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::shared_ptr<Communicator> comm, bool zero_fill,
+                     bool double_buffering = false);
 
   void setup(std::shared_ptr<Link> target) override;
   void update() override;
@@ -52,6 +56,8 @@ class MultiNodeOptimizer : public Optimizer {
   void mark_parameters_synchronized();
 
   Optimizer& actual_optimizer() { return *actual_; }
+  /// True when updates apply the previous step's averaged gradients (double buffering).
+  bool double_buffering() const { return double_buffering_; }
   Communicator& communicator() { return *comm_; }
 
  protected:
@@ -64,13 +70,21 @@ class MultiNodeOptimizer : public Optimizer {
 
   std::shared_ptr<Optimizer> actual_;
   std::shared_ptr<Communicator> comm_;
+  void step_double_buffered();
+
   bool zero_fill_;
+  bool double_buffering_ = false;
+  /// Double buffering: the loss scale each in-flight step's gradients were computed with.
+  std::vector<std::vector<std::pair<std::string, double>>> in_flight_loss_scales_;
   std::vector<std::pair<std::string, bool>> last_params_;
   bool first_ = true;
 };
 
-/// Wraps `actual` for data-parallel training over `comm`. double_buffering (overlapping the
-/// allreduce of step t with step t+1, one step stale) needs an NCCL communicator.
+/// Wraps `actual` for data-parallel training over `comm`. double_buffering (ChainerMN's:
+/// overlapping the allreduce of step t with step t+1, so that each update applies the previous
+/// step's averaged gradients, one step stale; the first update after a broadcast only starts
+/// the pipeline) needs an NCCL communicator; other communicators are refused with
+/// NotImplementedError.
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> actual,
                                                        std::shared_ptr<Communicator> comm,
                                                        bool double_buffering = false, bool zero_fill = true);

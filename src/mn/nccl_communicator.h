@@ -1,0 +1,231 @@
+// The NCCL communicators: a base that owns the NCCL communicators, the communication stream,
+// the wire buffers and the timeout, and the five kinds (pure_nccl, non_cuda_aware, hierarchical,
+// two_dimensional, single_node). Only compiled with CUDA and NCCL.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mn/mean_grad_pipeline.h"
+#include "mn/mpi_communicator.h"
+#include "mn/nccl_pack.h"
+
+namespace kusari::mn::detail {
+
+/// The NCCL datatype of a kusari dtype (bool travels as uint8).
+ncclDataType_t nccl_datatype(Dtype dtype);
+/// The NCCL reduction for `op` on `dtype` (kMean is a sum; the caller scales).
+ncclRedOp_t nccl_op(ReduceOp op, Dtype dtype);
+
+/// The base of the NCCL communicators. MPI (inherited) still carries the object collectives,
+/// the topology and the gradient agreement check; gradients and bcast_data go through NCCL on a
+/// communication stream of their own. See Note [NCCL communicators], Note [Communication stream]
+/// and Note [NCCL timeout] in nccl_communicator.cc.
+class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
+ public:
+  NcclCommunicator(MPI_Comm comm, const CommunicatorOptions& options);
+  ~NcclCommunicator() override;
+
+  void bcast_data(Link& model) override;
+  void multi_node_mean_grad(Link& model, bool zero_fill) override;
+  /// GPU arrays (contiguous, on this communicator's GPU) are reduced through NCCL; others go
+  /// through MPI as in every communicator.
+  void allreduce_inplace(Array& x, ReduceOp op) override;
+  void finalize() override;
+
+  void start_mean_grad(Link& model, bool zero_fill) override;
+  bool finish_mean_grad(Link& model) override;
+  int mean_grads_in_flight() const override { return static_cast<int>(in_flight_.size()); }
+  void cancel_mean_grads() override;
+
+  /// The GPU this communicator drives (-1 until its first NCCL operation picks it).
+  int device() const { return device_; }
+  /// The communication stream (null until the first NCCL operation).
+  cudaStream_t stream() const { return stream_; }
+
+ protected:
+  /// Creates the NCCL communicators this kind needs; called once on every rank, with the GPU
+  /// already current, by the first NCCL operation.
+  virtual void init_nccl() = 0;
+  /// Queues on stream() the in-place reduction (`op`: kSum, kMax or kMin) of `n` elements of
+  /// `dtype` at `buffer` over every rank, so that every rank ends with the result. `what` names
+  /// the operation in errors.
+  virtual void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op,
+                             const char* what) = 0;
+  /// Queues on stream() the broadcast of `n` elements of `dtype` at `buffer` from rank 0.
+  virtual void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) = 0;
+  /// The wire buffer is padded to a multiple of this many elements.
+  virtual int64_t buffer_multiple() const { return 1; }
+
+  // --- for the kinds -------------------------------------------------------------------------
+  /// Creates an NCCL communicator over the ranks of `mpi` into `*out` (one of world_, intra_,
+  /// inter_; the unique id made by rank 0 of `mpi` and broadcast over it), or leaves it null
+  /// when `mpi` has one rank. `what` names it in errors.
+  void create_nccl_comm(MPI_Comm mpi, ncclComm_t* out, const char* what);
+  /// Checks the result of an NCCL call on `comm`; in non-blocking mode waits (with the deadline)
+  /// until the call has been enqueued. On failure aborts and throws CommunicatorError naming
+  /// `call` and the operation `what`.
+  void nccl_check(ncclResult_t result, ncclComm_t comm, const char* call, const char* what);
+  /// MPI allreduce / broadcast of host memory among `mpi`'s ranks, bounded by the deadline
+  /// (non_cuda_aware's host step).
+  void host_allreduce(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm mpi,
+                      const char* what);
+  void host_bcast(void* data, int64_t bytes, MPI_Comm mpi, const char* what);
+  /// Waits on the host until everything queued on stream() so far has run (non_cuda_aware
+  /// before its MPI step), with the deadline.
+  void wait_stream(const char* what);
+  /// Pinned host memory of at least `bytes` (grown on demand, kept).
+  void* host_buffer(size_t bytes);
+
+  /// The NCCL communicators a kind may create (null when not needed or of one rank): over all
+  /// ranks, within this host, and among the processes of this host's position on every host.
+  ncclComm_t world_ = nullptr;
+  ncclComm_t intra_ = nullptr;
+  ncclComm_t inter_ = nullptr;
+
+ private:
+  struct Events {
+    cudaEvent_t started = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  /// One double-buffering reduction in flight.
+  struct InFlight {
+    int slot = 0;
+    std::vector<std::pair<std::string, Parameter>> params;
+    int64_t padded = 0;
+  };
+
+  /// Picks the GPU and creates the stream, events and NCCL communicators on the first call;
+  /// checks that later calls use the same GPU. Throws when the communicator was aborted.
+  void ensure_nccl(Device device, const char* what);
+  /// Makes stream() wait for the work queued so far on the compute stream, and records
+  /// `ev.started` on stream().
+  void begin_op(const Events& ev);
+  /// Records `ev.done` on stream() and, with `compute_waits`, makes the compute stream wait for it.
+  void end_op(const Events& ev, bool compute_waits = true);
+  /// nccl_check with an explicit deadline.
+  void nccl_check_within(ncclResult_t result, ncclComm_t comm, const char* call, const char* what,
+                         double timeout_seconds);
+  /// With a timeout: waits on the host until `ev.done` has passed, watching NCCL's asynchronous
+  /// errors; aborts and throws on a failure or when the deadline passes.
+  void wait_op(const Events& ev, const char* what);
+  /// The deadline of an operation: options().timeout_seconds, but at least the initialisation
+  /// deadline until one operation has completed (the first one also connects the peers).
+  double op_timeout() const;
+  /// Aborts every NCCL communicator of this kind and throws CommunicatorError with `message`.
+  [[noreturn]] void abort_and_throw(const std::string& message);
+  /// A non-empty message when an NCCL communicator reported an asynchronous error.
+  std::string async_error();
+  /// The common GPU of the gradients, checked.
+  Device gradient_device(const std::vector<std::pair<std::string, Parameter>>& params,
+                         const char* what);
+  /// Packs the gradients of `params` into `buffer` (grown to hold them, padded; pad zeroed).
+  int64_t pack_gradients_into(const std::vector<std::pair<std::string, Parameter>>& params,
+                              Array& buffer);
+  /// The wire dtype for gradients of these dtypes.
+  Dtype wire_dtype(const std::vector<std::pair<std::string, Parameter>>& params) const;
+  /// world_, intra_ and inter_ (aborted together on a failure).
+  std::array<ncclComm_t*, 3> nccl_comms() { return {&world_, &intra_, &inter_}; }
+  /// Releases the NCCL communicators (finalize + destroy, bounded by the deadline; abort on
+  /// failure).
+  void release_nccl() noexcept;
+
+  int device_ = -1;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
+  cudaEvent_t staged_ = nullptr;
+  Events sync_events_;
+  std::array<Events, 2> slot_events_;
+  std::string aborted_;     // why the communicator was aborted (empty while healthy)
+  bool warmed_up_ = false;  // an operation has completed (NCCL connects lazily on the first)
+  cudaEvent_t current_started_ = nullptr;  // the started event of the operation in progress
+
+  BatchedPacker grad_packer_;
+  BatchedPacker data_packer_;
+  Array sync_buffer_;
+  std::array<Array, 2> slot_buffers_;
+  std::deque<InFlight> in_flight_;
+  int next_slot_ = 0;
+
+  void* host_buffer_ = nullptr;
+  size_t host_buffer_bytes_ = 0;
+};
+
+/// "pure_nccl": one NCCL allreduce over all ranks.
+class PureNcclCommunicator : public NcclCommunicator {
+ public:
+  using NcclCommunicator::NcclCommunicator;
+  const char* name() const override { return "pure_nccl"; }
+  std::shared_ptr<Communicator> split(int color, int key) override;
+
+ protected:
+  void init_nccl() override;
+  void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
+  void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
+};
+
+/// "single_node": pure_nccl that refuses a job spanning more than one host.
+class SingleNodeCommunicator : public PureNcclCommunicator {
+ public:
+  SingleNodeCommunicator(MPI_Comm comm, const CommunicatorOptions& options);
+  const char* name() const override { return "single_node"; }
+  std::shared_ptr<Communicator> split(int color, int key) override;
+};
+
+/// "hierarchical": NCCL reduce within each host, NCCL allreduce among the hosts' first
+/// processes, NCCL broadcast within each host.
+class HierarchicalCommunicator : public NcclCommunicator {
+ public:
+  using NcclCommunicator::NcclCommunicator;
+  const char* name() const override { return "hierarchical"; }
+  std::shared_ptr<Communicator> split(int color, int key) override;
+
+ protected:
+  void init_nccl() override;
+  void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
+  void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
+};
+
+/// "two_dimensional": NCCL reduce-scatter within each host, NCCL allreduce of each chunk across
+/// the hosts, NCCL all-gather within each host.
+class TwoDimensionalCommunicator : public NcclCommunicator {
+ public:
+  TwoDimensionalCommunicator(MPI_Comm comm, const CommunicatorOptions& options);
+  const char* name() const override { return "two_dimensional"; }
+  std::shared_ptr<Communicator> split(int color, int key) override;
+
+ protected:
+  void init_nccl() override;
+  void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
+  void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
+  int64_t buffer_multiple() const override;
+};
+
+/// "non_cuda_aware": NCCL reduce within each host, the hosts' first processes copy the sum to
+/// pinned host memory and MPI-allreduce it, copy it back, NCCL broadcast within each host.
+class NonCudaAwareCommunicator : public NcclCommunicator {
+ public:
+  using NcclCommunicator::NcclCommunicator;
+  const char* name() const override { return "non_cuda_aware"; }
+  std::shared_ptr<Communicator> split(int color, int key) override;
+
+ protected:
+  void init_nccl() override;
+  void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
+  void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
+};
+
+/// Creates the NCCL communicator `name` over `comm` (called by create_communicator).
+std::shared_ptr<Communicator> create_nccl_communicator(const std::string& name, MPI_Comm comm,
+                                                       const CommunicatorOptions& options);
+
+}  // namespace kusari::mn::detail

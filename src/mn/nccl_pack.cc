@@ -1,0 +1,144 @@
+#include "kusari/config.h"
+
+#if KUSARI_HAVE_CUDA
+
+#include "mn/nccl_pack.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cuda/cuda_backend.h"
+
+namespace kusari::mn::detail {
+
+// Note [Batched packing]
+// A ResNet-50 has about 160 gradients; copying them into the wire buffer one cudaMemcpy (or one
+// cast kernel) at a time costs 160 launches per step. Instead one kernel copies all of them:
+//   - an entry table on the GPU lists each array as (pointer, elements, offset in the buffer,
+//     dtype), and a chunk table splits every entry into pieces of at most kPackChunkElements, one
+//     per thread block, so a 2.4M-element weight and a 64-element bias both spread over the GPU
+//     and the grid is one launch however uneven the sizes;
+//   - the block reads its chunk and entry once and copies its range, casting to the wire dtype
+//     (pack) or multiplying by the scale and casting back (unpack), in float32 arithmetic
+//     (float64 when either side is float64), rounding to nearest even like the CPU;
+//   - the tables are kept between steps. The chunk table and offsets depend only on the layout
+//     (sizes and dtypes in order, and the wire dtype) and are rebuilt when it changes; the
+//     pointers change whenever backward allocates new gradient arrays, and only the entry table
+//     (32 bytes an array) is uploaded again then, and only if a pointer actually moved (the
+//     caching pool often hands back the same blocks). Uploads and kernels run on the compute
+//     stream in order, so rewriting a table never races a kernel still reading it. Uploads go
+//     through pinned buffers of the packer's own, so that they never make the host wait for the
+//     compute stream (a copy from pageable memory may).
+void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int device) {
+  bool layout_same = device == device_ && wire == wire_ && arrays.size() == entries_.size();
+  for (size_t i = 0; layout_same && i < arrays.size(); ++i) {
+    layout_same = arrays[i].size() == entries_[i].size &&
+                  static_cast<int32_t>(arrays[i].dtype()) == entries_[i].dtype;
+  }
+  bool pointers_same = layout_same;
+  for (size_t i = 0; pointers_same && i < arrays.size(); ++i) {
+    pointers_same = arrays[i].raw_data() == entries_[i].data;
+  }
+  if (pointers_same && device_entries_.defined()) return;
+
+  for (const Array& a : arrays) {
+    KUSARI_ASSERT(a.is_contiguous(), "BatchedPacker: arrays must be contiguous");
+    KUSARI_CHECK(a.device() == Device::cuda(device), DeviceError,
+                 "gradient packing: an array is on ", a.device(),
+                 " but the communicator uses cuda:", device,
+                 " (every parameter must be on the communicator's GPU)");
+    KUSARI_CHECK(is_floating(a.dtype()), DtypeError,
+                 "gradient packing: only floating arrays can be packed, got ",
+                 dtype_name(a.dtype()));
+  }
+  const Device gpu = Device::cuda(device);
+  if (!layout_same) {
+    device_ = device;
+    wire_ = wire;
+    entries_.assign(arrays.size(), PackEntry{});
+    chunks_.clear();
+    int64_t offset = 0;
+    for (size_t i = 0; i < arrays.size(); ++i) {
+      const int64_t n = arrays[i].size();
+      entries_[i].size = n;
+      entries_[i].offset = offset;
+      entries_[i].dtype = static_cast<int32_t>(arrays[i].dtype());
+      for (int64_t b = 0; b < n; b += kPackChunkElements) {
+        PackChunk c;
+        c.entry = static_cast<int64_t>(i);
+        c.begin = b;
+        c.end = std::min(n, b + kPackChunkElements);
+        chunks_.push_back(c);
+      }
+      offset += n;
+    }
+    total_ = offset;
+    static_assert(sizeof(PackChunk) % sizeof(int64_t) == 0);
+    const int64_t chunk_words =
+        static_cast<int64_t>(chunks_.size() * sizeof(PackChunk) / sizeof(int64_t));
+    device_chunks_ =
+        Array::from_buffer(chunks_.data(), {std::max<int64_t>(chunk_words, 1)}, int64, gpu);
+    ++layout_builds_;
+  }
+  for (size_t i = 0; i < arrays.size(); ++i) entries_[i].data = arrays[i].raw_data();
+  static_assert(sizeof(PackEntry) % sizeof(int64_t) == 0);
+  const int64_t entry_words =
+      static_cast<int64_t>(entries_.size() * sizeof(PackEntry) / sizeof(int64_t));
+  if (!device_entries_.defined() || device_entries_.size() != std::max<int64_t>(entry_words, 1)) {
+    device_entries_ = Array::empty({std::max<int64_t>(entry_words, 1)}, int64, gpu);
+  }
+  if (entry_words > 0) upload_entries();
+  ++pointer_uploads_;
+}
+
+void BatchedPacker::upload_entries() {
+  const size_t bytes = entries_.size() * sizeof(PackEntry);
+  Staging& st = staging_[next_staging_];
+  next_staging_ ^= 1;
+  cuda::set_device(device_);
+  if (st.copied) {
+    KUSARI_CUDA_CHECK(cudaEventSynchronize(st.copied));  // its last copy has left the buffer
+  } else {
+    KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(&st.copied, cudaEventDisableTiming));
+  }
+  if (bytes > st.bytes) {
+    if (st.host) KUSARI_CUDA_CHECK(cudaFreeHost(st.host));
+    st.host = nullptr;
+    st.bytes = 0;
+    KUSARI_CUDA_CHECK(cudaHostAlloc(&st.host, bytes, cudaHostAllocDefault));
+    st.bytes = bytes;
+  }
+  std::memcpy(st.host, entries_.data(), bytes);
+  cudaStream_t stream = cuda::compute_stream(device_);
+  KUSARI_CUDA_CHECK(
+      cudaMemcpyAsync(device_entries_.raw_data(), st.host, bytes, cudaMemcpyHostToDevice, stream));
+  KUSARI_CUDA_CHECK(cudaEventRecord(st.copied, stream));
+}
+
+BatchedPacker::~BatchedPacker() {
+  // Never throws (destructors; the CUDA runtime may be shutting down at exit).
+  for (Staging& st : staging_) {
+    if (st.copied) {
+      cudaEventSynchronize(st.copied);
+      cudaEventDestroy(st.copied);
+    }
+    if (st.host) cudaFreeHost(st.host);
+  }
+  cudaGetLastError();
+}
+
+void BatchedPacker::pack(void* buffer, cudaStream_t stream) const {
+  launch_pack(static_cast<const PackEntry*>(device_entries_.raw_data()),
+              static_cast<const PackChunk*>(device_chunks_.raw_data()),
+              static_cast<int64_t>(chunks_.size()), buffer, wire_, stream);
+}
+
+void BatchedPacker::unpack(const void* buffer, double scale, cudaStream_t stream) const {
+  launch_unpack(static_cast<const PackEntry*>(device_entries_.raw_data()),
+                static_cast<const PackChunk*>(device_chunks_.raw_data()),
+                static_cast<int64_t>(chunks_.size()), buffer, wire_, scale, stream);
+}
+
+}  // namespace kusari::mn::detail
+
+#endif  // KUSARI_HAVE_CUDA

@@ -1,0 +1,186 @@
+// The pack / unpack kernels of the NCCL communicators (Note [Batched packing]): one launch copies
+// every array of a set into the flat wire buffer, casting, and one copies it back, scaled.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <limits>
+
+#include "backends/cuda/cuda_backend.h"
+#include "mn/nccl_pack.h"
+
+namespace kusari::mn::detail {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Device element types of the floating dtypes, and their arithmetic type (float, or double for
+// float64 so that a float64 wire stays exact).
+template <typename T>
+__device__ __forceinline__ double to_double(T v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return static_cast<double>(__half2float(v));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return static_cast<double>(__bfloat162float(v));
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else {
+    return static_cast<float>(v);
+  }
+}
+
+/// Rounds to nearest even, like the CPU's conversions.
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+/// dst = src * scale, through float (or double when either side is double).
+template <typename Dst, typename Src>
+__device__ __forceinline__ Dst convert(Src v, double scale, bool scaled) {
+  if constexpr (std::is_same_v<Dst, double> || std::is_same_v<Src, double>) {
+    const double x = to_double(v);
+    const double y = scaled ? x * scale : x;
+    if constexpr (std::is_same_v<Dst, double>) {
+      return y;
+    } else {
+      return from_float<Dst>(static_cast<float>(y));
+    }
+  } else {
+    const float x = to_float(v);
+    return from_float<Dst>(scaled ? x * static_cast<float>(scale) : x);
+  }
+}
+
+// One block per chunk: the chunk names its entry and an element range of it. The entry's dtype
+// is read once per block, so the per-element loop has no branch.
+template <typename Wire, typename Src>
+__device__ __forceinline__ void pack_range(const PackEntry& e, const PackChunk& c, Wire* buffer) {
+  const Src* in = static_cast<const Src*>(e.data);
+  Wire* out = buffer + e.offset;
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    out[i] = convert<Wire>(in[i], 1.0, false);
+  }
+}
+
+template <typename Wire, typename Dst>
+__device__ __forceinline__ void unpack_range(const PackEntry& e, const PackChunk& c,
+                                             const Wire* buffer, double scale) {
+  Dst* out = static_cast<Dst*>(e.data);
+  const Wire* in = buffer + e.offset;
+  const bool scaled = scale != 1.0;
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    out[i] = convert<Dst>(in[i], scale, scaled);
+  }
+}
+
+template <typename Wire>
+__global__ void pack_kernel(const PackEntry* entries, const PackChunk* chunks, Wire* buffer) {
+  const PackChunk c = chunks[blockIdx.x];
+  const PackEntry e = entries[c.entry];
+  switch (static_cast<Dtype>(e.dtype)) {
+    case Dtype::kFloat16:
+      pack_range<Wire, __half>(e, c, buffer);
+      break;
+    case Dtype::kBFloat16:
+      pack_range<Wire, __nv_bfloat16>(e, c, buffer);
+      break;
+    case Dtype::kFloat32:
+      pack_range<Wire, float>(e, c, buffer);
+      break;
+    case Dtype::kFloat64:
+      pack_range<Wire, double>(e, c, buffer);
+      break;
+    default:
+      break;  // the host only builds tables of floating arrays
+  }
+}
+
+template <typename Wire>
+__global__ void unpack_kernel(const PackEntry* entries, const PackChunk* chunks, const Wire* buffer,
+                              double scale) {
+  const PackChunk c = chunks[blockIdx.x];
+  const PackEntry e = entries[c.entry];
+  switch (static_cast<Dtype>(e.dtype)) {
+    case Dtype::kFloat16:
+      unpack_range<Wire, __half>(e, c, buffer, scale);
+      break;
+    case Dtype::kBFloat16:
+      unpack_range<Wire, __nv_bfloat16>(e, c, buffer, scale);
+      break;
+    case Dtype::kFloat32:
+      unpack_range<Wire, float>(e, c, buffer, scale);
+      break;
+    case Dtype::kFloat64:
+      unpack_range<Wire, double>(e, c, buffer, scale);
+      break;
+    default:
+      break;
+  }
+}
+
+/// Calls f(Wire{}) with the device type of a floating wire dtype.
+template <typename F>
+void visit_wire(Dtype wire, F&& f) {
+  switch (wire) {
+    case Dtype::kFloat16:
+      return f(__half{});
+    case Dtype::kBFloat16:
+      return f(__nv_bfloat16{});
+    case Dtype::kFloat32:
+      return f(float{});
+    case Dtype::kFloat64:
+      return f(double{});
+    default:
+      KUSARI_THROW(DtypeError, "gradient packing: the wire dtype must be floating, got ",
+                   dtype_name(wire));
+  }
+}
+
+void check_grid(int64_t num_chunks) {
+  KUSARI_CHECK(num_chunks <= std::numeric_limits<int32_t>::max(), ValueError,
+               "gradient packing: ", num_chunks, " chunks exceed the CUDA grid limit");
+}
+
+}  // namespace
+
+void launch_pack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks,
+                 void* buffer, Dtype wire, cudaStream_t stream) {
+  if (num_chunks == 0) return;
+  check_grid(num_chunks);
+  visit_wire(wire, [&](auto tag) {
+    using Wire = decltype(tag);
+    pack_kernel<Wire><<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(
+        entries, chunks, static_cast<Wire*>(buffer));
+  });
+  KUSARI_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_unpack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks,
+                   const void* buffer, Dtype wire, double scale, cudaStream_t stream) {
+  if (num_chunks == 0) return;
+  check_grid(num_chunks);
+  visit_wire(wire, [&](auto tag) {
+    using Wire = decltype(tag);
+    unpack_kernel<Wire><<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(
+        entries, chunks, static_cast<const Wire*>(buffer), scale);
+  });
+  KUSARI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace kusari::mn::detail

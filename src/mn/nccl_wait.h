@@ -1,0 +1,48 @@
+// Waiting for an asynchronous operation with a deadline: the polling loop behind the timeout of
+// the NCCL communicators (Note [NCCL timeout]). Plain C++ (no CUDA), so that it is built and
+// tested on every machine.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+namespace kusari::mn::detail {
+
+/// How a wait ended.
+enum class WaitOutcome {
+  /// The operation finished.
+  kDone,
+  /// The operation reported an error (its message is in WaitResult::error).
+  kFailed,
+  /// The deadline passed first.
+  kTimedOut,
+};
+
+/// What poll_until saw.
+struct WaitResult {
+  WaitOutcome outcome = WaitOutcome::kDone;
+  /// The error reported by `failed` (kFailed only).
+  std::string error;
+  /// Seconds between the start of the deadline clock and the end of the wait.
+  double waited_seconds = 0;
+};
+
+/// The questions poll_until asks, each cheap and non-blocking.
+struct WaitProbes {
+  /// True once the operation finished.
+  std::function<bool()> done;
+  /// A non-empty message once the operation failed (optional).
+  std::function<std::string()> failed;
+  /// True once the operation has begun running (optional; unset means at once). The deadline
+  /// clock starts at the first poll that sees it begun, so time spent queued behind earlier work
+  /// is not counted.
+  std::function<bool()> started;
+};
+
+/// Polls `probes` until the operation is done, fails, or runs `timeout_seconds` past its start
+/// (<= 0: no deadline). Spins briefly, then sleeps between polls (tens of microseconds), so a
+/// collective that takes milliseconds is noticed promptly without burning a core.
+WaitResult poll_until(const WaitProbes& probes, double timeout_seconds);
+
+}  // namespace kusari::mn::detail

@@ -1,0 +1,549 @@
+// Multi-process tests of the NCCL communicators (pure_nccl, non_cuda_aware, hierarchical,
+// two_dimensional, single_node): each kind's mean gradients, bcast_data and allreduce against the
+// MPI ("flat") result, with real and pretend hosts, 16-bit wire dtypes, double buffering's one
+// step of staleness, the refusals, and the timeout. GPU tests skip with a message when the
+// machine has no GPU or fewer GPUs than ranks on it; the rest run everywhere.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "kusari/config.h"
+#include "kusari/mn.h"
+#include "kusari/optimizers/sgd.h"
+#include "mn/mean_grad_pipeline.h"
+#include "mn/nccl_wait.h"
+#include "test_util.h"
+
+namespace kusari::mn {
+namespace {
+
+using testing::ArraysClose;
+
+constexpr bool kHaveNccl = KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+/// This process's rank among the processes of its (real) machine, and their number.
+std::pair<int, int> machine_rank_and_size() {
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &local);
+  int r = 0, s = 1;
+  MPI_Comm_rank(local, &r);
+  MPI_Comm_size(local, &s);
+  MPI_Comm_free(&local);
+  return {r, s};
+}
+
+/// Why the GPU tests cannot run here (empty when they can). Decided together by all ranks, so
+/// that either every rank skips or none does.
+std::string gpu_skip_reason() {
+  std::string why;
+  if (!kHaveNccl) {
+    why = "this kusari was built without CUDA and NCCL";
+  } else {
+    const auto [local_rank, local_size] = machine_rank_and_size();
+    const int gpus = cuda_device_count();
+    if (gpus == 0) {
+      why = "no CUDA device can be used on this machine; the NCCL tests need one GPU per rank";
+    } else if (gpus < local_size) {
+      why = "this machine runs " + std::to_string(local_size) + " ranks but has " +
+            std::to_string(gpus) +
+            " GPU(s); the NCCL tests need one GPU per rank (run them with mpiexec -n " +
+            std::to_string(gpus) + ")";
+    }
+  }
+  int skip = why.empty() ? 0 : 1, any = 0;
+  MPI_Allreduce(&skip, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any && why.empty()) why = "another rank cannot run the NCCL tests (see its reason)";
+  return why;
+}
+
+#define KUSARI_REQUIRE_GPUS()                                             \
+  do {                                                                    \
+    const std::string why_ = gpu_skip_reason();                           \
+    if (!why_.empty()) GTEST_SKIP() << "NCCL GPU test skipped: " << why_; \
+  } while (0)
+
+/// The GPU of this process: one per process of a machine, whatever the pretend hosts are.
+Device my_gpu() {
+  return Device::cuda(machine_rank_and_size().first);
+}
+
+/// Creates `name` with pretend hosts of `ranks_per_host` ranks (0: the real hosts).
+std::shared_ptr<Communicator> make_comm(const std::string& name, int ranks_per_host,
+                                        CommunicatorOptions o = {}) {
+  if (ranks_per_host > 0)
+    setenv("KUSARI_MN_RANKS_PER_HOST", std::to_string(ranks_per_host).c_str(), 1);
+  std::shared_ptr<Communicator> c;
+  try {
+    c = create_communicator(name, o);
+  } catch (...) {
+    unsetenv("KUSARI_MN_RANKS_PER_HOST");
+    throw;
+  }
+  unsetenv("KUSARI_MN_RANKS_PER_HOST");
+  return c;
+}
+
+/// NCCL communicators are kept for the whole run, one per (kind, pretend host size, wire
+/// dtype): setting NCCL up takes a good part of a second, and reusing a communicator across
+/// models of different layouts also exercises the packer's table rebuilds. They are released
+/// before MPI is finalized.
+std::map<std::string, std::shared_ptr<Communicator>>& comm_cache() {
+  static std::map<std::string, std::shared_ptr<Communicator>> cache;
+  return cache;
+}
+
+class ReleaseCachedCommunicators : public ::testing::Environment {
+ public:
+  void TearDown() override { comm_cache().clear(); }
+};
+[[maybe_unused]] ::testing::Environment* const release_env =
+    ::testing::AddGlobalTestEnvironment(new ReleaseCachedCommunicators);
+
+std::shared_ptr<Communicator> cached_comm(const std::string& name, int ranks_per_host,
+                                          CommunicatorOptions o = {}) {
+  const std::string key = name + "/" + std::to_string(ranks_per_host) + "/" +
+                          (o.allreduce_grad_dtype ? dtype_name(*o.allreduce_grad_dtype) : "same");
+  auto& c = comm_cache()[key];
+  if (!c) c = make_comm(name, ranks_per_host, o);
+  return c;
+}
+
+/// A model of parameters of uneven sizes: tiny ones, and ones larger than a pack chunk (16384).
+class Uneven : public Link {
+ public:
+  explicit Uneven(Dtype dtype = float32) {
+    const std::vector<Shape> shapes = {{3}, {5, 7}, {130, 150}, {1}, {64, 300}, {17}, {2, 3, 4}};
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      add_param("p" + std::to_string(i), Parameter(Array::zeros(shapes[i], dtype)));
+    }
+  }
+  const char* type_name() const override { return "Uneven"; }
+};
+
+/// Gradient of parameter `i` on `rank`: rank + a pattern exact in 16-bit floats.
+Array gradient_pattern(const Shape& shape, int i, int rank, Dtype dtype) {
+  const int64_t n = shape.numel();
+  Array pattern = Array::arange(0.0, static_cast<double>(n), 1.0, float64);
+  Array g = pattern - floor(pattern * (1.0 / 7)) * 7.0;  // i % 7
+  g = g * 0.25 + static_cast<double>(rank + i);
+  return g.reshape(shape).astype(dtype);
+}
+
+void set_gradients(Link& model, int rank, Dtype dtype, Device device) {
+  int i = 0;
+  for (auto& [path, p] : model.namedparams()) {
+    p.set_grad(gradient_pattern(p.shape(), i++, rank, dtype).to_device(device));
+  }
+}
+
+/// The parameter kinds, and the pretend host sizes they run with.
+using KindAndHosts = std::tuple<std::string, int>;
+
+class NcclKindTest : public ::testing::TestWithParam<KindAndHosts> {
+ protected:
+  void SetUp() override {
+    KUSARI_REQUIRE_GPUS();
+    const auto& [kind, per_host] = GetParam();
+    const int s = world_size();
+    if (kind == "single_node" && per_host > 0 && per_host < s) {
+      GTEST_SKIP()
+          << "single_node refuses more than one host (tested by SingleNodeRefusesPretendHosts)";
+    }
+    if (kind == "two_dimensional" && per_host > 0 && s % per_host != 0) {
+      GTEST_SKIP()
+          << "two_dimensional refuses uneven hosts (tested by TwoDimensionalRefusesUnevenHosts)";
+    }
+  }
+  std::shared_ptr<Communicator> make_kind(CommunicatorOptions o = {}) {
+    return cached_comm(std::get<0>(GetParam()), std::get<1>(GetParam()), o);
+  }
+};
+
+TEST_P(NcclKindTest, MeanGradEqualsFlat) {
+  auto comm = make_kind();
+  auto flat = create_communicator("flat");
+  const int r = comm->rank();
+  Uneven gpu_model, cpu_model;
+  gpu_model.to_device(my_gpu());
+  set_gradients(gpu_model, r, float32, my_gpu());
+  set_gradients(cpu_model, r, float32, Device::cpu());
+  comm->multi_node_mean_grad(gpu_model);
+  flat->multi_node_mean_grad(cpu_model);
+  auto g = gpu_model.namedparams(), c = cpu_model.namedparams();
+  ASSERT_EQ(g.size(), c.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_EQ(g[i].second.grad().device(), my_gpu());
+    EXPECT_TRUE(
+        ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(), 1e-6, 1e-6))
+        << comm->name() << " " << g[i].first;
+  }
+  // A second step with new gradient arrays (the tables are reused, the pointers may move).
+  set_gradients(gpu_model, r + 1, float32, my_gpu());
+  set_gradients(cpu_model, r + 1, float32, Device::cpu());
+  comm->multi_node_mean_grad(gpu_model);
+  flat->multi_node_mean_grad(cpu_model);
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_TRUE(
+        ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(), 1e-6, 1e-6))
+        << comm->name() << " step 2 " << g[i].first;
+  }
+}
+
+TEST_P(NcclKindTest, ZeroFillAndMixedDtypes) {
+  auto comm = make_kind();
+  const int r = comm->rank(), s = comm->size();
+  Uneven model;
+  model.to_device(my_gpu());
+  auto params = model.namedparams();
+  // p0 as float64 and p1 as float16 next to float32 ones: one float64 wire buffer.
+  params[0].second.set_data(params[0].second.data().astype(float64));
+  params[1].second.set_data(params[1].second.data().astype(float16));
+  set_gradients(model, r, float32, my_gpu());
+  params[0].second.set_grad(params[0].second.grad().astype(float64));
+  params[1].second.set_grad(params[1].second.grad().astype(float16));
+  params[3].second.cleargrad();  // only zero_fill gives it a gradient
+  comm->multi_node_mean_grad(model, /*zero_fill=*/true);
+  int i = 0;
+  for (auto& [path, p] : params) {
+    ASSERT_TRUE(p.grad().defined()) << path;
+    Array expected = i == 3 ? Array::zeros(p.shape(), float64)
+                            : (gradient_pattern(p.shape(), i, 0, float64) + (s - 1) / 2.0);
+    EXPECT_EQ(p.grad().dtype(), i == 0 ? float64 : i == 1 ? float16 : float32) << path;
+    EXPECT_TRUE(
+        ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-3, 1e-6))
+        << path;
+    ++i;
+  }
+}
+
+TEST_P(NcclKindTest, WireDtypes) {
+  for (Dtype wire : {float16, bfloat16}) {
+    CommunicatorOptions o;
+    o.allreduce_grad_dtype = wire;
+    auto comm = make_kind(o);
+    auto flat = create_communicator("flat", o);
+    const int r = comm->rank();
+    Uneven gpu_model, cpu_model;
+    gpu_model.to_device(my_gpu());
+    set_gradients(gpu_model, r, float32, my_gpu());
+    set_gradients(cpu_model, r, float32, Device::cpu());
+    comm->multi_node_mean_grad(gpu_model);
+    flat->multi_node_mean_grad(cpu_model);
+    auto g = gpu_model.namedparams(), c = cpu_model.namedparams();
+    for (size_t i = 0; i < g.size(); ++i) {
+      EXPECT_EQ(g[i].second.grad().dtype(), float32);
+      EXPECT_TRUE(
+          ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(), 1e-2, 1e-2))
+          << comm->name() << " wire " << dtype_name(wire) << " " << g[i].first;
+    }
+  }
+}
+
+TEST_P(NcclKindTest, BcastDataEqualsRankZeros) {
+  auto comm = make_kind();
+  auto flat = create_communicator("flat");
+  manual_seed(11 + static_cast<uint64_t>(comm->rank()));
+  Uneven gpu_model, cpu_model;
+  for (auto& [path, p] : cpu_model.namedparams()) {
+    Array d = Array::uniform(p.shape(), -1.0, 1.0, float32);
+    p.set_data(d);
+  }
+  gpu_model.copyparams(cpu_model);
+  gpu_model.to_device(my_gpu());
+  comm->bcast_data(gpu_model);
+  flat->bcast_data(cpu_model);
+  auto g = gpu_model.namedparams(), c = cpu_model.namedparams();
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_EQ(g[i].second.data().device(), my_gpu());
+    EXPECT_TRUE(array_equal(g[i].second.data().to_device(Device::cpu()), c[i].second.data()))
+        << comm->name() << " " << g[i].first;
+  }
+}
+
+TEST_P(NcclKindTest, AllreduceOnTheGpu) {
+  auto comm = make_kind();
+  const int r = comm->rank(), s = comm->size();
+  // 1000 elements: not a multiple of two_dimensional's padding.
+  Array base = Array::arange(0.0, 1000.0, 1.0, float32);
+  Array x = (base + static_cast<double>(r)).to_device(my_gpu());
+  Array sum = comm->allreduce(x, ReduceOp::kSum);
+  EXPECT_EQ(sum.device(), my_gpu());
+  EXPECT_TRUE(
+      ArraysClose(sum.to_device(Device::cpu()), base * static_cast<double>(s) + s * (s - 1) / 2.0));
+  EXPECT_TRUE(
+      ArraysClose(comm->allreduce(x, ReduceOp::kMax).to_device(Device::cpu()), base + (s - 1.0)));
+  EXPECT_TRUE(ArraysClose(comm->allreduce(x, ReduceOp::kMin).to_device(Device::cpu()), base));
+  EXPECT_TRUE(ArraysClose(comm->allreduce(x, ReduceOp::kMean).to_device(Device::cpu()),
+                          base + (s - 1) / 2.0));
+  Array ints = Array::full({5, 3}, r + 1, int64).to_device(my_gpu());
+  EXPECT_TRUE(array_equal(comm->allreduce(ints).to_device(Device::cpu()),
+                          Array::full({5, 3}, s * (s + 1) / 2, int64)));
+  // A CPU array still goes through MPI.
+  EXPECT_TRUE(ArraysClose(comm->allreduce(base + static_cast<double>(r)),
+                          base * static_cast<double>(s) + s * (s - 1) / 2.0));
+}
+
+TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
+  auto comm = make_kind();
+  const int r = comm->rank(), s = comm->size();
+  auto model = std::make_shared<Uneven>();
+  model->to_device(my_gpu());
+  class Sgd : public Optimizer {
+   public:
+    Sgd() { declare_hyperparam("lr", 1.0); }
+    const char* type_name() const override { return "Sgd"; }
+
+   protected:
+    void update_one(ParamState& st) override {
+      st.param.set_data(st.param.data() - st.param.grad());
+    }
+  };
+  auto opt = create_multi_node_optimizer(std::make_shared<Sgd>(), comm, /*double_buffering=*/true);
+  opt->setup(model);
+  auto p0 = model->namedparams()[2].second;  // 130x150: several pack chunks
+  // The gradient of step t on rank r is 10 t + r everywhere; its mean is 10 t + (s - 1) / 2.
+  auto step = [&](int t) {
+    model->cleargrads();
+    for (auto& [path, p] : model->namedparams())
+      p.set_grad(Array::full(p.shape(), 10.0 * t + r, float32, my_gpu()));
+    opt->update();
+  };
+  auto value = [&] { return p0.data().to_device(Device::cpu()); };
+  step(1);  // the first update broadcasts rank 0's parameters (zeros) and takes no step
+  EXPECT_TRUE(ArraysClose(value(), Array::zeros(p0.shape(), float32)));
+  auto& pipeline = dynamic_cast<detail::MeanGradPipeline&>(*comm);
+  step(2);  // starts the pipeline: no update yet
+  EXPECT_EQ(opt->t(), 0);
+  EXPECT_EQ(pipeline.mean_grads_in_flight(), 1);
+  EXPECT_TRUE(ArraysClose(value(), Array::zeros(p0.shape(), float32)));
+  step(3);  // applies the mean of step 2
+  EXPECT_EQ(opt->t(), 1);
+  const double m2 = 20 + (s - 1) / 2.0, m3 = 30 + (s - 1) / 2.0, m4 = 40 + (s - 1) / 2.0;
+  EXPECT_TRUE(
+      ArraysClose(p0.grad().to_device(Device::cpu()), Array::full(p0.shape(), m2, float32)));
+  EXPECT_TRUE(ArraysClose(value(), Array::full(p0.shape(), -m2, float32)));
+  step(4);  // applies the mean of step 3
+  EXPECT_TRUE(ArraysClose(value(), Array::full(p0.shape(), -(m2 + m3), float32)));
+  step(5);
+  EXPECT_EQ(opt->t(), 3);
+  EXPECT_EQ(pipeline.mean_grads_in_flight(), 1);
+  EXPECT_TRUE(ArraysClose(value(), Array::full(p0.shape(), -(m2 + m3 + m4), float32)));
+  // Another setup drops the sum in flight.
+  opt->setup(model);
+  EXPECT_EQ(pipeline.mean_grads_in_flight(), 0);
+}
+
+std::vector<KindAndHosts> kinds_and_hosts() {
+  std::vector<KindAndHosts> v;
+  for (const char* kind :
+       {"pure_nccl", "non_cuda_aware", "hierarchical", "two_dimensional", "single_node"}) {
+    for (int per_host : {0, 1, 2}) v.emplace_back(kind, per_host);
+  }
+  return v;
+}
+
+std::string kind_name(const ::testing::TestParamInfo<KindAndHosts>& info) {
+  const int per_host = std::get<1>(info.param);
+  return std::get<0>(info.param) +
+         (per_host == 0 ? std::string("_real_hosts") : "_hosts_of_" + std::to_string(per_host));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, NcclKindTest, ::testing::ValuesIn(kinds_and_hosts()), kind_name);
+
+// --- tests that need no GPU ----------------------------------------------------------------------
+
+TEST(NcclTest, SingleNodeRefusesPretendHosts) {
+  try {
+    make_comm("single_node", 1);
+    ADD_FAILURE() << "expected CommunicatorError";
+  } catch (const CommunicatorError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("single_node"), std::string::npos) << what;
+    if (kHaveNccl) {
+      EXPECT_NE(what.find("hosts"), std::string::npos) << what;
+    }
+  }
+  if (kHaveNccl) {
+    auto comm = create_communicator("single_node");  // one real host: accepted
+    EXPECT_STREQ(comm->name(), "single_node");
+  }
+}
+
+TEST(NcclTest, TwoDimensionalRefusesUnevenHosts) {
+  if (!kHaveNccl) GTEST_SKIP() << "this kusari was built without CUDA and NCCL";
+  if (world_size() % 2 == 0) {
+    auto comm = make_comm("two_dimensional", 2);
+    EXPECT_EQ(comm->intra_size(), 2);
+    return;
+  }
+  try {
+    make_comm("two_dimensional", 2);
+    ADD_FAILURE() << "expected CommunicatorError";
+  } catch (const CommunicatorError& e) {
+    EXPECT_NE(std::string(e.what()).find("same number of processes"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(NcclTest, DoubleBufferingNeedsAnNcclCommunicator) {
+  auto flat = create_communicator("flat");
+  try {
+    create_multi_node_optimizer(std::make_shared<optimizers::SGD>(), flat,
+                                /*double_buffering=*/true);
+    ADD_FAILURE() << "expected NotImplementedError";
+  } catch (const NotImplementedError& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("flat"), std::string::npos) << e.what();
+  }
+  if (kHaveNccl) {
+    auto opt = create_multi_node_optimizer(std::make_shared<optimizers::SGD>(),
+                                           create_communicator("pure_nccl"), true);
+    EXPECT_TRUE(dynamic_cast<MultiNodeOptimizer&>(*opt).double_buffering());
+  }
+}
+
+TEST(NcclTest, CpuModelsGoThroughMpiOrAreRefused) {
+  if (!kHaveNccl) GTEST_SKIP() << "this kusari was built without CUDA and NCCL";
+  // No NCCL is set up for CPU arrays, so this runs on machines without a GPU.
+  auto comm = create_communicator("pure_nccl");
+  const int r = comm->rank(), s = comm->size();
+  manual_seed(3 + static_cast<uint64_t>(r));
+  Uneven model;
+  for (auto& [path, p] : model.namedparams()) p.set_data(Array::full(p.shape(), r, float32));
+  comm->bcast_data(model);
+  for (auto& [path, p] : model.namedparams())
+    EXPECT_TRUE(ArraysClose(p.data(), Array::zeros(p.shape(), float32)));
+  Array x = Array::full({4}, r, float32);
+  EXPECT_TRUE(ArraysClose(comm->allreduce(x), Array::full({4}, s * (s - 1) / 2.0, float32)));
+  set_gradients(model, r, float32, Device::cpu());
+  try {
+    comm->multi_node_mean_grad(model);
+    ADD_FAILURE() << "expected CommunicatorError";
+  } catch (const CommunicatorError& e) {
+    EXPECT_NE(std::string(e.what()).find("GPU"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NcclTest, RejectsAnIntegerWireDtype) {
+  if (!kHaveNccl) GTEST_SKIP() << "this kusari was built without CUDA and NCCL";
+  CommunicatorOptions o;
+  o.allreduce_grad_dtype = int32;
+  EXPECT_THROW(create_communicator("pure_nccl", o), DtypeError);
+}
+
+// --- the timeout ---------------------------------------------------------------------------------
+
+TEST(NcclWaitTest, DoneAfterSomePolls) {
+  int polls = 0;
+  detail::WaitProbes p;
+  p.done = [&] { return ++polls >= 100; };
+  const detail::WaitResult w = detail::poll_until(p, 5.0);
+  EXPECT_EQ(w.outcome, detail::WaitOutcome::kDone);
+  EXPECT_EQ(polls, 100);
+}
+
+TEST(NcclWaitTest, FailureIsReportedAtOnce) {
+  int polls = 0;
+  detail::WaitProbes p;
+  p.done = [&] { return false; };
+  p.failed = [&] { return ++polls >= 3 ? std::string("remote error") : std::string(); };
+  const detail::WaitResult w = detail::poll_until(p, 0);  // no deadline: only the failure ends it
+  EXPECT_EQ(w.outcome, detail::WaitOutcome::kFailed);
+  EXPECT_EQ(w.error, "remote error");
+}
+
+TEST(NcclWaitTest, TimesOutAfterTheDeadline) {
+  detail::WaitProbes p;
+  p.done = [] { return false; };
+  const auto t0 = std::chrono::steady_clock::now();
+  const detail::WaitResult w = detail::poll_until(p, 0.2);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(w.outcome, detail::WaitOutcome::kTimedOut);
+  EXPECT_GE(elapsed, 0.2);
+  EXPECT_LT(elapsed, 2.0);
+  EXPECT_GE(w.waited_seconds, 0.2);
+}
+
+TEST(NcclWaitTest, TheClockStartsWhenTheOperationStarts) {
+  // Queued for 0.3 s behind other work, then running 0.1 s: a 0.25 s deadline is not exceeded.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  detail::WaitProbes p;
+  p.started = [&] { return since() >= 0.3; };
+  p.done = [&] { return since() >= 0.4; };
+  const detail::WaitResult w = detail::poll_until(p, 0.25);
+  EXPECT_EQ(w.outcome, detail::WaitOutcome::kDone);
+  EXPECT_LT(w.waited_seconds, 0.25);
+  // Never finishing after starting times out, measured from the start.
+  p.done = [] { return false; };
+  const detail::WaitResult late = detail::poll_until(p, 0.1);
+  EXPECT_EQ(late.outcome, detail::WaitOutcome::kTimedOut);
+}
+
+TEST(NcclTest, TimeoutAbortsAndNamesTheOperation) {
+  KUSARI_REQUIRE_GPUS();
+  CommunicatorOptions o;
+  o.timeout_seconds = 2;
+  auto comm = create_communicator("pure_nccl", o);
+  const int r = comm->rank();
+  Array x = Array::ones({1024}, float32, my_gpu());
+  comm->allreduce_inplace(x);  // every rank: sets NCCL up and connects
+  EXPECT_TRUE(ArraysClose(x.to_device(Device::cpu()), Array::full({1024}, comm->size(), float32)));
+  if (r == 0) {
+    // The other ranks never join this one: it must fail after about 2 s, not hang.
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      comm->allreduce_inplace(x);
+      ADD_FAILURE() << "expected CommunicatorError";
+    } catch (const CommunicatorError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("allreduce"), std::string::npos) << what;
+      EXPECT_NE(what.find("timeout"), std::string::npos) << what;
+      EXPECT_NE(what.find("aborted"), std::string::npos) << what;
+    }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(elapsed, 30.0);
+    // The communicator refuses further NCCL work, naming the first failure.
+    try {
+      comm->allreduce_inplace(x);
+      ADD_FAILURE() << "expected CommunicatorError";
+    } catch (const CommunicatorError& e) {
+      EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+    }
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  comm.reset();  // rank 0's is aborted; the others finalize theirs within the deadline
+  MPI_Barrier(MPI_COMM_WORLD);
+  // A new communicator works.
+  auto fresh = create_communicator("pure_nccl");
+  Array y = Array::ones({8}, float32, my_gpu());
+  fresh->allreduce_inplace(y);
+  EXPECT_TRUE(ArraysClose(y.to_device(Device::cpu()), Array::full({8}, fresh->size(), float32)));
+}
+
+}  // namespace
+}  // namespace kusari::mn
