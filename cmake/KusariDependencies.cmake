@@ -82,6 +82,8 @@ if(NOT KUSARI_WITH_CUDA STREQUAL "OFF")
     if(NOT DEFINED CMAKE_CUDA_HOST_COMPILER)
       set(CMAKE_CUDA_HOST_COMPILER ${CMAKE_CXX_COMPILER})
     endif()
+    # One CUDA runtime per process: the shared one, which cuBLAS, cuDNN and NCCL use too.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
     # CMake < 3.26 does not know nvcc's C++20 flag (nvcc >= 12 has it); without it the CUDA20
     # dialect request below is rejected at generate time.
