@@ -9,6 +9,7 @@
 
 #include "kusari/config.h"
 #include "kusari/core/array.h"
+#include "kusari/core/debug.h"
 #include "kusari/core/random.h"
 #include "kusari/core/routines.h"
 
@@ -37,6 +38,18 @@ class DeviceTest : public ::testing::TestWithParam<Device> {
     }
   }
   Device device() const { return GetParam(); }
+};
+
+/// Turns debug mode on for the scope (checks that read back from a GPU, e.g. label ranges).
+class DebugModeScope {
+ public:
+  DebugModeScope() : previous_(is_debug()) { set_debug(true); }
+  ~DebugModeScope() { set_debug(previous_); }
+  DebugModeScope(const DebugModeScope&) = delete;
+  DebugModeScope& operator=(const DebugModeScope&) = delete;
+
+ private:
+  bool previous_;
 };
 
 /// Asserts that two arrays have the same shape and are close elementwise.
