@@ -1,6 +1,9 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
 #include <cstring>
 #include <new>
 
@@ -9,8 +12,56 @@ namespace {
 
 // Note [CPU allocation]
 // Host buffers are 64-byte aligned (a cache line; full AVX-512 vectors) so that kernels and BLAS
-// see aligned rows. glibc's malloc keeps freed blocks of training-loop sizes for reuse.
+// see aligned rows. Small blocks come from malloc, which recycles them well. Large blocks (from
+// 256 KiB) are kept in a cache of their own once freed and reused for requests of the same size
+// class: glibc serves such sizes with fresh mmap()s (the aligned request always lands just above
+// its adaptive mmap threshold), so every training step would otherwise fault its weight
+// gradients and activations in again, page by page - a third of an MLP step on a small machine.
+// The cache holds at most KUSARI_CPU_CACHE_BYTES (default 4 GiB) of free blocks.
 constexpr size_t kAlignment = 64;
+constexpr size_t kLargeBlock = size_t{256} << 10;
+
+size_t size_class(size_t n) {
+  // Round up to 1/8 of the next power of two: at most 12.5% waste, few distinct classes.
+  size_t p = 1;
+  while (p < n) p <<= 1;
+  const size_t step = std::max<size_t>(p / 8, kAlignment);
+  return (n + step - 1) / step * step;
+}
+
+class LargeBlockCache {
+ public:
+  LargeBlockCache() {
+    if (const char* env = std::getenv("KUSARI_CPU_CACHE_BYTES")) limit_ = static_cast<size_t>(std::atoll(env));
+  }
+  ~LargeBlockCache() {
+    for (auto& [size, blocks] : free_) {
+      for (void* p : blocks) std::free(p);
+    }
+  }
+  void* take(size_t cls) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(cls);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_ -= cls;
+    return p;
+  }
+  bool give(void* p, size_t cls) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cached_ + cls > limit_) return false;
+    free_[cls].push_back(p);
+    cached_ += cls;
+    return true;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+  size_t limit_ = size_t{4} << 30;
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -38,6 +89,13 @@ class CpuBackend final : public Backend {
   int device_count() const override { return 1; }
 
   void* allocate(int, size_t nbytes) override {
+    if (nbytes >= kLargeBlock) {
+      const size_t cls = size_class(nbytes);
+      if (void* p = cache_.take(cls)) return p;
+      void* p = std::aligned_alloc(kAlignment, cls);
+      if (!p) KUSARI_THROW(Error, "cpu: out of memory allocating ", nbytes, " bytes");
+      return p;
+    }
     size_t rounded = (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded);
     if (!p) {
@@ -45,13 +103,19 @@ class CpuBackend final : public Backend {
     }
     return p;
   }
-  void deallocate(int, void* ptr, size_t) override { std::free(ptr); }
+  void deallocate(int, void* ptr, size_t nbytes) override {
+    if (nbytes >= kLargeBlock && cache_.give(ptr, size_class(nbytes))) return;
+    std::free(ptr);
+  }
   void copy_from_host(int, void* dst, const void* src, size_t nbytes) override { std::memcpy(dst, src, nbytes); }
   void copy_to_host(int, void* dst, const void* src, size_t nbytes) override { std::memcpy(dst, src, nbytes); }
   void copy_between_devices(int, void* dst, int, const void* src, size_t nbytes) override {
     std::memcpy(dst, src, nbytes);
   }
   void synchronize(int) override {}
+
+ private:
+  LargeBlockCache cache_;
 };
 
 }  // namespace
