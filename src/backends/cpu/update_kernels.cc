@@ -9,6 +9,7 @@
 // a plain loop over [begin, end) on restrict-qualified pointers, which the compiler vectorises;
 // large tensors are split into contiguous chunks over OpenMP threads with parallel_for.
 #include <cmath>
+#include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
@@ -26,9 +27,12 @@ using C = compute_t<T>;
 template <typename T>
 void sgd(T* __restrict p, const T* __restrict g, int64_t n, const double* hyper) {
   const C<T> lr = static_cast<C<T>>(hyper[0]);
-  parallel_for(n, kCostSimple, [&](int64_t b, int64_t e) {
+  parallel_for(n, kCostSimple, [=](int64_t b, int64_t e) {
+    auto* __restrict p_ = p;
+    auto* __restrict g_ = g;
+    const auto lr_ = lr;
     for (int64_t i = b; i < e; ++i) {
-      p[i] = static_cast<T>(static_cast<C<T>>(p[i]) - lr * static_cast<C<T>>(g[i]));
+      p_[i] = static_cast<T>(static_cast<C<T>>(p_[i]) - lr_ * static_cast<C<T>>(g_[i]));
     }
   });
 }
@@ -38,10 +42,15 @@ void momentum_sgd(T* __restrict p, const T* __restrict g, T* __restrict v, int64
                   const double* hyper) {
   const C<T> lr = static_cast<C<T>>(hyper[0]);
   const C<T> momentum = static_cast<C<T>>(hyper[1]);
-  parallel_for(n, kCostSimple, [&](int64_t b, int64_t e) {
+  parallel_for(n, kCostSimple, [=](int64_t b, int64_t e) {
+    auto* __restrict p_ = p;
+    auto* __restrict g_ = g;
+    auto* __restrict v_ = v;
+    const auto lr_ = lr;
+    const auto momentum_ = momentum;
     for (int64_t i = b; i < e; ++i) {
-      v[i] = static_cast<T>(momentum * static_cast<C<T>>(v[i]) - lr * static_cast<C<T>>(g[i]));
-      p[i] = static_cast<T>(static_cast<C<T>>(p[i]) + static_cast<C<T>>(v[i]));
+      v_[i] = static_cast<T>(momentum_ * static_cast<C<T>>(v_[i]) - lr_ * static_cast<C<T>>(g_[i]));
+      p_[i] = static_cast<T>(static_cast<C<T>>(p_[i]) + static_cast<C<T>>(v_[i]));
     }
   });
 }
@@ -53,12 +62,19 @@ void nesterov(T* __restrict p, const T* __restrict g, T* __restrict v, int64_t n
   const C<T> momentum = static_cast<C<T>>(hyper[1]);
   const C<T> momentum_sq = static_cast<C<T>>(hyper[1] * hyper[1]);
   const C<T> grad_coef = static_cast<C<T>>((1.0 + hyper[1]) * hyper[0]);
-  parallel_for(n, kCostSimple, [&](int64_t b, int64_t e) {
+  parallel_for(n, kCostSimple, [=](int64_t b, int64_t e) {
+    auto* __restrict p_ = p;
+    auto* __restrict g_ = g;
+    auto* __restrict v_ = v;
+    const auto lr_ = lr;
+    const auto momentum_ = momentum;
+    const auto momentum_sq_ = momentum_sq;
+    const auto grad_coef_ = grad_coef;
     for (int64_t i = b; i < e; ++i) {
-      const C<T> gi = static_cast<C<T>>(g[i]);
-      v[i] = static_cast<T>(momentum * static_cast<C<T>>(v[i]) - lr * gi);
-      p[i] = static_cast<T>(static_cast<C<T>>(p[i]) +
-                            (momentum_sq * static_cast<C<T>>(v[i]) - grad_coef * gi));
+      const C<T> gi = static_cast<C<T>>(g_[i]);
+      v_[i] = static_cast<T>(momentum_ * static_cast<C<T>>(v_[i]) - lr_ * gi);
+      p_[i] = static_cast<T>(static_cast<C<T>>(p_[i]) +
+                            (momentum_sq_ * static_cast<C<T>>(v_[i]) - grad_coef_ * gi));
     }
   });
 }
@@ -78,29 +94,44 @@ void adam(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict
   const C<T> eps = static_cast<C<T>>(hyper[3]);
   const C<T> eta = static_cast<C<T>>(hyper[4]);
   const C<T> weight_decay_rate = static_cast<C<T>>(hyper[5]);
-  parallel_for(n, kCostAdaptive, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const C<T> gi = static_cast<C<T>>(g[i]);
-      C<T> mi = static_cast<C<T>>(m[i]);
-      C<T> vi = static_cast<C<T>>(v[i]);
-      mi += one_minus_beta1 * (gi - mi);
-      vi += one_minus_beta2 * (gi * gi - vi);
-      m[i] = static_cast<T>(mi);
-      v[i] = static_cast<T>(vi);
-      // Read back the stored moments: with 16-bit states the step uses the rounded values, the
-      // ones the next step will see (as Chainer's kernels do); a no-op for float and double.
-      mi = static_cast<C<T>>(m[i]);
-      vi = static_cast<C<T>>(v[i]);
-      if (vhat) {
-        const C<T> vh = static_cast<C<T>>(vhat[i]);
-        vhat[i] = static_cast<T>(nan_max(vh, vi));
-        vi = static_cast<C<T>>(vhat[i]);
+  // The AMSGrad branch is hoisted out of the loop, and the loop works on local copies of the
+  // pointers (restrict) and constants, so that the common case vectorises.
+  auto step = [=](auto with_vhat) {
+    parallel_for(n, kCostAdaptive, [=](int64_t b, int64_t e) {
+      T* __restrict pp = p;
+      const T* __restrict gp = g;
+      T* __restrict mp = m;
+      T* __restrict vp = v;
+      T* __restrict hp = vhat;
+      const C<T> a = alpha_t, b1 = one_minus_beta1, b2 = one_minus_beta2, ep = eps, et = eta,
+                 wd = weight_decay_rate;
+      for (int64_t i = b; i < e; ++i) {
+        const C<T> gi = static_cast<C<T>>(gp[i]);
+        C<T> mi = static_cast<C<T>>(mp[i]);
+        C<T> vi = static_cast<C<T>>(vp[i]);
+        mi += b1 * (gi - mi);
+        vi += b2 * (gi * gi - vi);
+        mp[i] = static_cast<T>(mi);
+        vp[i] = static_cast<T>(vi);
+        // Read back the stored moments: with 16-bit states the step uses the rounded values, the
+        // ones the next step will see (as Chainer's kernels do); a no-op for float and double.
+        mi = static_cast<C<T>>(mp[i]);
+        vi = static_cast<C<T>>(vp[i]);
+        if constexpr (decltype(with_vhat)::value) {
+          const C<T> vh = static_cast<C<T>>(hp[i]);
+          hp[i] = static_cast<T>(nan_max(vh, vi));
+          vi = static_cast<C<T>>(hp[i]);
+        }
+        const C<T> pi = static_cast<C<T>>(pp[i]);
+        pp[i] = static_cast<T>(pi - et * (a * mi / (std::sqrt(vi) + ep) + wd * pi));
       }
-      const C<T> pi = static_cast<C<T>>(p[i]);
-      p[i] = static_cast<T>(pi -
-                            eta * (alpha_t * mi / (std::sqrt(vi) + eps) + weight_decay_rate * pi));
-    }
-  });
+    });
+  };
+  if (vhat) {
+    step(std::true_type{});
+  } else {
+    step(std::false_type{});
+  }
 }
 
 template <typename T>
@@ -111,13 +142,21 @@ void rmsprop(T* __restrict p, const T* __restrict g, T* __restrict ms, int64_t n
   const C<T> one_minus_alpha = static_cast<C<T>>(1.0 - hyper[1]);
   const C<T> eps = static_cast<C<T>>(hyper[2]);
   const bool eps_inside_sqrt = hyper[3] != 0.0;
-  parallel_for(n, kCostAdaptive, [&](int64_t b, int64_t e) {
+  parallel_for(n, kCostAdaptive, [=](int64_t b, int64_t e) {
+    auto* __restrict p_ = p;
+    auto* __restrict g_ = g;
+    auto* __restrict ms_ = ms;
+    const auto lr_ = lr;
+    const auto alpha_ = alpha;
+    const auto one_minus_alpha_ = one_minus_alpha;
+    const auto eps_ = eps;
+    const auto eps_inside_sqrt_ = eps_inside_sqrt;
     for (int64_t i = b; i < e; ++i) {
-      const C<T> gi = static_cast<C<T>>(g[i]);
-      ms[i] = static_cast<T>(alpha * static_cast<C<T>>(ms[i]) + one_minus_alpha * gi * gi);
-      const C<T> msi = static_cast<C<T>>(ms[i]);
-      const C<T> denom = eps_inside_sqrt ? std::sqrt(msi + eps) : std::sqrt(msi) + eps;
-      p[i] = static_cast<T>(static_cast<C<T>>(p[i]) - lr * gi / denom);
+      const C<T> gi = static_cast<C<T>>(g_[i]);
+      ms_[i] = static_cast<T>(alpha_ * static_cast<C<T>>(ms_[i]) + one_minus_alpha_ * gi * gi);
+      const C<T> msi = static_cast<C<T>>(ms_[i]);
+      const C<T> denom = eps_inside_sqrt_ ? std::sqrt(msi + eps_) : std::sqrt(msi) + eps_;
+      p_[i] = static_cast<T>(static_cast<C<T>>(p_[i]) - lr_ * gi / denom);
     }
   });
 }
@@ -127,12 +166,17 @@ void adagrad(T* __restrict p, const T* __restrict g, T* __restrict h, int64_t n,
              const double* hyper) {
   const C<T> lr = static_cast<C<T>>(hyper[0]);
   const C<T> eps = static_cast<C<T>>(hyper[1]);
-  parallel_for(n, kCostAdaptive, [&](int64_t b, int64_t e) {
+  parallel_for(n, kCostAdaptive, [=](int64_t b, int64_t e) {
+    auto* __restrict p_ = p;
+    auto* __restrict g_ = g;
+    auto* __restrict h_ = h;
+    const auto lr_ = lr;
+    const auto eps_ = eps;
     for (int64_t i = b; i < e; ++i) {
-      const C<T> gi = static_cast<C<T>>(g[i]);
-      h[i] = static_cast<T>(static_cast<C<T>>(h[i]) + gi * gi);
-      const C<T> hi = static_cast<C<T>>(h[i]);
-      p[i] = static_cast<T>(static_cast<C<T>>(p[i]) - lr * gi / (std::sqrt(hi) + eps));
+      const C<T> gi = static_cast<C<T>>(g_[i]);
+      h_[i] = static_cast<T>(static_cast<C<T>>(h_[i]) + gi * gi);
+      const C<T> hi = static_cast<C<T>>(h_[i]);
+      p_[i] = static_cast<T>(static_cast<C<T>>(p_[i]) - lr_ * gi / (std::sqrt(hi) + eps_));
     }
   });
 }
