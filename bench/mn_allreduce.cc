@@ -1,17 +1,27 @@
 // Gradient allreduce of a ResNet-50-sized model (161 parameters, 25,557,032 values) through each
-// NCCL communicator's multi_node_mean_grad (pack + collectives + unpack with the 1/size scale),
-// against one raw ncclAllReduce of a flat buffer of the same size in the same run. Rank 0 prints
-// the median time, the algorithm and bus bandwidth (busbw = algbw * 2(n-1)/n, as nccl-tests
-// reports it) and each path's ratio to the raw allreduce, then the command that reproduces it.
+// NCCL communicator's multi_node_mean_grad (pack, collectives and unpack, pipelined in chunks:
+// Note [Gradient pipeline]), against one raw ncclAllReduce of a flat buffer of the same size in
+// the same run. Rank 0 prints the chunk setting and the chunks it made, the median time, the
+// algorithm and bus bandwidth (busbw = algbw * 2(n-1)/n, as nccl-tests reports it) and each
+// path's ratio to the raw allreduce, then the command that reproduces it.
 //
 //   mpiexec -n 2 bench_mn_allreduce [--repeats 30] [--warmup 5] [--wire float32|float16|bfloat16]
 //       [--kinds pure_nccl,hierarchical,two_dimensional,non_cuda_aware,single_node]
+//       [--chunk-bytes off,4M,8M,16M,32M,auto]
+//
+// pure_nccl runs once per --chunk-bytes setting (each a KUSARI_MN_CHUNK_BYTES value: "off" is one
+// chunk, "auto" the automatic size), each pipelined row followed by a "raw, in pieces" row: the
+// flat buffer reduced in as many back-to-back ncclAllReduce calls, without packing, which shows
+// what the cutting alone costs NCCL. The other kinds run with KUSARI_MN_CHUNK_BYTES as set in
+// the environment, else "auto". Without the flag, a KUSARI_MN_CHUNK_BYTES in the environment is
+// the only setting.
 //
 // Each process uses GPU intra_rank of its host. KUSARI_MN_RANKS_PER_HOST=1 makes every rank its
 // own (pretend) host, so that the inter-host paths run on one machine.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -80,9 +90,22 @@ class GradientModel : public kusari::Link {
 
 struct Row {
   std::string name;
-  std::string note;  // why a kind did not run
+  std::string setting;  // the chunk-size setting
+  int chunks = 1;       // the chunks the last reduction was cut into
+  std::string note;     // why a kind did not run
   double seconds = 0;
 };
+
+/// Splits "a,b,c".
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
 
 /// The slowest rank's median seconds of `op`, timed with CUDA events on the compute stream.
 double time_op(mn::Communicator& world, Device device, int warmup, int repeats,
@@ -109,6 +132,13 @@ int main(int argc, char** argv) {
   const Dtype wire = kusari::dtype_from_name(kusari::bench::flag(argc, argv, "wire", "float32"));
   const std::string kinds_flag = kusari::bench::flag(
       argc, argv, "kinds", "pure_nccl,hierarchical,two_dimensional,non_cuda_aware,single_node");
+  // The chunk-size settings: the communicators read KUSARI_MN_CHUNK_BYTES when they are made.
+  const char* chunk_var = std::getenv("KUSARI_MN_CHUNK_BYTES");
+  const std::optional<std::string> chunk_env =
+      chunk_var ? std::optional<std::string>(chunk_var) : std::nullopt;
+  const std::string default_setting = chunk_env.value_or("auto");
+  const std::vector<std::string> settings = split_list(
+      kusari::bench::flag(argc, argv, "chunk-bytes", chunk_env.value_or("off,4M,8M,16M,32M,auto")));
 
   // The GPU of each process: its rank on its real host (pretend hosts do not change it).
   const char* pretend = std::getenv("KUSARI_MN_RANKS_PER_HOST");
@@ -138,34 +168,61 @@ int main(int argc, char** argv) {
   const double bytes = static_cast<double>(elements) * static_cast<double>(kusari::itemsize(wire));
 
   std::vector<Row> rows;
+  // The reference: one ncclAllReduce (sum) of one flat buffer, through pure_nccl's
+  // allreduce_inplace, which hands a contiguous GPU array straight to ncclAllReduce.
+  auto raw = mn::create_communicator("pure_nccl");
+  Array flat = Array::zeros({elements}, wire, device);
   {
-    // The reference: one ncclAllReduce (sum) of one flat buffer, through pure_nccl's
-    // allreduce_inplace, which hands a contiguous GPU array straight to ncclAllReduce.
-    auto raw = mn::create_communicator("pure_nccl");
-    Array flat = Array::zeros({elements}, wire, device);
-    Row r{"raw ncclAllReduce", "", 0};
+    Row r;
+    r.name = "raw ncclAllReduce";
+    r.setting = "-";
     r.seconds = time_op(*world, device, warmup, repeats, [&] { raw->allreduce_inplace(flat); });
     rows.push_back(r);
   }
-  std::stringstream kinds(kinds_flag);
-  std::string kind;
-  while (std::getline(kinds, kind, ',')) {
-    Row r{kind, "", 0};
-    mn::CommunicatorOptions options;
-    if (wire != kusari::float32) options.allreduce_grad_dtype = wire;
-    std::shared_ptr<mn::Communicator> comm;
-    try {
-      comm = mn::create_communicator(kind, options);
-    } catch (const kusari::Error& e) {
-      r.note = e.what();  // e.g. single_node across hosts: every rank refuses alike
+  // The same buffer reduced in `chunks` back-to-back ncclAllReduce calls of equal pieces: what
+  // cutting costs NCCL itself, without packing (beside each pipelined pure_nccl row).
+  auto raw_in_pieces = [&](const std::string& setting, int chunks) {
+    Row r;
+    r.name = "raw, in pieces";
+    r.setting = setting;
+    r.chunks = chunks;
+    r.seconds = time_op(*world, device, warmup, repeats,
+                        [&] { mn::allreduce_in_pieces(*raw, flat, chunks); });
+    return r;
+  };
+  for (const std::string& kind : split_list(kinds_flag)) {
+    const std::vector<std::string> kind_settings =
+        kind == "pure_nccl" ? settings : std::vector<std::string>{default_setting};
+    for (const std::string& setting : kind_settings) {
+      Row r;
+      r.name = kind;
+      r.setting = setting;
+      mn::CommunicatorOptions options;
+      if (wire != kusari::float32) options.allreduce_grad_dtype = wire;
+      std::shared_ptr<mn::Communicator> comm;
+      setenv("KUSARI_MN_CHUNK_BYTES", setting.c_str(), 1);
+      try {
+        comm = mn::create_communicator(kind, options);
+      } catch (const kusari::Error& e) {
+        r.note = e.what();  // e.g. single_node across hosts: every rank refuses alike
+      }
+      if (chunk_env) {
+        setenv("KUSARI_MN_CHUNK_BYTES", chunk_env->c_str(), 1);
+      } else {
+        unsetenv("KUSARI_MN_CHUNK_BYTES");
+      }
+      if (comm) {
+        r.setting = mn::gradient_chunk_setting(*comm);
+        model.fill_gradients(device);
+        r.seconds =
+            time_op(*world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); });
+        r.chunks = mn::gradient_chunks(*comm);
+      }
       rows.push_back(r);
-      continue;
+      if (kind == "pure_nccl" && r.chunks > 1) rows.push_back(raw_in_pieces(r.setting, r.chunks));
     }
-    model.fill_gradients(device);
-    r.seconds =
-        time_op(*world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); });
-    rows.push_back(r);
   }
+  raw.reset();
 
   if (rank == 0) {
     std::printf(
@@ -176,22 +233,27 @@ int main(int argc, char** argv) {
         "rank\n",
         n, gpus, mn::nccl_version().c_str(), pretend ? ", KUSARI_MN_RANKS_PER_HOST=" : "",
         pretend ? saved.c_str() : "", repeats, warmup);
-    std::printf("%-20s %10s %12s %12s %10s\n", "path", "ms", "algbw GB/s", "busbw GB/s", "vs raw");
+    std::printf("%-20s %8s %6s %10s %12s %12s %10s\n", "path", "chunk", "chunks", "ms",
+                "algbw GB/s", "busbw GB/s", "vs raw");
     const double raw_seconds = rows.front().seconds;
     for (const Row& r : rows) {
       if (!r.note.empty()) {
-        std::printf("%-20s %s\n", r.name.c_str(), ("not run: " + r.note).c_str());
+        std::printf("%-20s %8s %s\n", r.name.c_str(), r.setting.c_str(),
+                    ("not run: " + r.note).c_str());
         continue;
       }
       const double algbw = bytes / r.seconds / 1e9;
       const double busbw = algbw * 2.0 * (n - 1) / n;
-      std::printf("%-20s %10.3f %12.2f %12.2f %10.3f\n", r.name.c_str(), r.seconds * 1e3, algbw,
-                  busbw, raw_seconds / r.seconds);
+      std::printf("%-20s %8s %6d %10.3f %12.2f %12.2f %10.3f\n", r.name.c_str(), r.setting.c_str(),
+                  r.chunks, r.seconds * 1e3, algbw, busbw, raw_seconds / r.seconds);
     }
     std::printf(
-        "(vs raw = raw time / path time: 1.0 means the path costs nothing beyond the allreduce)\n");
-    std::printf("reproduce: %smpiexec -n %d %s\n",
-                pretend ? ("KUSARI_MN_RANKS_PER_HOST=" + saved + " ").c_str() : "", n,
+        "(vs raw = raw time / path time: 1.0 means the path costs nothing beyond the allreduce; "
+        "chunk = KUSARI_MN_CHUNK_BYTES, chunks = pipeline chunks of the gradient buffer)\n");
+    std::string env;
+    if (pretend) env += "KUSARI_MN_RANKS_PER_HOST=" + saved + " ";
+    if (chunk_env) env += "KUSARI_MN_CHUNK_BYTES=" + *chunk_env + " ";
+    std::printf("reproduce: %smpiexec -n %d %s\n", env.c_str(), n,
                 kusari::bench::command_line(argc, argv).c_str());
   }
   return 0;

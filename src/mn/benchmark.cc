@@ -8,6 +8,8 @@
 #endif
 #if KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL
 #include <nccl.h>
+
+#include "mn/nccl_communicator.h"
 #endif
 
 namespace kusari::mn {
@@ -73,10 +75,39 @@ std::string nccl_version() {
   int v = 0;
   if (ncclGetVersion(&v) != ncclSuccess) return "NCCL (version unknown)";
   // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
-  return detail::concat("NCCL ", v / 10000, ".", (v / 100) % 100, ".", v % 100);
+  return ::kusari::detail::concat("NCCL ", v / 10000, ".", (v / 100) % 100, ".", v % 100);
 #else
   return "no NCCL (built without CUDA and NCCL)";
 #endif
+}
+
+int gradient_chunks(const Communicator& comm) {
+#if KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL
+  if (const auto* nccl = dynamic_cast<const detail::NcclCommunicator*>(&comm)) {
+    return nccl->last_gradient_chunks();
+  }
+#endif
+  return 0;
+}
+
+void allreduce_in_pieces(Communicator& comm, Array& x, int pieces) {
+#if KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL
+  if (auto* nccl = dynamic_cast<detail::NcclCommunicator*>(&comm)) {
+    nccl->allreduce_in_pieces(x, pieces);
+    return;
+  }
+#endif
+  KUSARI_THROW(CommunicatorError, "allreduce_in_pieces: needs an NCCL communicator, got '",
+               comm.name(), "'");
+}
+
+std::string gradient_chunk_setting(const Communicator& comm) {
+#if KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL
+  if (const auto* nccl = dynamic_cast<const detail::NcclCommunicator*>(&comm)) {
+    return detail::chunk_bytes_name(nccl->chunk_bytes());
+  }
+#endif
+  return "";
 }
 
 }  // namespace kusari::mn

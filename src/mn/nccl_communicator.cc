@@ -45,29 +45,78 @@ namespace kusari::mn::detail {
 // convention Device::cuda(comm->intra_rank())); two ranks of one NCCL communicator on the same
 // GPU is an error NCCL reports.
 // Gradients of mixed dtypes travel in one buffer of the widest of them unless
-// allreduce_grad_dtype names the wire dtype; the sum happens in the wire dtype (as in
-// ChainerMN) and the 1/size scale in float32 (float64 for float64) while unpacking.
+// allreduce_grad_dtype names the wire dtype; the reduction happens in the wire dtype (as in
+// ChainerMN), as a mean where the collectives can average, else as a sum scaled by 1/size in
+// float32 (float64 for float64) while unpacking (Note [Gradient pipeline]).
 //
 // Note [Communication stream]
 // Collectives run on a stream of their own (high priority, non-blocking) so that they can overlap
-// the compute stream (double buffering). The hand-off never makes the host wait:
-//   compute stream:  ... backward, pack ---record(ready)--->        wait(done) ---> unpack ...
-//   NCCL stream:                        wait(ready), record(started), collectives, record(done)
-// The pack and unpack kernels run on the compute stream, so they are ordered with the kernels
-// that write and read the gradients; only the collectives (and non_cuda_aware's host copies) run
-// on the NCCL stream. Buffers used there (the wire buffers, kept between steps) are released to
-// the caching pool only after the compute stream has waited for the collective that used them
-// (Note [Caching memory pool]).
+// the compute stream (the gradient pipeline, double buffering). The hand-off never makes the
+// host wait:
+//   compute stream:  ... backward, pack ---record(packed)--->        wait(done) ---> unpack ...
+//   NCCL stream:                        wait(packed), record(started), collectives, record(done)
+// (once per chunk for gradients: Note [Gradient pipeline]). The pack and unpack kernels run on
+// the compute stream, so they are ordered with the kernels that write and read the gradients;
+// only the collectives (and non_cuda_aware's host copies) run on the NCCL stream. Buffers used
+// there (the wire buffers, kept between steps) are reused, or released to the caching pool, only
+// after the compute stream has waited for the collectives that used them (Note [Caching memory
+// pool]); after a failure, the compute stream first waits for everything queued on the NCCL
+// stream (whose kernels the abort ends).
+//
+// Note [Gradient pipeline]
+// Packing the gradients into the wire buffer and unpacking the result each move the buffer
+// twice through GPU memory (about 0.05 ms each for ResNet-50's 102 MB on an H200); done before
+// and after the collectives they added 40% to a 0.4 ms NVLink allreduce. So the buffer is cut
+// into chunks, and the three stages are pipelined over the two streams:
+//   compute: pack 0, rec(packed 0), pack 1, rec(packed 1), ..., wait(done 0), unpack 0,
+//            wait(done 1), unpack 1, ...
+//   NCCL:    wait(packed 0), collectives 0, rec(done 0), wait(packed 1), collectives 1, ...
+// The packing of later chunks and the unpacking of earlier ones overlap the collectives; what is
+// left on top of them is the pack of the first chunk, the unpack of the last, and a few
+// microseconds per extra chunk (one more collective launch, its ring's fill and drain). Every
+// pack is queued before the first unpack on the compute stream, since an unpack waits for its
+// collectives and would hold up the packs behind it. A chunk's pack and unpack is still one
+// kernel over the batched tables (Note [Batched packing]), whose blocks never straddle a chunk
+// boundary. A kind's collectives for a chunk (reduce, inter-host allreduce and broadcast for
+// hierarchical; reduce-scatter, allreduce, all-gather for two_dimensional; ...) run one after
+// the other on the one NCCL stream, in the same order on every rank. non_cuda_aware's hosts'
+// first processes wait on the host for each chunk's intra-host reduce before its MPI step, so
+// they queue every pack first and then, per chunk, the collectives and the unpack (which then
+// overlaps the next chunk's host step).
+// Chunk size: the first pack and the last unpack cost about 0.7 us per MB of chunk each (two
+// bytes moved per byte at ~3 TB/s), and every chunk a few microseconds; the sum is least for
+// chunks of roughly 10-20 MB on NVLink, and NCCL keeps near its full bandwidth at those sizes.
+// So the automatic setting cuts a buffer into about bytes / 16 MiB equal chunks (ResNet-50 in
+// float32: 6 chunks of 16 MiB; with a float16 wire: 3), and sends a buffer under 24 MiB whole,
+// where pipelining would save less than it costs. KUSARI_MN_CHUNK_BYTES overrides it ("off" for
+// one chunk, or a size such as "8M"; read when the communicator is made); bench_mn_allreduce
+// --chunk-bytes sweeps it. Chunk boundaries are multiples of 256 bytes and of the kind's
+// padding (so two_dimensional splits every chunk evenly over a host), at most 64 chunks.
+// The mean: where the collectives can average (ncclAvg on a floating wire dtype: pure_nccl,
+// single_node, two_dimensional, and hierarchical when every host runs as many processes), they
+// do, and the unpack is a plain copy or cast; elsewhere (non_cuda_aware's MPI step, uneven
+// hierarchical hosts) they sum and the unpack scales by 1/size. ncclAvg scales each rank's
+// values by 1/size before summing, so a float16 mean no longer overflows where the sum would.
+// The wire buffers stay in the communicator: the compute stream has waited for every chunk's
+// done event before it unpacks, so the next call's packs into the buffer, or its release to the
+// pool when it grows, come after the collectives. With a timeout the host waits for the chunks
+// in turn, each with its own deadline counted from its started event (Note [NCCL timeout]); the
+// unpacks are already queued then, so the wait does not hold up the pipeline. After a failure
+// the gradients are unspecified (some chunks may have been averaged, others not). Double
+// buffering (Note [Double buffering]) pipelines the packs and collectives the same way in
+// start_mean_grad, so its collectives start once the first chunk is packed; finish_mean_grad,
+// which runs a step later when they are long over, unpacks the whole slot in one launch.
 //
 // Note [NCCL timeout]
 // A dead or stuck peer makes an NCCL collective spin forever, and in blocking mode the host
 // thread could hang inside an NCCL call. So every NCCL communicator is created non-blocking
 // (ncclConfig_t::blocking = 0): each call returns at once, possibly with ncclInProgress, and the
 // communicator's state is polled with ncclCommGetAsyncError until it is settled. With a timeout
-// (options.timeout_seconds, or KUSARI_MN_TIMEOUT in seconds) each operation is also waited for on
-// the host: the done event is polled together with ncclCommGetAsyncError, and the deadline clock
-// starts when the NCCL stream reaches the operation (its `started` event), so a long backward
-// queued before it does not count. If an asynchronous error shows up, or the deadline passes,
+// (options.timeout_seconds, or KUSARI_MN_TIMEOUT in seconds) each operation (each chunk of a
+// gradient reduction: Note [Gradient pipeline]) is also waited for on the host: the done event is
+// polled together with ncclCommGetAsyncError, and the deadline clock starts when the NCCL stream
+// reaches the operation (its `started` event), so a long backward queued before it does not
+// count. If an asynchronous error shows up, or the deadline passes,
 // every NCCL communicator of this kind is aborted (ncclCommAbort, which also ends the kernels
 // still spinning on the GPU, so the streams drain), and CommunicatorError names the operation,
 // the rank, the GPU and the timeout. Uncaught, that error ends the whole job through the failure
@@ -112,6 +161,14 @@ Dtype widest(const std::vector<Dtype>& dtypes) {
 
 }  // namespace
 
+bool nccl_has_avg() {
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+  return true;
+#else
+  return false;
+#endif
+}
+
 ncclDataType_t nccl_datatype(Dtype dtype) {
   switch (dtype) {
     case Dtype::kBool:
@@ -155,6 +212,18 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, const CommunicatorOptions& opt
                  "create_communicator: allreduce_grad_dtype must be float16, bfloat16, float32 or ",
                  "float64, got ", dtype_name(*options_.allreduce_grad_dtype));
   }
+  if (const char* c = std::getenv("KUSARI_MN_CHUNK_BYTES")) chunk_bytes_ = parse_chunk_bytes(c);
+}
+
+bool NcclCommunicator::averages_on_wire(Dtype dtype) const {
+  return nccl_has_avg() && is_floating(dtype);
+}
+
+ncclRedOp_t NcclCommunicator::wire_op(ReduceOp op, Dtype dtype) const {
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+  if (op == ReduceOp::kMean && averages_on_wire(dtype)) return ncclAvg;
+#endif
+  return nccl_op(op, dtype);
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -239,14 +308,9 @@ void NcclCommunicator::abort_and_throw(const std::string& message) {
     if (*c) ncclCommAbort(*c);  // ends the kernels still waiting; nothing more to do if it fails
     *c = nullptr;
   }
-  // The double-buffering slots in flight go back to the pool only after the compute stream has
-  // passed their (now ended) collectives.
-  if (device_ >= 0) {
-    for (const InFlight& f : in_flight_) {
-      cudaStreamWaitEvent(compute_stream(device_), slot_events_[static_cast<size_t>(f.slot)].done,
-                          0);
-    }
-  }
+  // The wire buffers (the double-buffering slots in flight among them) are reused or go back to
+  // the pool only after the compute stream has passed their (now ended) collectives.
+  compute_waits_for_stream();
   in_flight_.clear();
   aborted_ = message + "; its NCCL communicators were aborted";
   KUSARI_THROW(CommunicatorError, aborted_, " and it cannot be used again");
@@ -276,12 +340,11 @@ void NcclCommunicator::ensure_nccl(Device device, const char* what) {
     int least = 0, greatest = 0;
     KUSARI_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     KUSARI_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
-    for (cudaEvent_t* e :
-         {&ready_, &staged_, &sync_events_.started, &sync_events_.done, &slot_events_[0].started,
-          &slot_events_[0].done, &slot_events_[1].started, &slot_events_[1].done}) {
+    for (cudaEvent_t* e : {&staged_, &drained_}) {
       KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     }
     device_ = d;
+    ensure_events(op_events_, 1);
     init_nccl();
   } else {
     KUSARI_CHECK(device.index() == device_, DeviceError, name(), ": ", what, " got arrays on ",
@@ -295,16 +358,46 @@ void NcclCommunicator::ensure_nccl(Device device, const char* what) {
   }
 }
 
-void NcclCommunicator::begin_op(const Events& ev) {
-  KUSARI_CUDA_CHECK(cudaEventRecord(ready_, compute_stream(device_)));
-  KUSARI_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
-  KUSARI_CUDA_CHECK(cudaEventRecord(ev.started, stream_));
-  current_started_ = ev.started;
+void NcclCommunicator::ensure_events(ChunkEvents& ev, int count) {
+  const size_t n = static_cast<size_t>(count);
+  for (std::vector<cudaEvent_t>* list : {&ev.packed, &ev.started, &ev.done}) {
+    while (list->size() < n) {
+      cudaEvent_t e = nullptr;
+      KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      list->push_back(e);
+    }
+  }
 }
 
-void NcclCommunicator::end_op(const Events& ev, bool compute_waits) {
-  KUSARI_CUDA_CHECK(cudaEventRecord(ev.done, stream_));
-  if (compute_waits) KUSARI_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_), ev.done, 0));
+void NcclCommunicator::mark_packed(ChunkEvents& ev, int k) {
+  KUSARI_CUDA_CHECK(cudaEventRecord(ev.packed[static_cast<size_t>(k)], compute_stream(device_)));
+}
+
+void NcclCommunicator::begin_chunk(ChunkEvents& ev, int k) {
+  const size_t i = static_cast<size_t>(k);
+  KUSARI_CUDA_CHECK(cudaStreamWaitEvent(stream_, ev.packed[i], 0));
+  current_started_ = nullptr;
+  if (op_timeout() > 0) {  // only the deadline clock reads it
+    KUSARI_CUDA_CHECK(cudaEventRecord(ev.started[i], stream_));
+    current_started_ = ev.started[i];
+  }
+}
+
+void NcclCommunicator::end_chunk(ChunkEvents& ev, int k, bool compute_waits) {
+  const size_t i = static_cast<size_t>(k);
+  KUSARI_CUDA_CHECK(cudaEventRecord(ev.done[i], stream_));
+  if (compute_waits) KUSARI_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_), ev.done[i], 0));
+}
+
+void NcclCommunicator::compute_waits_for_stream() noexcept {
+  if (device_ < 0 || !stream_ || !drained_) return;
+  try {
+    cudaStream_t compute = compute_stream(device_);
+    if (cudaEventRecord(drained_, stream_) == cudaSuccess)
+      cudaStreamWaitEvent(compute, drained_, 0);
+  } catch (...) {
+  }
+  cudaGetLastError();
 }
 
 namespace {
@@ -319,24 +412,29 @@ bool event_done(cudaEvent_t event) {
 
 }  // namespace
 
-void NcclCommunicator::wait_op(const Events& ev, const char* what) {
-  const double timeout = op_timeout();
-  if (timeout <= 0) return;
-  WaitProbes probes;
-  probes.done = [&] { return event_done(ev.done); };
-  probes.failed = [&] { return async_error(); };
-  probes.started = [&] { return event_done(ev.started); };
-  const WaitResult w = poll_until(probes, timeout);
-  if (w.outcome == WaitOutcome::kFailed) {
-    abort_and_throw(
-        concat(name(), ": ", what, " failed on rank ", rank_, " (cuda:", device_, "): ", w.error));
+void NcclCommunicator::wait_chunks(const ChunkEvents& ev, int count, const char* what) {
+  for (int k = 0; k < count; ++k) {
+    const double timeout = op_timeout();
+    if (timeout <= 0) return;
+    const size_t i = static_cast<size_t>(k);
+    WaitProbes probes;
+    probes.done = [&] { return event_done(ev.done[i]); };
+    probes.failed = [&] { return async_error(); };
+    probes.started = [&] { return event_done(ev.started[i]); };
+    const WaitResult w = poll_until(probes, timeout);
+    if (w.outcome != WaitOutcome::kDone) {
+      const std::string op =
+          count > 1 ? concat(what, " (chunk ", k + 1, " of ", count, ")") : std::string(what);
+      if (w.outcome == WaitOutcome::kFailed) {
+        abort_and_throw(concat(name(), ": ", op, " failed on rank ", rank_, " (cuda:", device_,
+                               "): ", w.error));
+      }
+      abort_and_throw(concat(name(), ": ", op, " did not finish within the timeout of ", timeout,
+                             " s on rank ", rank_, " (cuda:", device_,
+                             "); a peer process may have died or not called it"));
+    }
+    warmed_up_ = true;
   }
-  if (w.outcome == WaitOutcome::kTimedOut) {
-    abort_and_throw(concat(name(), ": ", what, " did not finish within the timeout of ", timeout,
-                           " s on rank ", rank_, " (cuda:", device_,
-                           "); a peer process may have died or not called it"));
-  }
-  warmed_up_ = true;
 }
 
 void NcclCommunicator::wait_stream(const char* what) {
@@ -437,10 +535,7 @@ void NcclCommunicator::release_nccl() noexcept {
     compute = compute_stream(device_);
   } catch (...) {
   }
-  if (compute) {
-    for (const InFlight& f : in_flight_)
-      cudaStreamWaitEvent(compute, slot_events_[static_cast<size_t>(f.slot)].done, 0);
-  }
+  if (compute) compute_waits_for_stream();
   in_flight_.clear();
   for (ncclComm_t* c : nccl_comms()) {
     if (!*c) continue;
@@ -468,18 +563,23 @@ void NcclCommunicator::release_nccl() noexcept {
     cudaStreamDestroy(stream_);
     stream_ = nullptr;
   }
-  for (cudaEvent_t* e :
-       {&ready_, &staged_, &sync_events_.started, &sync_events_.done, &slot_events_[0].started,
-        &slot_events_[0].done, &slot_events_[1].started, &slot_events_[1].done}) {
+  for (cudaEvent_t* e : {&staged_, &drained_}) {
     if (*e) cudaEventDestroy(*e);
     *e = nullptr;
   }
+  for (ChunkEvents* ev : {&op_events_, &grad_events_, &slot_events_[0], &slot_events_[1]}) {
+    for (std::vector<cudaEvent_t>* list : {&ev->packed, &ev->started, &ev->done}) {
+      for (cudaEvent_t e : *list) cudaEventDestroy(e);
+      list->clear();
+    }
+  }
+  current_started_ = nullptr;
   if (host_buffer_) cudaFreeHost(host_buffer_);
   host_buffer_ = nullptr;
   host_buffer_bytes_ = 0;
   cudaGetLastError();
   // The wire buffers go back to the pool; the compute stream already waits for their last use.
-  sync_buffer_ = Array();
+  grad_buffer_ = Array();
   slot_buffers_[0] = Array();
   slot_buffers_[1] = Array();
   device_ = -1;
@@ -511,26 +611,70 @@ Dtype NcclCommunicator::wire_dtype(
   return widest(dtypes);
 }
 
-int64_t NcclCommunicator::pack_gradients_into(
+ChunkPlan NcclCommunicator::prepare_gradients(
     const std::vector<std::pair<std::string, Parameter>>& params, Array& buffer) {
   std::vector<Array> grads;
   grads.reserve(params.size());
-  for (const auto& [path, p] : params) grads.push_back(p.grad());
+  int64_t total = 0;
+  for (const auto& [path, p] : params) {
+    grads.push_back(p.grad());
+    total += p.grad().size();
+  }
   const Dtype wire = wire_dtype(params);
-  grad_packer_.prepare(grads, wire, device_);
-  const int64_t total = grad_packer_.total();
   const int64_t padded = round_up(std::max<int64_t>(total, 1), buffer_multiple());
+  const ChunkPlan plan =
+      plan_chunks(padded, static_cast<int64_t>(itemsize(wire)), buffer_multiple(), chunk_bytes_);
+  grad_packer_.prepare(grads, wire, device_, plan.count > 1 ? plan.chunk : 0);
+  KUSARI_ASSERT(grad_packer_.total() == total && grad_packer_.chunks() == plan.count,
+                "gradient pipeline: the packer's layout does not match the chunk plan");
   if (!buffer.defined() || buffer.dtype() != wire || buffer.size() < padded) {
     buffer = Array::empty({padded}, wire, Device::cuda(device_));
   }
-  cudaStream_t compute = compute_stream(device_);
   if (padded > total) {
     const size_t item = itemsize(wire);
     KUSARI_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(buffer.raw_data()) + total * item, 0,
-                                      static_cast<size_t>(padded - total) * item, compute));
+                                      static_cast<size_t>(padded - total) * item,
+                                      compute_stream(device_)));
   }
-  grad_packer_.pack(buffer.raw_data(), compute);
-  return padded;
+  last_gradient_chunks_ = plan.count;
+  return plan;
+}
+
+void NcclCommunicator::queue_gradient_pipeline(const ChunkPlan& plan, Array& buffer,
+                                               ChunkEvents& ev, bool unpack, double scale,
+                                               const char* what) {
+  ensure_events(ev, plan.count);
+  cudaStream_t compute = compute_stream(device_);
+  const Dtype wire = buffer.dtype();
+  const int64_t item = static_cast<int64_t>(itemsize(wire));
+  char* base = static_cast<char*>(buffer.raw_data());
+  std::string chunk_what;
+  auto reduce_chunk = [&](int k) {
+    if (plan.count > 1) {  // (no ostringstream on the hot path)
+      chunk_what = std::string(what) + " (chunk " + std::to_string(k + 1) + " of " +
+                   std::to_string(plan.count) + ")";
+    }
+    begin_chunk(ev, k);
+    reduce_buffer(base + plan.begin(k) * item, plan.size(k), wire, ReduceOp::kMean,
+                  plan.count > 1 ? chunk_what.c_str() : what);
+    end_chunk(ev, k, /*compute_waits=*/false);
+  };
+  // Every pack goes before the first unpack on the compute stream (an unpack waits for its
+  // collectives). The collectives of chunk k are queued right after its pack, unless the kind
+  // waits on the host inside them.
+  const bool host_waits = reduce_waits_on_host();
+  for (int k = 0; k < plan.count; ++k) {
+    grad_packer_.pack_chunk(base, k, compute);
+    mark_packed(ev, k);
+    if (!host_waits) reduce_chunk(k);
+  }
+  for (int k = 0; k < plan.count; ++k) {
+    if (host_waits) reduce_chunk(k);
+    if (unpack) {
+      KUSARI_CUDA_CHECK(cudaStreamWaitEvent(compute, ev.done[static_cast<size_t>(k)], 0));
+      grad_packer_.unpack_chunk(base, k, scale, compute);
+    }
+  }
 }
 
 void NcclCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
@@ -538,12 +682,10 @@ void NcclCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
   if (params.empty()) return;
   const char* what = "multi_node_mean_grad";
   ensure_nccl(gradient_device(params, what), what);
-  const int64_t padded = pack_gradients_into(params, sync_buffer_);
-  begin_op(sync_events_);
-  reduce_buffer(sync_buffer_.raw_data(), padded, sync_buffer_.dtype(), ReduceOp::kSum, what);
-  end_op(sync_events_);
-  wait_op(sync_events_, what);
-  grad_packer_.unpack(sync_buffer_.raw_data(), 1.0 / size_, compute_stream(device_));
+  const ChunkPlan plan = prepare_gradients(params, grad_buffer_);
+  const double scale = averages_on_wire(grad_buffer_.dtype()) ? 1.0 : 1.0 / size_;
+  queue_gradient_pipeline(plan, grad_buffer_, grad_events_, /*unpack=*/true, scale, what);
+  wait_chunks(grad_events_, plan.count, what);
   check_finite_after_reduce(params);
 }
 
@@ -552,17 +694,19 @@ void NcclCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
 // the price of one step of staleness. The multi-node optimizer drives it through
 // MeanGradPipeline, which this base implements with two wire buffers ("slots") of its own:
 //   update t:  start_mean_grad: pack the gradients of step t into the free slot (compute
-//              stream) and queue their sum on the NCCL stream; the compute stream does NOT wait,
-//              so step t+1's forward and backward run while the collective does;
-//              finish_mean_grad: make the compute stream wait for the sum of step t-1 (the other
-//              slot), unpack its mean into the gradients (overwriting step t's, which are already
-//              packed), and the wrapped optimizer updates with them.
+//              stream) and queue their reduction on the NCCL stream, chunk by chunk
+//              (Note [Gradient pipeline]); the compute stream does NOT wait, so step t+1's
+//              forward and backward run while the collectives do;
+//              finish_mean_grad: make the compute stream wait for the reduction of step t-1 (the
+//              other slot; its last chunk's done event), unpack its mean into the gradients
+//              (overwriting step t's, which are already packed), and the wrapped optimizer
+//              updates with them.
 // The first update after a broadcast only starts the pipeline (there is no earlier sum yet). The
-// slots are only repacked after the compute stream waited for their collective, and are never
-// released while a sum is in flight, so the pool's stream-order rule holds. A parameter set
-// change cancels the pipeline (waits for and drops the sums in flight). With a timeout, the
-// deadline is checked in finish_mean_grad, when the result is needed; non_cuda_aware still waits
-// on the host for its MPI step inside start_mean_grad, so only its GPU parts overlap.
+// slots are only repacked after the compute stream waited for their collectives, and are never
+// released while a reduction is in flight, so the pool's stream-order rule holds. A parameter set
+// change cancels the pipeline (waits for and drops the reductions in flight). With a timeout, the
+// deadlines are checked in finish_mean_grad, when the result is needed; non_cuda_aware still
+// waits on the host for its MPI step inside start_mean_grad, so only its GPU parts overlap.
 void NcclCommunicator::start_mean_grad(Link& model, bool zero_fill) {
   KUSARI_CHECK(in_flight_.size() < 2, CommunicatorError, name(),
                ": start_mean_grad: two reductions are already in flight; finish one first");
@@ -574,12 +718,11 @@ void NcclCommunicator::start_mean_grad(Link& model, bool zero_fill) {
   next_slot_ = f.slot ^ 1;
   if (!params.empty()) {
     ensure_nccl(gradient_device(params, what), what);
-    Events& ev = slot_events_[static_cast<size_t>(f.slot)];
+    ChunkEvents& ev = slot_events_[static_cast<size_t>(f.slot)];
     Array& buffer = slot_buffers_[static_cast<size_t>(f.slot)];
-    f.padded = pack_gradients_into(params, buffer);
-    begin_op(ev);
-    reduce_buffer(buffer.raw_data(), f.padded, buffer.dtype(), ReduceOp::kSum, what);
-    end_op(ev, /*compute_waits=*/false);
+    f.plan = prepare_gradients(params, buffer);
+    f.scale = averages_on_wire(buffer.dtype()) ? 1.0 : 1.0 / size_;
+    queue_gradient_pipeline(f.plan, buffer, ev, /*unpack=*/false, f.scale, what);
   }
   f.params = std::move(params);
   in_flight_.push_back(std::move(f));
@@ -596,10 +739,11 @@ bool NcclCommunicator::finish_mean_grad(Link& model) {
     if (!reduced.count(path)) p.cleargrad();
   }
   if (f.params.empty()) return true;
-  const Events& ev = slot_events_[static_cast<size_t>(f.slot)];
+  const ChunkEvents& ev = slot_events_[static_cast<size_t>(f.slot)];
   const Array& buffer = slot_buffers_[static_cast<size_t>(f.slot)];
-  KUSARI_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_), ev.done, 0));
-  wait_op(ev, what);
+  KUSARI_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_),
+                                        ev.done[static_cast<size_t>(f.plan.count - 1)], 0));
+  wait_chunks(ev, f.plan.count, what);
   std::vector<Array> grads;
   for (auto& [path, p] : f.params) {
     if (!p.grad().defined()) {
@@ -609,10 +753,11 @@ bool NcclCommunicator::finish_mean_grad(Link& model) {
     }
     grads.push_back(p.grad());
   }
-  grad_packer_.prepare(grads, buffer.dtype(), device_);
-  KUSARI_ASSERT(grad_packer_.total() <= f.padded,
+  // The same chunk size as start_mean_grad, so that the tables are not rebuilt every step.
+  grad_packer_.prepare(grads, buffer.dtype(), device_, f.plan.count > 1 ? f.plan.chunk : 0);
+  KUSARI_ASSERT(grad_packer_.total() <= f.plan.elements,
                 "double buffering: the gradients outgrew their slot");
-  grad_packer_.unpack(buffer.raw_data(), 1.0 / size_, compute_stream(device_));
+  grad_packer_.unpack(buffer.raw_data(), f.scale, compute_stream(device_));
   check_finite_after_reduce(f.params);
   return true;
 }
@@ -621,9 +766,10 @@ void NcclCommunicator::cancel_mean_grads() {
   while (!in_flight_.empty()) {
     const InFlight& f = in_flight_.front();
     if (!f.params.empty()) {
-      const Events& ev = slot_events_[static_cast<size_t>(f.slot)];
-      KUSARI_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_), ev.done, 0));
-      wait_op(ev, "multi_node_mean_grad (double buffering)");
+      const ChunkEvents& ev = slot_events_[static_cast<size_t>(f.slot)];
+      KUSARI_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(device_),
+                                            ev.done[static_cast<size_t>(f.plan.count - 1)], 0));
+      wait_chunks(ev, f.plan.count, "multi_node_mean_grad (double buffering)");
     }
     in_flight_.pop_front();
   }
@@ -660,10 +806,10 @@ void NcclCommunicator::bcast_data(Link& model) {
   Array buffer = Array::empty({total}, wire, Device::cuda(device_));
   cudaStream_t compute = compute_stream(device_);
   if (rank_ == 0) data_packer_.pack(buffer.raw_data(), compute);
-  begin_op(sync_events_);
+  begin_op(op_events_);
   bcast_buffer(buffer.raw_data(), total, wire, what);
-  end_op(sync_events_);
-  wait_op(sync_events_, what);
+  end_op(op_events_);
+  wait_op(op_events_, what);
   if (rank_ != 0) {
     data_packer_.unpack(buffer.raw_data(), 1.0, compute);
     // A parameter that was not contiguous was packed from a copy: write the copy back.
@@ -698,13 +844,32 @@ void NcclCommunicator::allreduce_inplace(Array& x, ReduceOp op) {
     Array head = work.at({Slice(0, n)});
     head.assign(x.reshape({n}));
   }
-  begin_op(sync_events_);
-  reduce_buffer(work.raw_data(), padded, x.dtype(), op == ReduceOp::kMean ? ReduceOp::kSum : op,
-                what);
-  end_op(sync_events_);
-  wait_op(sync_events_, what);
+  begin_op(op_events_);
+  reduce_buffer(work.raw_data(), padded, x.dtype(), op, what);  // kMean: mean or sum
+  end_op(op_events_);
+  wait_op(op_events_, what);
   if (padded != n) x.assign(work.at({Slice(0, n)}).reshape(x.shape()));
-  if (op == ReduceOp::kMean) x.assign(x * (1.0 / size_));
+  if (op == ReduceOp::kMean && !averages_on_wire(x.dtype())) x.assign(x * (1.0 / size_));
+}
+
+void NcclCommunicator::allreduce_in_pieces(Array& x, int pieces) {
+  const char* what = "allreduce (in pieces)";
+  KUSARI_CHECK(x.device().is_cuda() && x.is_contiguous() && x.size() > 0, ValueError, name(), ": ",
+               what, " needs a non-empty contiguous GPU array");
+  ensure_nccl(x.device(), what);
+  const int64_t n = x.size();
+  KUSARI_CHECK(n % buffer_multiple() == 0, ValueError, name(), ": ", what, ": ", n,
+               " elements are not a multiple of ", buffer_multiple());
+  const int64_t count = std::clamp<int64_t>(pieces, 1, n / buffer_multiple());
+  const int64_t piece = round_up((n + count - 1) / count, buffer_multiple());
+  const int64_t item = static_cast<int64_t>(itemsize(x.dtype()));
+  char* base = static_cast<char*>(x.raw_data());
+  begin_op(op_events_);
+  for (int64_t at = 0; at < n; at += piece) {
+    reduce_buffer(base + at * item, std::min(piece, n - at), x.dtype(), ReduceOp::kSum, what);
+  }
+  end_op(op_events_);
+  wait_op(op_events_, what);
 }
 
 // --- the kinds -----------------------------------------------------------------------------------
@@ -719,7 +884,7 @@ void PureNcclCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtype, R
                                          const char* what) {
   if (!world_) return;
   KUSARI_NCCL(ncclAllReduce(buffer, buffer, static_cast<size_t>(n), nccl_datatype(dtype),
-                            nccl_op(op, dtype), world_, stream()),
+                            wire_op(op, dtype), world_, stream()),
               world_, what);
 }
 
@@ -741,6 +906,18 @@ SingleNodeCommunicator::SingleNodeCommunicator(MPI_Comm comm, const Communicator
                ")");
 }
 
+HierarchicalCommunicator::HierarchicalCommunicator(MPI_Comm comm,
+                                                   const CommunicatorOptions& options)
+    : NcclCommunicator(comm, options) {
+  int64_t sizes[2] = {intra_size_, -intra_size_};
+  allreduce_host(sizes, 2, Dtype::kInt64, ReduceOp::kMax, this->comm());
+  even_hosts_ = sizes[0] == -sizes[1];
+}
+
+bool HierarchicalCommunicator::averages_on_wire(Dtype dtype) const {
+  return even_hosts_ && NcclCommunicator::averages_on_wire(dtype);
+}
+
 void HierarchicalCommunicator::init_nccl() {
   create_nccl_comm(intra_comm(), &intra_, "intra-host");
   if (intra_rank_ == 0) create_nccl_comm(inter_comm(), &inter_, "inter-host");
@@ -750,7 +927,8 @@ void HierarchicalCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtyp
                                              const char* what) {
   const size_t count = static_cast<size_t>(n);
   const ncclDataType_t type = nccl_datatype(dtype);
-  const ncclRedOp_t rop = nccl_op(op, dtype);
+  // With even hosts, the mean of the hosts' means (ncclAvg in both steps) is the mean.
+  const ncclRedOp_t rop = wire_op(op, dtype);
   if (intra_)
     KUSARI_NCCL(ncclReduce(buffer, buffer, count, type, rop, 0, intra_, stream()), intra_, what);
   if (inter_)
@@ -795,7 +973,8 @@ void TwoDimensionalCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dt
   KUSARI_ASSERT(n % intra_size_ == 0, "two_dimensional: the buffer is not padded");
   const size_t chunk = static_cast<size_t>(n / intra_size_);
   const ncclDataType_t type = nccl_datatype(dtype);
-  const ncclRedOp_t rop = nccl_op(op, dtype);
+  // Every host runs as many processes: the mean of the hosts' means (ncclAvg) is the mean.
+  const ncclRedOp_t rop = wire_op(op, dtype);
   void* mine =
       static_cast<char*>(buffer) + chunk * static_cast<size_t>(intra_rank_) * itemsize(dtype);
   if (intra_)
@@ -824,7 +1003,8 @@ void NonCudaAwareCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtyp
                                              const char* what) {
   const size_t count = static_cast<size_t>(n);
   const ncclDataType_t type = nccl_datatype(dtype);
-  const ncclRedOp_t rop = nccl_op(op, dtype);
+  const ReduceOp sum_op = op == ReduceOp::kMean ? ReduceOp::kSum : op;  // the caller scales
+  const ncclRedOp_t rop = nccl_op(sum_op, dtype);
   if (intra_)
     KUSARI_NCCL(ncclReduce(buffer, buffer, count, type, rop, 0, intra_, stream()), intra_, what);
   if (intra_rank_ == 0 && inter_size_ > 1) {
@@ -832,7 +1012,7 @@ void NonCudaAwareCommunicator::reduce_buffer(void* buffer, int64_t n, Dtype dtyp
     void* host = host_buffer(bytes);
     KUSARI_CUDA_CHECK(cudaMemcpyAsync(host, buffer, bytes, cudaMemcpyDeviceToHost, stream()));
     wait_stream(what);
-    host_allreduce(host, n, dtype, op, inter_comm(), what);
+    host_allreduce(host, n, dtype, sum_op, inter_comm(), what);
     KUSARI_CUDA_CHECK(cudaMemcpyAsync(buffer, host, bytes, cudaMemcpyHostToDevice, stream()));
   }
   if (intra_)

@@ -25,11 +25,13 @@ namespace kusari::mn::detail {
 ncclDataType_t nccl_datatype(Dtype dtype);
 /// The NCCL reduction for `op` on `dtype` (kMean is a sum; the caller scales).
 ncclRedOp_t nccl_op(ReduceOp op, Dtype dtype);
+/// True when this NCCL has ncclAvg (2.10 and later).
+bool nccl_has_avg();
 
 /// The base of the NCCL communicators. MPI (inherited) still carries the object collectives,
 /// the topology and the gradient agreement check; gradients and bcast_data go through NCCL on a
-/// communication stream of their own. See Note [NCCL communicators], Note [Communication stream]
-/// and Note [NCCL timeout] in nccl_communicator.cc.
+/// communication stream of their own. See Note [NCCL communicators], Note [Communication stream],
+/// Note [Gradient pipeline] and Note [NCCL timeout] in nccl_communicator.cc.
 class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
  public:
   NcclCommunicator(MPI_Comm comm, const CommunicatorOptions& options);
@@ -51,16 +53,33 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   int device() const { return device_; }
   /// The communication stream (null until the first NCCL operation).
   cudaStream_t stream() const { return stream_; }
+  /// The chunk-size setting of the gradient pipeline (KUSARI_MN_CHUNK_BYTES, read when the
+  /// communicator is made): bytes, kChunkBytesAuto or kChunkBytesOff.
+  int64_t chunk_bytes() const { return chunk_bytes_; }
+  /// Chunks of the last gradient reduction (multi_node_mean_grad or start_mean_grad; 0 before).
+  int last_gradient_chunks() const { return last_gradient_chunks_; }
+  /// The in-place sum of `x` (contiguous, on this communicator's GPU, a multiple of the kind's
+  /// padding) in `pieces` equal back-to-back reductions queued at once on the NCCL stream, as the
+  /// gradient pipeline queues its chunks but without packing: a benchmark of what cutting a
+  /// buffer costs NCCL by itself.
+  void allreduce_in_pieces(Array& x, int pieces);
 
  protected:
   /// Creates the NCCL communicators this kind needs; called once on every rank, with the GPU
   /// already current, by the first NCCL operation.
   virtual void init_nccl() = 0;
-  /// Queues on stream() the in-place reduction (`op`: kSum, kMax or kMin) of `n` elements of
-  /// `dtype` at `buffer` over every rank, so that every rank ends with the result. `what` names
-  /// the operation in errors.
+  /// Queues on stream() the in-place reduction (`op`: kSum, kMax, kMin or kMean) of `n` elements
+  /// of `dtype` at `buffer` over every rank, so that every rank ends with the result. kMean gives
+  /// the mean when averages_on_wire(dtype), else the sum (the caller scales by 1/size). `what`
+  /// names the operation in errors.
   virtual void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op,
                              const char* what) = 0;
+  /// True when reduce_buffer's kMean of `dtype` is the mean itself (ncclAvg in the collectives).
+  /// The base: floating dtypes, when NCCL has ncclAvg.
+  virtual bool averages_on_wire(Dtype dtype) const;
+  /// True when reduce_buffer waits on the host for the GPU (non_cuda_aware's MPI step): the
+  /// gradient pipeline then queues every pack before the first collective.
+  virtual bool reduce_waits_on_host() const { return false; }
   /// Queues on stream() the broadcast of `n` elements of `dtype` at `buffer` from rank 0.
   virtual void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) = 0;
   /// The wire buffer is padded to a multiple of this many elements.
@@ -71,6 +90,9 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   /// inter_; the unique id made by rank 0 of `mpi` and broadcast over it), or leaves it null
   /// when `mpi` has one rank. `what` names it in errors.
   void create_nccl_comm(MPI_Comm mpi, ncclComm_t* out, const char* what);
+  /// The NCCL reduction reduce_buffer uses for `op` on `dtype`: ncclAvg for kMean when
+  /// averages_on_wire(dtype), else nccl_op.
+  ncclRedOp_t wire_op(ReduceOp op, Dtype dtype) const;
   /// Checks the result of an NCCL call on `comm`; in non-blocking mode waits (with the deadline)
   /// until the call has been enqueued. On failure aborts and throws CommunicatorError naming
   /// `call` and the operation `what`.
@@ -93,31 +115,50 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   ncclComm_t inter_ = nullptr;
 
  private:
-  struct Events {
-    cudaEvent_t started = nullptr;
-    cudaEvent_t done = nullptr;
+  /// The events of one (possibly pipelined) operation, per chunk k: `packed[k]` (compute stream:
+  /// the chunk is ready), `started[k]` (NCCL stream: its collectives begin; recorded only with a
+  /// timeout, for the deadline clock) and `done[k]` (NCCL stream: its collectives ended). Created
+  /// on demand; reused by the next operation of the same kind.
+  struct ChunkEvents {
+    std::vector<cudaEvent_t> packed, started, done;
   };
   /// One double-buffering reduction in flight.
   struct InFlight {
     int slot = 0;
     std::vector<std::pair<std::string, Parameter>> params;
-    int64_t padded = 0;
+    ChunkPlan plan;
+    double scale = 1.0;
   };
 
   /// Picks the GPU and creates the stream, events and NCCL communicators on the first call;
   /// checks that later calls use the same GPU. Throws when the communicator was aborted.
   void ensure_nccl(Device device, const char* what);
-  /// Makes stream() wait for the work queued so far on the compute stream, and records
-  /// `ev.started` on stream().
-  void begin_op(const Events& ev);
-  /// Records `ev.done` on stream() and, with `compute_waits`, makes the compute stream wait for it.
-  void end_op(const Events& ev, bool compute_waits = true);
+  /// Makes `ev` hold events for at least `count` chunks.
+  void ensure_events(ChunkEvents& ev, int count);
+  /// Records `ev.packed[k]` on the compute stream (after the work queued there so far).
+  void mark_packed(ChunkEvents& ev, int k);
+  /// Makes stream() wait for `ev.packed[k]`, and (with a timeout) records `ev.started[k]` there.
+  void begin_chunk(ChunkEvents& ev, int k);
+  /// Records `ev.done[k]` on stream() and, with `compute_waits`, makes the compute stream wait
+  /// for it.
+  void end_chunk(ChunkEvents& ev, int k, bool compute_waits);
+  /// One operation of one chunk: mark_packed + begin_chunk, and end_chunk.
+  void begin_op(ChunkEvents& ev) {
+    mark_packed(ev, 0);
+    begin_chunk(ev, 0);
+  }
+  void end_op(ChunkEvents& ev, bool compute_waits = true) { end_chunk(ev, 0, compute_waits); }
+  /// Makes the compute stream wait for everything queued on stream() so far (never throws): the
+  /// last step before memory used there may be released or reused after a failure.
+  void compute_waits_for_stream() noexcept;
   /// nccl_check with an explicit deadline.
   void nccl_check_within(ncclResult_t result, ncclComm_t comm, const char* call, const char* what,
                          double timeout_seconds);
-  /// With a timeout: waits on the host until `ev.done` has passed, watching NCCL's asynchronous
-  /// errors; aborts and throws on a failure or when the deadline passes.
-  void wait_op(const Events& ev, const char* what);
+  /// With a timeout: waits on the host until `ev.done[k]` has passed, for each chunk k < count in
+  /// turn, each with its own deadline counted from its `started` event, watching NCCL's
+  /// asynchronous errors; aborts and throws on a failure or when a deadline passes.
+  void wait_chunks(const ChunkEvents& ev, int count, const char* what);
+  void wait_op(const ChunkEvents& ev, const char* what) { wait_chunks(ev, 1, what); }
   /// The deadline of an operation: options().timeout_seconds, but at least the initialisation
   /// deadline until one operation has completed (the first one also connects the peers).
   double op_timeout() const;
@@ -128,9 +169,17 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   /// The common GPU of the gradients, checked.
   Device gradient_device(const std::vector<std::pair<std::string, Parameter>>& params,
                          const char* what);
-  /// Packs the gradients of `params` into `buffer` (grown to hold them, padded; pad zeroed).
-  int64_t pack_gradients_into(const std::vector<std::pair<std::string, Parameter>>& params,
+  /// Prepares the gradient pipeline for `params`: plans the chunks of the padded wire buffer,
+  /// prepares grad_packer_ for them, grows `buffer` to hold them and queues the zeroing of the
+  /// pad on the compute stream.
+  ChunkPlan prepare_gradients(const std::vector<std::pair<std::string, Parameter>>& params,
                               Array& buffer);
+  /// Queues the pipelined reduction of the gradients prepared in grad_packer_: per chunk, the
+  /// pack (compute stream), the collectives (kMean, NCCL stream) and, with `unpack`, the
+  /// unpack times `scale` (compute stream, after the chunk's collectives). See
+  /// Note [Gradient pipeline].
+  void queue_gradient_pipeline(const ChunkPlan& plan, Array& buffer, ChunkEvents& ev, bool unpack,
+                               double scale, const char* what);
   /// The wire dtype for gradients of these dtypes.
   Dtype wire_dtype(const std::vector<std::pair<std::string, Parameter>>& params) const;
   /// world_, intra_ and inter_ (aborted together on a failure).
@@ -141,17 +190,20 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
 
   int device_ = -1;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr;
-  cudaEvent_t staged_ = nullptr;
-  Events sync_events_;
-  std::array<Events, 2> slot_events_;
+  cudaEvent_t staged_ = nullptr;   // wait_stream's event
+  cudaEvent_t drained_ = nullptr;  // compute_waits_for_stream's event
+  ChunkEvents op_events_;          // bcast_data and allreduce (one chunk)
+  ChunkEvents grad_events_;        // multi_node_mean_grad
+  std::array<ChunkEvents, 2> slot_events_;
   std::string aborted_;     // why the communicator was aborted (empty while healthy)
   bool warmed_up_ = false;  // an operation has completed (NCCL connects lazily on the first)
-  cudaEvent_t current_started_ = nullptr;  // the started event of the operation in progress
+  cudaEvent_t current_started_ = nullptr;  // the started event of the chunk in progress, if any
+  int64_t chunk_bytes_ = kChunkBytesAuto;
+  int last_gradient_chunks_ = 0;
 
   BatchedPacker grad_packer_;
   BatchedPacker data_packer_;
-  Array sync_buffer_;
+  Array grad_buffer_;
   std::array<Array, 2> slot_buffers_;
   std::deque<InFlight> in_flight_;
   int next_slot_ = 0;
@@ -185,7 +237,7 @@ class SingleNodeCommunicator : public PureNcclCommunicator {
 /// processes, NCCL broadcast within each host.
 class HierarchicalCommunicator : public NcclCommunicator {
  public:
-  using NcclCommunicator::NcclCommunicator;
+  HierarchicalCommunicator(MPI_Comm comm, const CommunicatorOptions& options);
   const char* name() const override { return "hierarchical"; }
   std::shared_ptr<Communicator> split(int color, int key) override;
 
@@ -193,6 +245,11 @@ class HierarchicalCommunicator : public NcclCommunicator {
   void init_nccl() override;
   void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
   void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
+  /// The mean of the hosts' means is the mean only when every host runs as many processes.
+  bool averages_on_wire(Dtype dtype) const override;
+
+ private:
+  bool even_hosts_ = false;
 };
 
 /// "two_dimensional": NCCL reduce-scatter within each host, NCCL allreduce of each chunk across
@@ -222,6 +279,10 @@ class NonCudaAwareCommunicator : public NcclCommunicator {
   void init_nccl() override;
   void reduce_buffer(void* buffer, int64_t n, Dtype dtype, ReduceOp op, const char* what) override;
   void bcast_buffer(void* buffer, int64_t n, Dtype dtype, const char* what) override;
+  /// The MPI step sums: kMean is always a sum here.
+  bool averages_on_wire(Dtype dtype) const override { return false; }
+  /// The hosts' first processes wait for the intra-host reduce before their MPI step.
+  bool reduce_waits_on_host() const override { return intra_rank_ == 0 && inter_size_ > 1; }
 };
 
 /// Creates the NCCL communicator `name` over `comm` (called by create_communicator).

@@ -15,22 +15,29 @@ namespace kusari::mn::detail {
 // A ResNet-50 has about 160 gradients; copying them into the wire buffer one cudaMemcpy (or one
 // cast kernel) at a time costs 160 launches per step. Instead one kernel copies all of them:
 //   - an entry table on the GPU lists each array as (pointer, elements, offset in the buffer,
-//     dtype), and a chunk table splits every entry into pieces of at most kPackChunkElements, one
+//     dtype), and a block table splits every entry into pieces of at most kPackBlockElements, one
 //     per thread block, so a 2.4M-element weight and a 64-element bias both spread over the GPU
 //     and the grid is one launch however uneven the sizes;
-//   - the block reads its chunk and entry once and copies its range, casting to the wire dtype
+//   - the block reads its piece and entry once and copies its range, casting to the wire dtype
 //     (pack) or multiplying by the scale and casting back (unpack), in float32 arithmetic
-//     (float64 when either side is float64), rounding to nearest even like the CPU;
-//   - the tables are kept between steps. The chunk table and offsets depend only on the layout
-//     (sizes and dtypes in order, and the wire dtype) and are rebuilt when it changes; the
-//     pointers change whenever backward allocates new gradient arrays, and only the entry table
-//     (32 bytes an array) is uploaded again then, and only if a pointer actually moved (the
-//     caching pool often hands back the same blocks). Uploads and kernels run on the compute
-//     stream in order, so rewriting a table never races a kernel still reading it. Uploads go
-//     through pinned buffers of the packer's own, so that they never make the host wait for the
-//     compute stream (a copy from pageable memory may).
-void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int device) {
-  bool layout_same = device == device_ && wire == wire_ && arrays.size() == entries_.size();
+//     (float64 when either side is float64), rounding to nearest even like the CPU; a plain copy
+//     (same dtype, no scale) moves 16 bytes per thread and step when both sides are aligned;
+//   - for the gradient pipeline (Note [Gradient pipeline] in nccl_communicator.cc) the block
+//     table is also cut at every chunk boundary of the buffer, so that the blocks of chunk k are
+//     a contiguous range of the table and packing or unpacking one chunk is still one launch
+//     (over that range: the kernel indexes blocks from the pointer it is given);
+//   - the tables are kept between steps. The block table and offsets depend only on the layout
+//     (sizes and dtypes in order, the wire dtype and the chunk size) and are rebuilt when it
+//     changes; the pointers change whenever backward allocates new gradient arrays, and only the
+//     entry table (32 bytes an array) is uploaded again then, and only if a pointer actually
+//     moved (the caching pool often hands back the same blocks). Uploads and kernels run on the
+//     compute stream in order, so rewriting a table never races a kernel still reading it.
+//     Uploads go through pinned buffers of the packer's own, so that they never make the host
+//     wait for the compute stream (a copy from pageable memory may).
+void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int device,
+                            int64_t chunk_elements) {
+  bool layout_same = device == device_ && wire == wire_ && chunk_elements == chunk_elements_ &&
+                     arrays.size() == entries_.size();
   for (size_t i = 0; layout_same && i < arrays.size(); ++i) {
     layout_same = arrays[i].size() == entries_[i].size &&
                   static_cast<int32_t>(arrays[i].dtype()) == entries_[i].dtype;
@@ -55,29 +62,25 @@ void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int de
   if (!layout_same) {
     device_ = device;
     wire_ = wire;
+    chunk_elements_ = chunk_elements;
     entries_.assign(arrays.size(), PackEntry{});
-    chunks_.clear();
+    std::vector<int64_t> sizes(arrays.size());
     int64_t offset = 0;
     for (size_t i = 0; i < arrays.size(); ++i) {
       const int64_t n = arrays[i].size();
+      sizes[i] = n;
       entries_[i].size = n;
       entries_[i].offset = offset;
       entries_[i].dtype = static_cast<int32_t>(arrays[i].dtype());
-      for (int64_t b = 0; b < n; b += kPackChunkElements) {
-        PackChunk c;
-        c.entry = static_cast<int64_t>(i);
-        c.begin = b;
-        c.end = std::min(n, b + kPackChunkElements);
-        chunks_.push_back(c);
-      }
       offset += n;
     }
     total_ = offset;
-    static_assert(sizeof(PackChunk) % sizeof(int64_t) == 0);
-    const int64_t chunk_words =
-        static_cast<int64_t>(chunks_.size() * sizeof(PackChunk) / sizeof(int64_t));
-    device_chunks_ =
-        Array::from_buffer(chunks_.data(), {std::max<int64_t>(chunk_words, 1)}, int64, gpu);
+    blocks_ = build_pack_blocks(sizes, chunk_elements, &chunk_first_block_);
+    static_assert(sizeof(PackBlock) % sizeof(int64_t) == 0);
+    const int64_t block_words =
+        static_cast<int64_t>(blocks_.size() * sizeof(PackBlock) / sizeof(int64_t));
+    device_blocks_ =
+        Array::from_buffer(blocks_.data(), {std::max<int64_t>(block_words, 1)}, int64, gpu);
     ++layout_builds_;
   }
   for (size_t i = 0; i < arrays.size(); ++i) entries_[i].data = arrays[i].raw_data();
@@ -127,16 +130,41 @@ BatchedPacker::~BatchedPacker() {
   cudaGetLastError();
 }
 
-void BatchedPacker::pack(void* buffer, cudaStream_t stream) const {
+void BatchedPacker::pack_blocks(void* buffer, int64_t first, int64_t last,
+                                cudaStream_t stream) const {
+  if (last <= first) return;
   launch_pack(static_cast<const PackEntry*>(device_entries_.raw_data()),
-              static_cast<const PackChunk*>(device_chunks_.raw_data()),
-              static_cast<int64_t>(chunks_.size()), buffer, wire_, stream);
+              static_cast<const PackBlock*>(device_blocks_.raw_data()) + first, last - first,
+              buffer, wire_, stream);
+}
+
+void BatchedPacker::unpack_blocks(const void* buffer, int64_t first, int64_t last, double scale,
+                                  cudaStream_t stream) const {
+  if (last <= first) return;
+  launch_unpack(static_cast<const PackEntry*>(device_entries_.raw_data()),
+                static_cast<const PackBlock*>(device_blocks_.raw_data()) + first, last - first,
+                buffer, wire_, scale, stream);
+}
+
+void BatchedPacker::pack(void* buffer, cudaStream_t stream) const {
+  pack_blocks(buffer, 0, static_cast<int64_t>(blocks_.size()), stream);
+}
+
+void BatchedPacker::pack_chunk(void* buffer, int k, cudaStream_t stream) const {
+  if (k < 0 || k >= chunks()) return;
+  const size_t i = static_cast<size_t>(k);
+  pack_blocks(buffer, chunk_first_block_[i], chunk_first_block_[i + 1], stream);
 }
 
 void BatchedPacker::unpack(const void* buffer, double scale, cudaStream_t stream) const {
-  launch_unpack(static_cast<const PackEntry*>(device_entries_.raw_data()),
-                static_cast<const PackChunk*>(device_chunks_.raw_data()),
-                static_cast<int64_t>(chunks_.size()), buffer, wire_, scale, stream);
+  unpack_blocks(buffer, 0, static_cast<int64_t>(blocks_.size()), scale, stream);
+}
+
+void BatchedPacker::unpack_chunk(const void* buffer, int k, double scale,
+                                 cudaStream_t stream) const {
+  if (k < 0 || k >= chunks()) return;
+  const size_t i = static_cast<size_t>(k);
+  unpack_blocks(buffer, chunk_first_block_[i], chunk_first_block_[i + 1], scale, stream);
 }
 
 }  // namespace kusari::mn::detail

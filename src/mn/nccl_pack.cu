@@ -4,7 +4,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cuda/cuda_backend.h"
 #include "mn/nccl_pack.h"
@@ -67,31 +69,58 @@ __device__ __forceinline__ Dst convert(Src v, double scale, bool scaled) {
   }
 }
 
-// One block per chunk: the chunk names its entry and an element range of it. The entry's dtype
-// is read once per block, so the per-element loop has no branch.
+/// Copies n elements from `in` to `out` with the threads of one block: 16 bytes per thread and
+/// step when both are 16-byte aligned (then the last n % (16 / sizeof(T)) elements one by one),
+/// else one element at a time.
+template <typename T>
+__device__ __forceinline__ void copy_range(T* out, const T* in, int64_t n) {
+  constexpr int64_t kPerVector = 16 / static_cast<int64_t>(sizeof(T));
+  int64_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(in)) & 15) == 0) {
+    const int64_t vectors = n / kPerVector;
+    const uint4* vin = reinterpret_cast<const uint4*>(in);
+    uint4* vout = reinterpret_cast<uint4*>(out);
+    for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) vout[i] = vin[i];
+    done = vectors * kPerVector;
+  }
+  for (int64_t i = done + threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
+}
+
+// One thread block per table block: the block names its entry and an element range of it. The
+// entry's dtype is read once per thread block, so the per-element loop has no branch.
 template <typename Wire, typename Src>
-__device__ __forceinline__ void pack_range(const PackEntry& e, const PackChunk& c, Wire* buffer) {
+__device__ __forceinline__ void pack_range(const PackEntry& e, const PackBlock& c, Wire* buffer) {
   const Src* in = static_cast<const Src*>(e.data);
   Wire* out = buffer + e.offset;
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-    out[i] = convert<Wire>(in[i], 1.0, false);
+  if constexpr (std::is_same_v<Wire, Src>) {
+    copy_range(out + c.begin, in + c.begin, c.end - c.begin);
+  } else {
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+      out[i] = convert<Wire>(in[i], 1.0, false);
+    }
   }
 }
 
 template <typename Wire, typename Dst>
-__device__ __forceinline__ void unpack_range(const PackEntry& e, const PackChunk& c,
+__device__ __forceinline__ void unpack_range(const PackEntry& e, const PackBlock& c,
                                              const Wire* buffer, double scale) {
   Dst* out = static_cast<Dst*>(e.data);
   const Wire* in = buffer + e.offset;
   const bool scaled = scale != 1.0;
+  if constexpr (std::is_same_v<Wire, Dst>) {
+    if (!scaled) {
+      copy_range(out + c.begin, in + c.begin, c.end - c.begin);
+      return;
+    }
+  }
   for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
     out[i] = convert<Dst>(in[i], scale, scaled);
   }
 }
 
 template <typename Wire>
-__global__ void pack_kernel(const PackEntry* entries, const PackChunk* chunks, Wire* buffer) {
-  const PackChunk c = chunks[blockIdx.x];
+__global__ void pack_kernel(const PackEntry* entries, const PackBlock* blocks, Wire* buffer) {
+  const PackBlock c = blocks[blockIdx.x];
   const PackEntry e = entries[c.entry];
   switch (static_cast<Dtype>(e.dtype)) {
     case Dtype::kFloat16:
@@ -112,9 +141,9 @@ __global__ void pack_kernel(const PackEntry* entries, const PackChunk* chunks, W
 }
 
 template <typename Wire>
-__global__ void unpack_kernel(const PackEntry* entries, const PackChunk* chunks, const Wire* buffer,
+__global__ void unpack_kernel(const PackEntry* entries, const PackBlock* blocks, const Wire* buffer,
                               double scale) {
-  const PackChunk c = chunks[blockIdx.x];
+  const PackBlock c = blocks[blockIdx.x];
   const PackEntry e = entries[c.entry];
   switch (static_cast<Dtype>(e.dtype)) {
     case Dtype::kFloat16:
@@ -152,33 +181,33 @@ void visit_wire(Dtype wire, F&& f) {
   }
 }
 
-void check_grid(int64_t num_chunks) {
-  KUSARI_CHECK(num_chunks <= std::numeric_limits<int32_t>::max(), ValueError,
-               "gradient packing: ", num_chunks, " chunks exceed the CUDA grid limit");
+void check_grid(int64_t num_blocks) {
+  KUSARI_CHECK(num_blocks <= std::numeric_limits<int32_t>::max(), ValueError,
+               "gradient packing: ", num_blocks, " blocks exceed the CUDA grid limit");
 }
 
 }  // namespace
 
-void launch_pack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks,
+void launch_pack(const PackEntry* entries, const PackBlock* blocks, int64_t num_blocks,
                  void* buffer, Dtype wire, cudaStream_t stream) {
-  if (num_chunks == 0) return;
-  check_grid(num_chunks);
+  if (num_blocks == 0) return;
+  check_grid(num_blocks);
   visit_wire(wire, [&](auto tag) {
     using Wire = decltype(tag);
-    pack_kernel<Wire><<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(
-        entries, chunks, static_cast<Wire*>(buffer));
+    pack_kernel<Wire><<<static_cast<unsigned>(num_blocks), kThreads, 0, stream>>>(
+        entries, blocks, static_cast<Wire*>(buffer));
   });
   KUSARI_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_unpack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks,
+void launch_unpack(const PackEntry* entries, const PackBlock* blocks, int64_t num_blocks,
                    const void* buffer, Dtype wire, double scale, cudaStream_t stream) {
-  if (num_chunks == 0) return;
-  check_grid(num_chunks);
+  if (num_blocks == 0) return;
+  check_grid(num_blocks);
   visit_wire(wire, [&](auto tag) {
     using Wire = decltype(tag);
-    unpack_kernel<Wire><<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(
-        entries, chunks, static_cast<const Wire*>(buffer), scale);
+    unpack_kernel<Wire><<<static_cast<unsigned>(num_blocks), kThreads, 0, stream>>>(
+        entries, blocks, static_cast<const Wire*>(buffer), scale);
   });
   KUSARI_CUDA_CHECK(cudaGetLastError());
 }

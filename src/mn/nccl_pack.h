@@ -1,5 +1,6 @@
 // Batched packing of many arrays (a model's gradients or parameters) into one flat GPU buffer,
-// and back, for the NCCL communicators. See Note [Batched packing].
+// and back, for the NCCL communicators, whole or one pipeline chunk at a time. See
+// Note [Batched packing].
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,41 +9,22 @@
 #include <vector>
 
 #include "kusari/core/array.h"
+#include "mn/chunk_plan.h"
 
 namespace kusari::mn::detail {
 
-/// One array of a packed set, as the kernels see it (32 bytes).
-struct PackEntry {
-  /// The array's data (contiguous, on the packer's GPU).
-  void* data = nullptr;
-  /// Elements.
-  int64_t size = 0;
-  /// Where the array starts in the flat buffer, in elements of the wire dtype.
-  int64_t offset = 0;
-  /// The array's Dtype.
-  int32_t dtype = 0;
-  int32_t unused = 0;
-};
-
-/// A piece of one entry that one thread block copies (32 bytes).
-struct PackChunk {
-  int64_t entry = 0;
-  /// Element range [begin, end) within the entry.
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t unused = 0;
-};
-
-/// Launches one kernel that copies every entry into `buffer` (dtype `wire`), casting, on
-/// `stream`. `entries` and `chunks` are device tables.
-void launch_pack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks,
+/// Launches one kernel that copies the `num_blocks` blocks of the device table `blocks` (of the
+/// entries of the device table `entries`) into `buffer` (dtype `wire`), casting, on `stream`.
+void launch_pack(const PackEntry* entries, const PackBlock* blocks, int64_t num_blocks,
                  void* buffer, Dtype wire, cudaStream_t stream);
-/// Launches one kernel that writes `buffer` * scale back into every entry, cast to its dtype.
-void launch_unpack(const PackEntry* entries, const PackChunk* chunks, int64_t num_chunks,
+/// Launches one kernel that writes those blocks of `buffer` * scale back into their entries, cast
+/// to each entry's dtype.
+void launch_unpack(const PackEntry* entries, const PackBlock* blocks, int64_t num_blocks,
                    const void* buffer, Dtype wire, double scale, cudaStream_t stream);
 
-/// Packs a list of arrays into one buffer and unpacks it, with one kernel each way, driven by
-/// device-side tables that are built once per layout and reused. See Note [Batched packing].
+/// Packs a list of arrays into one buffer and unpacks it, with one kernel each way (or one per
+/// pipeline chunk), driven by device-side tables that are built once per layout and reused. See
+/// Note [Batched packing].
 class BatchedPacker {
  public:
   BatchedPacker() = default;
@@ -51,29 +33,45 @@ class BatchedPacker {
   BatchedPacker& operator=(const BatchedPacker&) = delete;
 
   /// Makes the tables describe `arrays` (contiguous, floating, all on GPU `device`) packed as
-  /// `wire` at consecutive offsets. Cheap when nothing changed since the last call; uploads the
-  /// pointer table when only the arrays' memory moved; rebuilds everything when the layout
-  /// (sizes, dtypes, wire dtype) changed. Uploads are queued on the device's compute stream.
-  void prepare(const std::vector<Array>& arrays, Dtype wire, int device);
+  /// `wire` at consecutive offsets, cut into chunks of `chunk_elements` elements of the buffer
+  /// (0: one chunk) that pack_chunk and unpack_chunk handle one at a time. Cheap when nothing
+  /// changed since the last call; uploads the pointer table when only the arrays' memory moved;
+  /// rebuilds everything when the layout (sizes, dtypes, wire dtype, chunk size) changed.
+  /// Uploads are queued on the device's compute stream.
+  void prepare(const std::vector<Array>& arrays, Dtype wire, int device,
+               int64_t chunk_elements = 0);
   /// Elements of the packed layout (before any padding).
   int64_t total() const { return total_; }
   Dtype wire() const { return wire_; }
+  /// Chunks of the layout: max(1, ceil(total() / chunk_elements)).
+  int chunks() const { return static_cast<int>(chunk_first_block_.size()) - 1; }
   /// Queues the pack of the prepared arrays into `buffer` on `stream`.
   void pack(void* buffer, cudaStream_t stream) const;
+  /// Queues the pack of chunk `k` only (nothing for k >= chunks()).
+  void pack_chunk(void* buffer, int k, cudaStream_t stream) const;
   /// Queues the unpack of `buffer` (times `scale`) into the prepared arrays on `stream`.
   void unpack(const void* buffer, double scale, cudaStream_t stream) const;
+  /// Queues the unpack of chunk `k` only (nothing for k >= chunks()).
+  void unpack_chunk(const void* buffer, int k, double scale, cudaStream_t stream) const;
   /// Rebuilds of the layout and uploads of the pointer table so far (diagnostics).
   int64_t layout_builds() const { return layout_builds_; }
   int64_t pointer_uploads() const { return pointer_uploads_; }
 
  private:
+  /// Blocks [first, last) of the table.
+  void pack_blocks(void* buffer, int64_t first, int64_t last, cudaStream_t stream) const;
+  void unpack_blocks(const void* buffer, int64_t first, int64_t last, double scale,
+                     cudaStream_t stream) const;
+
   int device_ = -1;
   Dtype wire_ = Dtype::kFloat32;
+  int64_t chunk_elements_ = 0;
   int64_t total_ = 0;
   std::vector<PackEntry> entries_;
-  std::vector<PackChunk> chunks_;
+  std::vector<PackBlock> blocks_;
+  std::vector<int64_t> chunk_first_block_ = {0, 0};
   Array device_entries_;
-  Array device_chunks_;
+  Array device_blocks_;
   /// Uploads of the entry table go through two pinned buffers, each free again once the
   /// compute stream has passed its event (a copy from pageable memory may wait for the stream).
   struct Staging {
@@ -88,8 +86,5 @@ class BatchedPacker {
   int64_t layout_builds_ = 0;
   int64_t pointer_uploads_ = 0;
 };
-
-/// Elements of one array that one thread block of the pack kernels copies at most.
-inline constexpr int64_t kPackChunkElements = 16384;
 
 }  // namespace kusari::mn::detail

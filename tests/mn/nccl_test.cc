@@ -1,8 +1,9 @@
 // Multi-process tests of the NCCL communicators (pure_nccl, non_cuda_aware, hierarchical,
 // two_dimensional, single_node): each kind's mean gradients, bcast_data and allreduce against the
 // MPI ("flat") result, with real and pretend hosts, 16-bit wire dtypes, double buffering's one
-// step of staleness, the refusals, and the timeout. GPU tests skip with a message when the
-// machine has no GPU or fewer GPUs than ranks on it; the rest run everywhere.
+// step of staleness, the gradient pipeline cut into many chunks, the refusals, and the timeout.
+// GPU tests skip with a message when the machine has no GPU or fewer GPUs than ranks on it; the
+// rest (the chunk planning among them) run everywhere.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -15,7 +16,9 @@
 
 #include "kusari/config.h"
 #include "kusari/mn.h"
+#include "kusari/mn/benchmark.h"
 #include "kusari/optimizers/sgd.h"
+#include "mn/chunk_plan.h"
 #include "mn/mean_grad_pipeline.h"
 #include "mn/nccl_wait.h"
 #include "test_util.h"
@@ -85,25 +88,30 @@ Device my_gpu() {
   return Device::cuda(machine_rank_and_size().first);
 }
 
-/// Creates `name` with pretend hosts of `ranks_per_host` ranks (0: the real hosts).
+/// Creates `name` with pretend hosts of `ranks_per_host` ranks (0: the real hosts) and, unless
+/// empty, KUSARI_MN_CHUNK_BYTES=`chunk_bytes`.
 std::shared_ptr<Communicator> make_comm(const std::string& name, int ranks_per_host,
-                                        CommunicatorOptions o = {}) {
+                                        CommunicatorOptions o = {},
+                                        const std::string& chunk_bytes = "") {
   if (ranks_per_host > 0)
     setenv("KUSARI_MN_RANKS_PER_HOST", std::to_string(ranks_per_host).c_str(), 1);
+  if (!chunk_bytes.empty()) setenv("KUSARI_MN_CHUNK_BYTES", chunk_bytes.c_str(), 1);
   std::shared_ptr<Communicator> c;
   try {
     c = create_communicator(name, o);
   } catch (...) {
     unsetenv("KUSARI_MN_RANKS_PER_HOST");
+    unsetenv("KUSARI_MN_CHUNK_BYTES");
     throw;
   }
   unsetenv("KUSARI_MN_RANKS_PER_HOST");
+  unsetenv("KUSARI_MN_CHUNK_BYTES");
   return c;
 }
 
 /// NCCL communicators are kept for the whole run, one per (kind, pretend host size, wire
-/// dtype): setting NCCL up takes a good part of a second, and reusing a communicator across
-/// models of different layouts also exercises the packer's table rebuilds. They are released
+/// dtype, chunk setting): setting NCCL up takes a good part of a second, and reusing a communicator
+/// across models of different layouts also exercises the packer's table rebuilds. They are released
 /// before MPI is finalized.
 std::map<std::string, std::shared_ptr<Communicator>>& comm_cache() {
   static std::map<std::string, std::shared_ptr<Communicator>> cache;
@@ -118,11 +126,13 @@ class ReleaseCachedCommunicators : public ::testing::Environment {
     ::testing::AddGlobalTestEnvironment(new ReleaseCachedCommunicators);
 
 std::shared_ptr<Communicator> cached_comm(const std::string& name, int ranks_per_host,
-                                          CommunicatorOptions o = {}) {
+                                          CommunicatorOptions o = {},
+                                          const std::string& chunk_bytes = "") {
   const std::string key = name + "/" + std::to_string(ranks_per_host) + "/" +
-                          (o.allreduce_grad_dtype ? dtype_name(*o.allreduce_grad_dtype) : "same");
+                          (o.allreduce_grad_dtype ? dtype_name(*o.allreduce_grad_dtype) : "same") +
+                          "/" + chunk_bytes;
   auto& c = comm_cache()[key];
-  if (!c) c = make_comm(name, ranks_per_host, o);
+  if (!c) c = make_comm(name, ranks_per_host, o, chunk_bytes);
   return c;
 }
 
@@ -137,6 +147,23 @@ class Uneven : public Link {
   }
   const char* type_name() const override { return "Uneven"; }
 };
+
+/// A model whose parameters, packed as float32, end exactly on, start exactly on, fill exactly,
+/// and straddle the boundaries of 4 KiB (1024-element) pipeline chunks: offsets 0, 1021, 1024,
+/// 2048, 4096, 4097, 9097 (end 9137).
+class Straddling : public Link {
+ public:
+  Straddling() {
+    const std::vector<Shape> shapes = {{1021}, {3}, {32, 32}, {2, 1024}, {1}, {50, 100}, {40}};
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      add_param("q" + std::to_string(i), Parameter(Array::zeros(shapes[i], float32)));
+    }
+  }
+  const char* type_name() const override { return "Straddling"; }
+};
+
+/// Chunks of 4 KiB: the Uneven model in float32 (38,780 values) travels in 38 chunks.
+constexpr const char* kSmallChunks = "4K";
 
 /// Gradient of parameter `i` on `rank`: rank + a pattern exact in 16-bit floats.
 Array gradient_pattern(const Shape& shape, int i, int rank, Dtype dtype) {
@@ -172,8 +199,9 @@ class NcclKindTest : public ::testing::TestWithParam<KindAndHosts> {
           << "two_dimensional refuses uneven hosts (tested by TwoDimensionalRefusesUnevenHosts)";
     }
   }
-  std::shared_ptr<Communicator> make_kind(CommunicatorOptions o = {}) {
-    return cached_comm(std::get<0>(GetParam()), std::get<1>(GetParam()), o);
+  std::shared_ptr<Communicator> make_kind(CommunicatorOptions o = {},
+                                          const std::string& chunk_bytes = "") {
+    return cached_comm(std::get<0>(GetParam()), std::get<1>(GetParam()), o, chunk_bytes);
   }
 };
 
@@ -207,8 +235,9 @@ TEST_P(NcclKindTest, MeanGradEqualsFlat) {
   }
 }
 
-TEST_P(NcclKindTest, ZeroFillAndMixedDtypes) {
-  auto comm = make_kind();
+/// Mean gradients of `comm` for float64, float16 and float32 gradients together (one float64
+/// wire buffer), with a parameter that only zero_fill gives a gradient.
+void check_zero_fill_and_mixed_dtypes(Communicator* comm) {
   const int r = comm->rank(), s = comm->size();
   Uneven model;
   model.to_device(my_gpu());
@@ -232,6 +261,10 @@ TEST_P(NcclKindTest, ZeroFillAndMixedDtypes) {
         << path;
     ++i;
   }
+}
+
+TEST_P(NcclKindTest, ZeroFillAndMixedDtypes) {
+  check_zero_fill_and_mixed_dtypes(make_kind().get());
 }
 
 TEST_P(NcclKindTest, WireDtypes) {
@@ -301,8 +334,8 @@ TEST_P(NcclKindTest, AllreduceOnTheGpu) {
                           base * static_cast<double>(s) + s * (s - 1) / 2.0));
 }
 
-TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
-  auto comm = make_kind();
+/// Double buffering through `comm`: each update applies the previous step's mean.
+void check_double_buffering(const std::shared_ptr<Communicator>& comm) {
   const int r = comm->rank(), s = comm->size();
   auto model = std::make_shared<Uneven>();
   model->to_device(my_gpu());
@@ -349,6 +382,87 @@ TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
   // Another setup drops the sum in flight.
   opt->setup(model);
   EXPECT_EQ(pipeline.mean_grads_in_flight(), 0);
+}
+
+TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
+  check_double_buffering(make_kind());
+}
+
+// --- the gradient pipeline (Note [Gradient pipeline]) ----------------------------------------
+
+/// Compares `comm`'s mean gradients of `gpu_model` with flat's of `cpu_model` (same layout) over
+/// two steps; with `zero_fill`, parameter 3 has no gradient on any rank.
+void check_against_flat(Communicator& comm, Communicator& flat, Link& gpu_model, Link& cpu_model,
+                        bool zero_fill, double tolerance) {
+  const int r = comm.rank();
+  gpu_model.to_device(my_gpu());
+  for (int step = 0; step < 2; ++step) {
+    set_gradients(gpu_model, r + step, float32, my_gpu());
+    set_gradients(cpu_model, r + step, float32, Device::cpu());
+    if (zero_fill) {
+      gpu_model.namedparams()[3].second.cleargrad();
+      cpu_model.namedparams()[3].second.cleargrad();
+    }
+    comm.multi_node_mean_grad(gpu_model, zero_fill);
+    flat.multi_node_mean_grad(cpu_model, zero_fill);
+    auto g = gpu_model.namedparams(), c = cpu_model.namedparams();
+    ASSERT_EQ(g.size(), c.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_TRUE(g[i].second.grad().defined()) << g[i].first;
+      EXPECT_EQ(g[i].second.grad().device(), my_gpu());
+      EXPECT_EQ(g[i].second.grad().dtype(), float32);
+      EXPECT_TRUE(ArraysClose(g[i].second.grad().to_device(Device::cpu()), c[i].second.grad(),
+                              tolerance, tolerance))
+          << comm.name() << " step " << step << " " << g[i].first << " (" << gradient_chunks(comm)
+          << " chunks)";
+    }
+  }
+}
+
+TEST_P(NcclKindTest, PipelinedMeanGradEqualsFlat) {
+  auto comm = make_kind({}, kSmallChunks);
+  auto flat = create_communicator("flat");
+  {
+    Uneven gpu_model, cpu_model;
+    check_against_flat(*comm, *flat, gpu_model, cpu_model, false, 1e-6);
+    EXPECT_GE(gradient_chunks(*comm), 30) << comm->name();
+  }
+  {
+    Straddling gpu_model, cpu_model;  // another layout: the tables are rebuilt
+    check_against_flat(*comm, *flat, gpu_model, cpu_model, false, 1e-6);
+    EXPECT_GE(gradient_chunks(*comm), 8) << comm->name();
+  }
+  EXPECT_EQ(gradient_chunk_setting(*comm), "4KiB");
+}
+
+TEST_P(NcclKindTest, PipelinedWireDtypesWithZeroFill) {
+  for (Dtype wire : {float16, bfloat16}) {
+    CommunicatorOptions o;
+    o.allreduce_grad_dtype = wire;
+    // 1 KiB chunks would make 76 of the 77.5 KB buffer: the plan caps them at 64 (61 chunks of
+    // 640 elements, rounded to whole 256-byte units).
+    auto comm = make_kind(o, "1K");
+    auto flat = create_communicator("flat", o);
+    Uneven gpu_model, cpu_model;
+    check_against_flat(*comm, *flat, gpu_model, cpu_model, true, 1e-2);
+    EXPECT_GE(gradient_chunks(*comm), 50) << dtype_name(wire);
+    EXPECT_LE(gradient_chunks(*comm), detail::kMaxChunks) << dtype_name(wire);
+    Array filled = gpu_model.namedparams()[3].second.grad();
+    EXPECT_TRUE(
+        array_equal(filled.to_device(Device::cpu()), Array::zeros(filled.shape(), float32)));
+  }
+}
+
+TEST_P(NcclKindTest, PipelinedZeroFillAndMixedDtypes) {
+  auto comm = make_kind({}, kSmallChunks);
+  check_zero_fill_and_mixed_dtypes(comm.get());
+  EXPECT_GE(gradient_chunks(*comm), 30) << comm->name();  // a float64 wire: 310 KB
+}
+
+TEST_P(NcclKindTest, PipelinedDoubleBuffering) {
+  auto comm = make_kind({}, kSmallChunks);
+  check_double_buffering(comm);
+  EXPECT_GE(gradient_chunks(*comm), 30) << comm->name();
 }
 
 std::vector<KindAndHosts> kinds_and_hosts() {
@@ -449,6 +563,146 @@ TEST(NcclTest, RejectsAnIntegerWireDtype) {
   EXPECT_THROW(create_communicator("pure_nccl", o), DtypeError);
 }
 
+TEST(NcclTest, RejectsABadChunkSetting) {
+  if (!kHaveNccl) GTEST_SKIP() << "this kusari was built without CUDA and NCCL";
+  try {
+    make_comm("pure_nccl", 0, {}, "lots");
+    ADD_FAILURE() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("KUSARI_MN_CHUNK_BYTES"), std::string::npos) << e.what();
+  }
+  auto comm = make_comm("pure_nccl", 0, {}, "8M");  // no GPU needed until the first operation
+  EXPECT_EQ(gradient_chunk_setting(*comm), "8MiB");
+  EXPECT_EQ(gradient_chunks(*comm), 0);
+}
+
+// --- chunk planning (no GPU needed) --------------------------------------------------------------
+
+TEST(GradientChunksTest, ParsesSettings) {
+  using detail::parse_chunk_bytes;
+  EXPECT_EQ(parse_chunk_bytes("auto"), detail::kChunkBytesAuto);
+  EXPECT_EQ(parse_chunk_bytes(""), detail::kChunkBytesAuto);
+  EXPECT_EQ(parse_chunk_bytes(" AUTO "), detail::kChunkBytesAuto);
+  EXPECT_EQ(parse_chunk_bytes("off"), detail::kChunkBytesOff);
+  EXPECT_EQ(parse_chunk_bytes("0"), detail::kChunkBytesOff);
+  EXPECT_EQ(parse_chunk_bytes("4096"), 4096);
+  EXPECT_EQ(parse_chunk_bytes("4K"), 4096);
+  EXPECT_EQ(parse_chunk_bytes("8M"), int64_t{8} << 20);
+  EXPECT_EQ(parse_chunk_bytes("8MiB"), int64_t{8} << 20);
+  EXPECT_EQ(parse_chunk_bytes("8mb"), int64_t{8} << 20);
+  EXPECT_EQ(parse_chunk_bytes("1G"), int64_t{1} << 30);
+  for (const char* bad : {"lots", "-5", "8X", "8.5M", "M", "99999999999999999999"}) {
+    EXPECT_THROW(parse_chunk_bytes(bad), ValueError) << bad;
+  }
+  EXPECT_EQ(detail::chunk_bytes_name(detail::kChunkBytesAuto), "auto");
+  EXPECT_EQ(detail::chunk_bytes_name(detail::kChunkBytesOff), "off");
+  EXPECT_EQ(detail::chunk_bytes_name(int64_t{16} << 20), "16MiB");
+  EXPECT_EQ(detail::chunk_bytes_name(1536), "1536B");
+}
+
+/// The invariants of every plan.
+void expect_valid_plan(const detail::ChunkPlan& p, int64_t elements, int64_t item,
+                       int64_t multiple) {
+  ASSERT_GE(p.count, 1);
+  EXPECT_LE(p.count, detail::kMaxChunks);
+  EXPECT_EQ(p.elements, elements);
+  int64_t sum = 0;
+  for (int k = 0; k < p.count; ++k) {
+    EXPECT_EQ(p.begin(k), sum);
+    EXPECT_GT(p.size(k), 0);
+    if (k + 1 < p.count) EXPECT_EQ(p.size(k), p.chunk);
+    sum += p.size(k);
+  }
+  EXPECT_EQ(sum, elements);
+  if (p.count > 1) {
+    EXPECT_EQ(p.chunk % multiple, 0);
+    EXPECT_EQ(p.chunk * item % detail::kChunkAlignBytes, 0);
+  }
+}
+
+TEST(GradientChunksTest, PlansChunks) {
+  using detail::plan_chunks;
+  // Off, and automatic for a small buffer: one chunk.
+  auto p = plan_chunks(1 << 20, 4, 1, detail::kChunkBytesOff);
+  EXPECT_EQ(p.count, 1);
+  expect_valid_plan(p, 1 << 20, 4, 1);
+  p = plan_chunks(1 << 20, 4, 1, detail::kChunkBytesAuto);
+  EXPECT_EQ(p.count, 1);
+  // Automatic for ResNet-50 (97.5 MiB of float32): 6 equal chunks; with a float16 wire, 3.
+  const int64_t resnet = 25557032;
+  p = plan_chunks(resnet, 4, 1, detail::kChunkBytesAuto);
+  EXPECT_EQ(p.count, 6);
+  expect_valid_plan(p, resnet, 4, 1);
+  p = plan_chunks(resnet, 2, 1, detail::kChunkBytesAuto);
+  EXPECT_EQ(p.count, 3);
+  expect_valid_plan(p, resnet, 2, 1);
+  // A given size: 8 MiB chunks, the last one shorter.
+  p = plan_chunks(resnet, 4, 1, int64_t{8} << 20);
+  EXPECT_EQ(p.chunk, int64_t{2} << 20);
+  EXPECT_EQ(p.count, 13);
+  expect_valid_plan(p, resnet, 4, 1);
+  // Too small a size is raised to keep at most kMaxChunks.
+  p = plan_chunks(int64_t{1} << 20, 4, 1, 4096);
+  EXPECT_EQ(p.count, detail::kMaxChunks);
+  expect_valid_plan(p, int64_t{1} << 20, 4, 1);
+  // two_dimensional's padding (3 processes a host: multiples of 192 elements), a float16 wire.
+  p = plan_chunks(192 * 1000, 2, 192, 10000);
+  EXPECT_GT(p.count, 1);
+  expect_valid_plan(p, 192 * 1000, 2, 192);
+  // A chunk at least the buffer: one chunk.
+  p = plan_chunks(1000, 8, 1, 1 << 20);
+  EXPECT_EQ(p.count, 1);
+  expect_valid_plan(p, 1000, 8, 1);
+  for (int64_t elements : {1, 63, 64, 1000, 38780, 1 << 22}) {
+    for (int64_t bytes : {int64_t{1}, int64_t{300}, int64_t{4096}, int64_t{1} << 20}) {
+      expect_valid_plan(plan_chunks(elements, 4, 1, bytes), elements, 4, 1);
+    }
+  }
+}
+
+TEST(GradientChunksTest, BlocksNeverStraddleChunks) {
+  // Arrays ending on, starting on, filling and straddling chunk boundaries of 1024 elements,
+  // one longer than a block, and an empty one.
+  const std::vector<int64_t> sizes = {1021, 3, 1024, 2048, 1, 5000, 40000, 0, 7};
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (int64_t n : sizes) {
+    offsets.push_back(total);
+    total += n;
+  }
+  for (int64_t chunk : {int64_t{0}, int64_t{1024}, int64_t{4096}, int64_t{100000}}) {
+    std::vector<int64_t> first;
+    const auto blocks = detail::build_pack_blocks(sizes, chunk, &first);
+    const int64_t chunks = chunk > 0 ? (total + chunk - 1) / chunk : 1;
+    ASSERT_EQ(static_cast<int64_t>(first.size()), chunks + 1) << chunk;
+    EXPECT_EQ(first.front(), 0);
+    EXPECT_EQ(first.back(), static_cast<int64_t>(blocks.size()));
+    // The blocks tile every array in order.
+    int64_t at = 0;
+    for (const detail::PackBlock& b : blocks) {
+      const int64_t start = offsets[static_cast<size_t>(b.entry)] + b.begin;
+      EXPECT_EQ(start, at) << chunk;
+      EXPECT_GT(b.end, b.begin);
+      EXPECT_LE(b.end - b.begin, detail::kPackBlockElements);
+      EXPECT_LE(b.end, sizes[static_cast<size_t>(b.entry)]);
+      at = offsets[static_cast<size_t>(b.entry)] + b.end;
+    }
+    EXPECT_EQ(at, total) << chunk;
+    // Chunk k's blocks lie within [k * chunk, (k + 1) * chunk).
+    for (int64_t k = 0; k < chunks; ++k) {
+      for (int64_t j = first[static_cast<size_t>(k)]; j < first[static_cast<size_t>(k) + 1]; ++j) {
+        const detail::PackBlock& b = blocks[static_cast<size_t>(j)];
+        const int64_t start = offsets[static_cast<size_t>(b.entry)] + b.begin;
+        const int64_t end = offsets[static_cast<size_t>(b.entry)] + b.end;
+        if (chunk > 0) {
+          EXPECT_GE(start, k * chunk) << "chunk " << k;
+          EXPECT_LE(end, (k + 1) * chunk) << "chunk " << k;
+        }
+      }
+    }
+  }
+}
+
 // --- the timeout ---------------------------------------------------------------------------------
 
 TEST(NcclWaitTest, DoneAfterSomePolls) {
@@ -499,6 +753,32 @@ TEST(NcclWaitTest, TheClockStartsWhenTheOperationStarts) {
   p.done = [] { return false; };
   const detail::WaitResult late = detail::poll_until(p, 0.1);
   EXPECT_EQ(late.outcome, detail::WaitOutcome::kTimedOut);
+}
+
+TEST(NcclTest, PipelinedReductionWithATimeout) {
+  // Every chunk is waited for on the host, each with its own deadline.
+  KUSARI_REQUIRE_GPUS();
+  CommunicatorOptions o;
+  o.timeout_seconds = 30;
+  auto comm = make_comm("pure_nccl", 0, o, kSmallChunks);
+  auto flat = create_communicator("flat");
+  Uneven gpu_model, cpu_model;
+  check_against_flat(*comm, *flat, gpu_model, cpu_model, false, 1e-6);
+  EXPECT_GE(gradient_chunks(*comm), 30);
+}
+
+TEST(NcclTest, AllreduceInPieces) {
+  // The benchmark's reference for the pipeline: a sum in back-to-back pieces.
+  KUSARI_REQUIRE_GPUS();
+  auto comm = cached_comm("pure_nccl", 0);
+  const int r = comm->rank(), s = comm->size();
+  Array base = Array::arange(0.0, 1000.0, 1.0, float32);
+  Array x = (base + static_cast<double>(r)).to_device(my_gpu());
+  allreduce_in_pieces(*comm, x, 7);
+  EXPECT_TRUE(
+      ArraysClose(x.to_device(Device::cpu()), base * static_cast<double>(s) + s * (s - 1) / 2.0));
+  auto flat = create_communicator("flat");
+  EXPECT_THROW(allreduce_in_pieces(*flat, x, 2), CommunicatorError);
 }
 
 TEST(NcclTest, TimeoutAbortsAndNamesTheOperation) {

@@ -1,11 +1,13 @@
-// Helpers for the multi-node benchmarks (bench/mn_*.cc): timing GPU work with CUDA events, and
-// the versions of the communication libraries. They need no CUDA header in the caller.
+// Helpers for the multi-node benchmarks (bench/mn_*.cc): timing GPU work with CUDA events, the
+// versions of the communication libraries, and what a gradient reduction did. They need no CUDA
+// header in the caller.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "kusari/core/device.h"
+#include "kusari/mn/communicator.h"
 
 namespace kusari::mn {
 
@@ -33,5 +35,16 @@ class GpuTimer {
 
 /// "NCCL 2.28.9" (the library linked at run time), or why there is none.
 std::string nccl_version();
+
+/// The number of pipeline chunks the last gradient reduction of an NCCL communicator was cut into
+/// (see KUSARI_MN_CHUNK_BYTES in docs/nccl.md); 0 for other communicators, or before the first.
+int gradient_chunks(const Communicator& comm);
+/// An NCCL communicator's chunk-size setting in words ("auto", "off", "8MiB"); "" for others.
+std::string gradient_chunk_setting(const Communicator& comm);
+/// The in-place sum of `x` (contiguous, on the communicator's GPU) over the ranks of an NCCL
+/// communicator in `pieces` equal NCCL reductions queued back to back, without packing: what
+/// cutting a buffer into pipeline chunks costs NCCL by itself. Throws CommunicatorError for
+/// other communicators.
+void allreduce_in_pieces(Communicator& comm, Array& x, int pieces);
 
 }  // namespace kusari::mn
