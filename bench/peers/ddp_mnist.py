@@ -3,6 +3,7 @@ over --np processes on this machine (or plainly in one process with --np 1), 100
 process per step, Adam. Prints samples/s and the time of an allreduce of all gradients."""
 import argparse
 import os
+import socket
 import time
 
 import torch
@@ -66,7 +67,9 @@ def main():
     args = p.parse_args()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = 29500 + os.getpid() % 1000
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     if args.np == 1:
         run(0, args, port, queue)
     else:

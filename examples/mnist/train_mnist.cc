@@ -54,7 +54,9 @@ int main(int argc, char** argv) {
   app.add_option("--data", data,
                  "Directory with the MNIST IDX files (train-images-idx3-ubyte[.gz], ...); default: the Fashion-MNIST "
                  "install (/usr/share/datasets/fashion-mnist or $KUSARI_DATASET_ROOT/fashion-mnist)");
-  app.add_option("--threads", threads, "CPU threads per process (0: the cores divided among the host's processes)")
+  app.add_option("--threads", threads,
+                 "BLAS threads per process on CPUs (0: the cores divided among the host's processes); other "
+                 "kernels use OMP_NUM_THREADS threads, 1 by default")
       ->capture_default_str();
   app.add_flag("--noplot", noplot, "Disable PlotReport extension");
   CLI11_PARSE(app, argc, argv);
@@ -72,10 +74,11 @@ int main(int argc, char** argv) {
   }
   auto comm = kusari::mn::create_communicator(communicator);
   kusari::Device device = gpu ? kusari::Device::cuda(comm->intra_rank()) : kusari::Device::cpu();
-  if (threads <= 0 && !std::getenv("OMP_NUM_THREADS")) {
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->intra_size());
-  }
-  if (threads > 0) kusari::set_num_threads(threads);
+  // On CPUs the matrix products (BLAS) get the cores; the small elementwise kernels of this MLP
+  // run best on one thread (measured in docs/benchmarks.md: 2 + 2 threads on 2 cores thrash).
+  if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->intra_size());
+  if (!std::getenv("OMP_NUM_THREADS")) kusari::set_num_threads(1);
+  kusari::set_blas_num_threads(threads);
 
   if (comm->rank() == 0) {
     if (warn_fallback) std::printf("Warning: using naive communicator because only naive supports CPU-only execution\n");
