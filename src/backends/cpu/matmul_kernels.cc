@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "backends/matrix_layout.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 #include "kusari/core/routines.h"
@@ -10,37 +11,6 @@
 namespace kusari::cpu {
 namespace {
 
-// Note [BLAS operand layout]
-// A matrix operand (the last two axes of a view) goes to BLAS without a copy when one of its
-// axes is unit-stride: row-major with leading dimension = the row stride, or column-major,
-// passed as the transpose, with leading dimension = the column stride. That covers the transposed
-// views that backward rules produce (x.T @ gy). Other layouts are copied once to be contiguous.
-struct MatrixOperand {
-  bool transposed = false;
-  int64_t ld = 0;
-  bool usable = false;
-};
-
-MatrixOperand describe(const Array& a) {
-  const int nd = a.ndim();
-  const int64_t rows = a.shape()[nd - 2], cols = a.shape()[nd - 1];
-  const int64_t rs = a.strides()[nd - 2], cs = a.strides()[nd - 1];
-  MatrixOperand m;
-  if ((cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1)) {
-    m.ld = std::max<int64_t>(rs, std::max<int64_t>(cols, 1));
-    m.usable = true;
-  } else if ((rs == 1 || rows == 1) && cs >= std::max<int64_t>(rows, 1)) {
-    m.transposed = true;
-    m.ld = std::max<int64_t>(cs, std::max<int64_t>(rows, 1));
-    m.usable = true;
-  }
-  if (rows == 1 && cols == 1) {
-    m.transposed = false;
-    m.ld = 1;
-    m.usable = true;
-  }
-  return m;
-}
 
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
@@ -59,14 +29,14 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
 template <typename T>
 void matmul_blas(const Array& a_in, const Array& b_in, Array& out) {
   Array a = a_in, b = b_in;
-  MatrixOperand ma = describe(a), mb = describe(b);
+  backends::MatrixOperand ma = backends::describe_matrix(a), mb = backends::describe_matrix(b);
   if (!ma.usable) {
     a = a.copy();
-    ma = describe(a);
+    ma = backends::describe_matrix(a);
   }
   if (!mb.usable) {
     b = b.copy();
-    mb = describe(b);
+    mb = backends::describe_matrix(b);
   }
   const int nd = out.ndim();
   const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a.shape()[nd - 1];

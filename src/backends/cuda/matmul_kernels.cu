@@ -16,6 +16,7 @@
 // result is rounded once like the CPU's; float64 computes in float64.
 #include <vector>
 
+#include "backends/matrix_layout.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/kernel_util.cuh"
 #include "kusari/core/cuda.h"
@@ -49,33 +50,6 @@ __global__ void matmul_integer_kernel(int64_t batch, int64_t m, int64_t n, int64
 
 // --- launchers -----------------------------------------------------------------------------------
 
-struct MatrixOperand {
-  bool transposed = false;
-  int64_t ld = 0;
-  bool usable = false;
-};
-
-/// The CPU's Note [BLAS operand layout] rule for the last two axes of `a`.
-MatrixOperand describe(const Array& a) {
-  const int nd = a.ndim();
-  const int64_t rows = a.shape()[nd - 2], cols = a.shape()[nd - 1];
-  const int64_t rs = a.strides()[nd - 2], cs = a.strides()[nd - 1];
-  MatrixOperand m;
-  if ((cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1)) {
-    m.ld = std::max<int64_t>(rs, std::max<int64_t>(cols, 1));
-    m.usable = true;
-  } else if ((rs == 1 || rows == 1) && cs >= std::max<int64_t>(rows, 1)) {
-    m.transposed = true;
-    m.ld = std::max<int64_t>(cs, std::max<int64_t>(rows, 1));
-    m.usable = true;
-  }
-  if (rows == 1 && cols == 1) {
-    m.transposed = false;
-    m.ld = 1;
-    m.usable = true;
-  }
-  return m;
-}
 
 /// Batch geometry of out, a, b over the batch axes (all but the last two), compacted.
 StridedIndexer<3> batch_geometry(const Array& out, const Array& a, const Array& b) {
@@ -98,14 +72,14 @@ struct GemmTypes {
 
 void matmul_cublas(const Array& a_in, const Array& b_in, Array& out) {
   Array a = a_in, b = b_in;
-  MatrixOperand ma = describe(a), mb = describe(b);
+  backends::MatrixOperand ma = backends::describe_matrix(a), mb = backends::describe_matrix(b);
   if (!ma.usable) {
     a = a.copy();
-    ma = describe(a);
+    ma = backends::describe_matrix(a);
   }
   if (!mb.usable) {
     b = b.copy();
-    mb = describe(b);
+    mb = backends::describe_matrix(b);
   }
   const int nd = out.ndim();
   const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a.shape()[nd - 1];

@@ -11,6 +11,7 @@
 #include "kusari/autograd/gradient_check.h"
 #include "kusari/autograd/mode.h"
 #include "kusari/functions/convolution.h"
+#include "function_test_util.h"
 #include "test_util.h"
 
 namespace kusari {
@@ -19,19 +20,7 @@ namespace {
 namespace F = functions;
 using F::IntPair;
 
-GradientCheckOptions tol(Dtype d) {
-  GradientCheckOptions o;
-  if (d == float32) {
-    o.eps = 1e-2;
-    o.atol = 1e-3;
-    o.rtol = 1e-2;
-  } else {
-    o.eps = 1e-5;
-    o.atol = 1e-8;
-    o.rtol = 1e-6;
-  }
-  return o;
-}
+GradientCheckOptions tol(Dtype d) { return testing::grad_tol(d); }
 
 /// One convolution geometry. For a deconvolution the same numbers read as x (N, C, H, W) and
 /// W (C, O / groups, kH, kW).

@@ -7,6 +7,7 @@
 #include "kusari/autograd/gradient_check.h"
 #include "kusari/functions/array.h"
 #include "kusari/functions/math.h"
+#include "function_test_util.h"
 #include "test_util.h"
 
 namespace kusari {
@@ -14,19 +15,7 @@ namespace {
 
 namespace F = functions;
 
-GradientCheckOptions tol(Dtype d) {
-  GradientCheckOptions o;
-  if (d == float32) {
-    o.eps = 1e-2;
-    o.atol = 1e-3;
-    o.rtol = 1e-2;
-  } else {
-    o.eps = 1e-5;
-    o.atol = 1e-8;
-    o.rtol = 1e-6;
-  }
-  return o;
-}
+GradientCheckOptions tol(Dtype d) { return testing::grad_tol(d); }
 
 struct Case {
   Device device;

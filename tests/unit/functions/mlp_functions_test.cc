@@ -5,6 +5,7 @@
 
 #include "kusari/autograd/gradient_check.h"
 #include "kusari/functions.h"
+#include "function_test_util.h"
 #include "test_util.h"
 
 namespace kusari {
@@ -15,19 +16,7 @@ namespace F = functions;
 class MlpFunctionsTest : public testing::DeviceTest {
  protected:
   Array uniform(const Shape& s, Dtype d = float64) { return Array::uniform(s, -1, 1, d, device(), &gen_); }
-  GradientCheckOptions opts(Dtype d = float64) {
-    GradientCheckOptions o;
-    if (d == float64) {
-      o.eps = 1e-5;
-      o.atol = 1e-8;
-      o.rtol = 1e-6;
-    } else {
-      o.eps = 1e-2;
-      o.atol = 1e-3;
-      o.rtol = 1e-2;
-    }
-    return o;
-  }
+  GradientCheckOptions opts(Dtype d = float64) { return testing::grad_tol(d); }
   Generator gen_{5};
 };
 
