@@ -1,7 +1,9 @@
 // Multi-node batch normalization equals single-process batch normalization on the concatenated
 // batch, in forward, backward and running statistics, also with unequal batch sizes.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
+#include "kusari/config.h"
 #include "kusari/kusari.h"
 #include "kusari/mn.h"
 #include "test_util.h"
@@ -47,6 +49,32 @@ TEST(MultiNodeBatchNormalizationTest, EqualsBatchNormalizationOnTheConcatenatedB
   // Test mode uses the running statistics and communicates nothing.
   TrainMode test(false);
   EXPECT_TRUE(ArraysClose(mn_bn(Variable(x_mine)).data(), ref(Variable(x_mine)).data(), 1e-10, 1e-10));
+}
+
+TEST(MultiNodeBatchNormalizationTest, OverNcclOnGpusEqualsTheCpuResult) {
+#if KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (cuda_device_count() < size) GTEST_SKIP() << "needs one GPU per process (" << size << ")";
+  auto cpu_comm = create_communicator("naive");
+  auto gpu_comm = create_communicator("pure_nccl");
+  const int r = gpu_comm->rank();
+  const Device dev = Device::cuda(r);
+  Generator g(31 + static_cast<uint64_t>(r));
+  Array x = Array::normal({4, 3, 2, 2}, 1.0, 2.0, float32, Device::cpu(), &g);
+  Array w = Array::normal({4, 3, 2, 2}, 0, 1, float32, Device::cpu(), &g);
+  MultiNodeBatchNormalization on_cpu(3, cpu_comm), on_gpu(3, gpu_comm);
+  on_gpu.to_device(dev);
+  Variable xc(x, true), xg(x.to_device(dev), true);
+  Variable yc = on_cpu(xc), yg = on_gpu(xg);
+  F::sum(yc * Variable(w)).backward();
+  F::sum(yg * Variable(w.to_device(dev))).backward();
+  EXPECT_TRUE(ArraysClose(yg.data().to_device(Device::cpu()), yc.data(), 1e-4, 1e-5));
+  EXPECT_TRUE(ArraysClose(xg.grad().to_device(Device::cpu()), xc.grad(), 1e-4, 1e-5));
+  EXPECT_TRUE(ArraysClose(on_gpu.avg_var().to_device(Device::cpu()), on_cpu.avg_var(), 1e-4, 1e-6));
+#else
+  GTEST_SKIP() << "this build has no CUDA and NCCL";
+#endif
 }
 
 class TwoBn : public Chain {
