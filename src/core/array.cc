@@ -455,18 +455,25 @@ void format_rec(std::ostream& os, const std::vector<double>& v, const Shape& sha
   os << "[";
   const int64_t n = shape[axis];
   constexpr int64_t kEdge = 3;
+  const bool innermost = axis + 1 == shape.size();
+  // Between elements: ", " in the innermost axis, else a comma, one newline per remaining axis
+  // and the indentation.
+  auto separator = [&](int newlines) {
+    if (innermost) {
+      os << ", ";
+    } else {
+      os << ',' << std::string(static_cast<size_t>(newlines), '\n') << std::string(static_cast<size_t>(indent + 1), ' ');
+    }
+  };
   for (int64_t i = 0; i < n; ++i) {
     if (summarize && n > 2 * kEdge && i == kEdge) {
       os << "...";
       i = n - kEdge - 1;
-      os << (axis + 1 == shape.size() ? ", " : ",\n" + std::string(indent + 1, ' '));
+      separator(1);
       continue;
     }
     format_rec(os, v, shape, st, axis + 1, off + i * st[axis], dtype, summarize, indent + 1);
-    if (i + 1 < n) {
-      os << (axis + 1 == shape.size() ? ", " : "," + std::string(shape.size() - axis - 1, '\n') +
-                                                   std::string(indent + 1, ' '));
-    }
+    if (i + 1 < n) separator(shape.size() - axis - 1);
   }
   os << "]";
 }
