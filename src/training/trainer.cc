@@ -55,14 +55,16 @@ void Trainer::run() {
   }
   std::stable_sort(extensions_.begin(), extensions_.end(),
                    [](const Entry& a, const Entry& b) { return a.priority > b.priority; });
-  for (Entry& e : extensions_) e.extension->initialize(*this);
-  updater_->connect_trainer(*this);
-  start_ = std::chrono::steady_clock::now();
   auto finalize_all = [&]() {
     for (Entry& e : extensions_) e.extension->finalize();
     updater_->finalize();
   };
   try {
+    // Inside the try: an extension failing to initialize (e.g. a corrupt snapshot to resume
+    // from) still gets the others' on_error and finalize (threads joined, files closed).
+    for (Entry& e : extensions_) e.extension->initialize(*this);
+    updater_->connect_trainer(*this);
+    start_ = std::chrono::steady_clock::now();
     while (!(*stop_trigger_)(*this)) {
       observation_.clear();
       ReporterScope scope(reporter_, observation_);
