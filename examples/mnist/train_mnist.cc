@@ -40,7 +40,7 @@ class MLP : public kusari::Chain {
 int main(int argc, char** argv) {
   CLI::App app{"kusari example: data-parallel MNIST"};
   int batchsize = 100, epoch = 20, unit = 1000, frequency = -1, threads = 0;
-  bool gpu = false, noplot = false;
+  bool gpu = false, noplot = false, double_buffering = false;
   std::string communicator = "pure_nccl", out = "result", resume, data;
   app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)")->capture_default_str();
   app.add_option("--communicator", communicator, "Type of communicator")->capture_default_str();
@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
                  "kernels use OMP_NUM_THREADS threads, 1 by default")
       ->capture_default_str();
   app.add_flag("--noplot", noplot, "Disable PlotReport extension");
+  app.add_flag("--double-buffering", double_buffering,
+               "Overlap each step's gradient allreduce with the next step (NCCL communicators; one step stale)");
   CLI11_PARSE(app, argc, argv);
 
   // Prepare the communicator: a GPU one with --gpu, "naive" on CPUs.          (multi-node)
@@ -96,7 +98,8 @@ int main(int argc, char** argv) {
   auto model = std::make_shared<L::Classifier>(std::make_shared<MLP>(unit, 10));
   model->to_device(device);
   // Average the gradients over the processes before each update.               (multi-node)
-  auto optimizer = kusari::mn::create_multi_node_optimizer(std::make_shared<kusari::optimizers::Adam>(), comm);
+  auto optimizer =
+      kusari::mn::create_multi_node_optimizer(std::make_shared<kusari::optimizers::Adam>(), comm, double_buffering);
   optimizer->setup(model);
 
   // Rank 0 reads the dataset and every process receives its shard.

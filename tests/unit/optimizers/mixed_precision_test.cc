@@ -16,14 +16,16 @@ class OneParam : public Link {
   Parameter p;
 };
 
-TEST(MixedPrecisionTest, MasterWeightsKeepUpdatesThatFloat16WouldRoundAway) {
+class MixedPrecisionTest : public testing::DeviceTest {};
+
+TEST_P(MixedPrecisionTest, MasterWeightsKeepUpdatesThatFloat16WouldRoundAway) {
   for (bool fp32 : {false, true}) {
-    auto link = std::make_shared<OneParam>(Array::ones({4}, float16));
+    auto link = std::make_shared<OneParam>(Array::ones({4}, float16, device()));
     optimizers::SGD opt(0.1);
     opt.setup(link);
     opt.use_fp32_update(fp32);
     for (int i = 0; i < 100; ++i) {
-      link->p.set_grad(Array::full({4}, 1e-4, float16));
+      link->p.set_grad(Array::full({4}, 1e-4, float16, device()));
       opt.update();
     }
     // 100 steps of 1e-5 each: float16 cannot represent 1 - 1e-5, so only the master copy moves.
@@ -37,13 +39,13 @@ TEST(MixedPrecisionTest, MasterWeightsKeepUpdatesThatFloat16WouldRoundAway) {
   }
 }
 
-TEST(MixedPrecisionTest, DynamicLossScalingSkipsOverflowingSteps) {
-  auto link = std::make_shared<OneParam>(Array::ones({2}, float16));
+TEST_P(MixedPrecisionTest, DynamicLossScalingSkipsOverflowingSteps) {
+  auto link = std::make_shared<OneParam>(Array::ones({2}, float16, device()));
   optimizers::SGD opt(0.01);
   opt.setup(link);
   opt.loss_scaling(3);
   EXPECT_DOUBLE_EQ(opt.loss_scale(), 65536.0);
-  Array x = Array::full({2}, 4.0, float16);
+  Array x = Array::full({2}, 4.0, float16, device());
   auto lossfun = [&]() { return F::sum(F::mul(Variable(x), link->p)); };
   // grad = 4 * 65536 overflows float16: the step is skipped and the scale halved.
   opt.update(lossfun);
@@ -65,6 +67,8 @@ TEST(MixedPrecisionTest, DynamicLossScalingSkipsOverflowingSteps) {
   opt.loss_scaling(10, 128.0);
   EXPECT_DOUBLE_EQ(opt.loss_scale(), 128.0);
 }
+
+KUSARI_INSTANTIATE_DEVICE_TEST(MixedPrecisionTest);
 
 }  // namespace
 }  // namespace kusari
