@@ -181,31 +181,6 @@ void adagrad(T* __restrict p, const T* __restrict g, T* __restrict h, int64_t n,
   });
 }
 
-/// How many hyperparameters and state arrays `rule` takes (Adam's state count depends on amsgrad).
-void expected_counts(UpdateRule rule, const double* hyper, int n_hyper, int& hypers, int& states) {
-  switch (rule) {
-    case UpdateRule::kSgd:
-      hypers = 1, states = 0;
-      return;
-    case UpdateRule::kMomentumSgd:
-      hypers = 2, states = 1;
-      return;
-    case UpdateRule::kNesterov:
-      hypers = 2, states = 1;
-      return;
-    case UpdateRule::kAdam:
-      hypers = 7, states = (n_hyper >= 7 && hyper[6] != 0.0) ? 3 : 2;
-      return;
-    case UpdateRule::kRmsprop:
-      hypers = 4, states = 1;
-      return;
-    case UpdateRule::kAdaGrad:
-      hypers = 2, states = 1;
-      return;
-  }
-  hypers = -1, states = -1;
-}
-
 template <typename T>
 void update_typed(UpdateRule rule, Array& param, const Array& grad, Array* state,
                   const double* hyper) {
@@ -232,23 +207,7 @@ void update_typed(UpdateRule rule, Array& param, const Array& grad, Array* state
 
 void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
                       const double* hyper, int n_hyper) {
-  // The routine (kusari::update_parameter) has checked all of this; a failure is our bug.
-  int want_hypers = 0, want_states = 0;
-  expected_counts(rule, hyper, n_hyper, want_hypers, want_states);
-  KUSARI_ASSERT(n_hyper == want_hypers && n_state == want_states, "update_parameter: rule ",
-                static_cast<int>(rule), " got ", n_hyper, " hyperparameters and ", n_state,
-                " states, expected ", want_hypers, " and ", want_states);
-  KUSARI_ASSERT(param.is_contiguous() && grad.is_contiguous(), "update_parameter: param ",
-                param.shape(), " and grad ", grad.shape(), " must be contiguous");
-  KUSARI_ASSERT(grad.dtype() == param.dtype() && grad.size() == param.size(),
-                "update_parameter: grad does not match the parameter");
-  for (int k = 0; k < n_state; ++k) {
-    KUSARI_ASSERT(state[k].is_contiguous() && state[k].dtype() == param.dtype() &&
-                      state[k].size() == param.size(),
-                  "update_parameter: state array ", k, " (", state[k].shape(), ", ",
-                  dtype_name(state[k].dtype()), ") does not match the contiguous parameter ",
-                  param.shape(), " of ", dtype_name(param.dtype()));
-  }
+  // kusari::update_parameter (the routine) checked the counts, shapes, dtypes and layout.
   if (param.size() == 0) return;
   switch (param.dtype()) {
     case Dtype::kFloat16:

@@ -89,29 +89,6 @@ __global__ void update_kernel(int64_t n, T* p, const T* g, T* s0, T* s1, T* s2,
 
 // --- launchers -----------------------------------------------------------------------------------
 
-/// How many hyperparameters and state arrays `rule` takes (Adam's state count depends on amsgrad).
-void expected_counts(UpdateRule rule, const double* hyper, int n_hyper, int& hypers, int& states) {
-  switch (rule) {
-    case UpdateRule::kSgd:
-      hypers = 1, states = 0;
-      return;
-    case UpdateRule::kMomentumSgd:
-    case UpdateRule::kNesterov:
-      hypers = 2, states = 1;
-      return;
-    case UpdateRule::kAdam:
-      hypers = 7, states = (n_hyper >= 7 && hyper[6] != 0.0) ? 3 : 2;
-      return;
-    case UpdateRule::kRmsprop:
-      hypers = 4, states = 1;
-      return;
-    case UpdateRule::kAdaGrad:
-      hypers = 2, states = 1;
-      return;
-  }
-  hypers = -1, states = -1;
-}
-
 /// The constants of one step, converted from double exactly as the CPU kernels convert them.
 template <typename C>
 UpdateConstants<C> update_constants(UpdateRule rule, const double* h) {
@@ -160,23 +137,7 @@ UpdateConstants<C> update_constants(UpdateRule rule, const double* h) {
 
 void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
                       const double* hyper, int n_hyper) {
-  // The routine (kusari::update_parameter) has checked all of this; a failure is our bug.
-  int want_hypers = 0, want_states = 0;
-  expected_counts(rule, hyper, n_hyper, want_hypers, want_states);
-  KUSARI_ASSERT(n_hyper == want_hypers && n_state == want_states, "update_parameter: rule ",
-                static_cast<int>(rule), " got ", n_hyper, " hyperparameters and ", n_state,
-                " states, expected ", want_hypers, " and ", want_states);
-  KUSARI_ASSERT(param.is_contiguous() && grad.is_contiguous(), "update_parameter: param ",
-                param.shape(), " and grad ", grad.shape(), " must be contiguous");
-  KUSARI_ASSERT(grad.dtype() == param.dtype() && grad.size() == param.size(),
-                "update_parameter: grad does not match the parameter");
-  for (int k = 0; k < n_state; ++k) {
-    KUSARI_ASSERT(state[k].is_contiguous() && state[k].dtype() == param.dtype() &&
-                      state[k].size() == param.size(),
-                  "update_parameter: state array ", k, " (", state[k].shape(), ", ",
-                  dtype_name(state[k].dtype()), ") does not match the contiguous parameter ",
-                  param.shape(), " of ", dtype_name(param.dtype()));
-  }
+  // kusari::update_parameter (the routine) checked the counts, shapes, dtypes and layout.
   const int64_t n = param.size();
   if (n == 0) return;
   const int device = param.device().index();
