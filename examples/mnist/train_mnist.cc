@@ -40,7 +40,7 @@ class MLP : public kusari::Chain {
 int main(int argc, char** argv) {
   CLI::App app{"kusari example: data-parallel MNIST"};
   int batchsize = 100, epoch = 20, unit = 1000, frequency = -1, threads = 0;
-  bool gpu = false, noplot = false, double_buffering = false;
+  bool gpu = false, noplot = false, double_buffering = false, cuda_graph = false;
   std::string communicator = "pure_nccl", out = "result", resume, data;
   app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)")->capture_default_str();
   app.add_option("--communicator", communicator, "Type of communicator")->capture_default_str();
@@ -61,7 +61,13 @@ int main(int argc, char** argv) {
   app.add_flag("--noplot", noplot, "Disable PlotReport extension");
   app.add_flag("--double-buffering", double_buffering,
                "Overlap each step's gradient allreduce with the next step (NCCL communicators; one step stale)");
+  app.add_flag("--cuda-graph", cuda_graph,
+               "With --gpu: run each step's forward and backward as a replayed CUDA graph (fewer launches)");
   CLI11_PARSE(app, argc, argv);
+  if (cuda_graph && !gpu) {
+    std::fprintf(stderr, "Error: --cuda-graph records GPU work; add --gpu\n");
+    return 1;
+  }
 
   // Prepare the communicator: a GPU one with --gpu, "naive" on CPUs.          (multi-node)
   const bool cpu_communicator = communicator == "naive" || communicator == "flat" || communicator == "dummy";
@@ -122,6 +128,7 @@ int main(int argc, char** argv) {
   auto train_iter = std::make_shared<kusari::SerialIterator>(train, batchsize);
   auto test_iter = std::make_shared<kusari::SerialIterator>(test, batchsize, false, false);
   auto updater = std::make_shared<kusari::training::StandardUpdater>(train_iter, optimizer, device);
+  updater->set_use_cuda_graph(cuda_graph);
   kusari::training::Trainer trainer(updater, kusari::training::interval(epoch, "epoch"), out);
 
   // Evaluate the model with the test dataset for each epoch, over all processes.

@@ -4,6 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "kusari/core/device.h"
 
 namespace kusari::cuda {
 
@@ -28,5 +32,69 @@ void empty_cache();
 /// mantissa in the products). Off by default; also KUSARI_ALLOW_TF32=1.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+
+/// A recorded sequence of GPU work, replayed with one launch (a CUDA graph).
+///
+/// capture() runs `fn` once on the host while the device's compute stream records, instead of
+/// running, the work `fn` queues; replay() then runs all of it with a single launch, at the same
+/// memory addresses. For a training step of a small model, whose time is mostly the host's
+/// kernel launches, that removes nearly all of the host's cost:
+///
+///     model->cleargrads();
+///     // one eager step first: lazy parameters, optimizer state, cuBLAS/cuDNN setup
+///     kusari::Variable loss;
+///     kusari::cuda::Graph graph;
+///     graph.capture(device, [&] {
+///       model->cleargrads();
+///       loss = (*model)(kusari::Variable(x), t);  // x, t: arrays made before the capture
+///       loss.backward();
+///     });
+///     for (...) {
+///       x.assign(next_x);  t.assign(next_t);    // new data into the same arrays
+///       graph.replay();                         // forward and backward
+///       optimizer.update();                     // eager: the gradients are where backward put them
+///     }
+///
+/// Arrays made during the capture (the loss, the gradients) keep their memory for the graph's
+/// life and every replay rewrites them; arrays made before it are read and written where they
+/// are. What a captured function may not do, with the errors it gets: copy host data to the GPU
+/// or read GPU data on the host, synchronize, draw random numbers (the generator counts on the
+/// host: every replay would draw the same numbers), copy between GPUs. Index checks of take and
+/// add_at do not raise inside a graph (bad indices are skipped, as in a non-debug run). Values
+/// the host computes while `fn` runs (a learning rate, a batch size) are frozen into the graph.
+/// See Note [CUDA graphs] and Note [Graph memory pools].
+class Graph {
+ public:
+  Graph();
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(Graph&& other) noexcept;
+
+  /// Records the GPU work that `fn` queues on `device` (a CUDA device). Nothing runs until
+  /// replay(). A graph captured before is discarded first. If `fn` throws, or does something a
+  /// capture cannot record, nothing is kept and the error is rethrown (DeviceError naming what
+  /// was not possible).
+  void capture(Device device, const std::function<void()>& fn);
+  /// Queues the recorded work on the device's compute stream (returns at once, like a kernel).
+  void replay();
+  /// True once capture() succeeded.
+  bool captured() const;
+  /// The device of the captured work.
+  Device device() const;
+  /// Kernels and other operations recorded (0 before a capture).
+  int64_t num_nodes() const;
+  /// Discards the recorded work and returns its memory to the device's pool (waits for replays
+  /// in flight).
+  void reset();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// True while `device` (a CUDA device) is recording a Graph.
+bool is_capturing(Device device);
 
 }  // namespace kusari::cuda

@@ -45,6 +45,22 @@ class StandardUpdater : public Updater {
  public:
   StandardUpdater(std::shared_ptr<Iterator> iterator, std::shared_ptr<Optimizer> optimizer,
                   Device device = Device::cpu(), Converter converter = nullptr, LossFunction loss_func = nullptr);
+  ~StandardUpdater() override;
+
+  /// Runs forward and backward as a replayed CUDA graph (kusari::cuda::Graph) instead of
+  /// launching every kernel from the host: much faster for models whose step is dominated by
+  /// launch overhead. The first step with a new batch shape (or loss scale) runs eagerly and is
+  /// then recorded; later steps copy the batch into the graph's inputs, replay it, report what
+  /// the model reported while it was recorded (copies of the new values), and call the
+  /// optimizer's update() eagerly (it may be a multi-node optimizer). Up to four recordings are
+  /// kept (e.g. the full batch and a short last one). The device must be a GPU, and the step
+  /// must be one a graph can record (Note [What a captured graph may not do]: no dropout, no
+  /// values read on the host, no communication inside forward or backward); see
+  /// Note [Graph steps in the updater].
+  void set_use_cuda_graph(bool use);
+  bool use_cuda_graph() const { return use_cuda_graph_; }
+  /// Steps run from a recording so far (diagnostics and tests).
+  int64_t graph_replays() const { return graph_replays_; }
 
   void update() override;
   /// The step itself (update() adds the iteration count).
@@ -69,6 +85,17 @@ class StandardUpdater : public Updater {
   Converter converter_;
   LossFunction loss_func_;
   int64_t iteration_ = 0;
+
+ private:
+  struct RecordedStep;
+  /// The eager step (forward, backward and update through the optimizer).
+  void eager_step(const std::vector<Array>& arrays);
+  /// A step replayed from a recording, or an eager one that records for the next steps.
+  void graph_step(const std::vector<Array>& arrays);
+
+  bool use_cuda_graph_ = false;
+  int64_t graph_replays_ = 0;
+  std::vector<std::unique_ptr<RecordedStep>> recorded_;
 };
 
 }  // namespace kusari::training

@@ -329,9 +329,17 @@ void copy(const Array& src, Array& dst) {
   KUSARI_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+constexpr const char* kRandomInCapture =
+    "the generator's counter advances on the host, so every replay would draw the same numbers "
+    "(e.g. the same dropout mask); draw them outside the captured function or train without "
+    "dropout in a graph";
+}  // namespace
+
 void random_uniform(Array& out, double low, double high, Generator& gen) {
   KUSARI_ASSERT(out.is_contiguous());
   const int device = out.device().index();
+  check_not_capturing(device, "drawing random numbers", kRandomInCapture);
   cudaStream_t stream = prepare(out);
   const int64_t n = out.size();
   const auto key = gen.key();
@@ -356,6 +364,7 @@ void random_uniform(Array& out, double low, double high, Generator& gen) {
 void random_normal(Array& out, double mean, double stddev, Generator& gen) {
   KUSARI_ASSERT(out.is_contiguous());
   const int device = out.device().index();
+  check_not_capturing(device, "drawing random numbers", kRandomInCapture);
   cudaStream_t stream = prepare(out);
   const int64_t n = out.size();
   const auto key = gen.key();

@@ -174,6 +174,10 @@ void ensure_staging(DeviceState& s) {
 // Small copies (< kStagingThreshold) go straight to cudaMemcpyAsync.
 
 void copy_host_to_device(int device, void* dst, const void* src, size_t nbytes) {
+  check_not_capturing(device, "copying host data to the GPU",
+                      "a replay would copy whatever the host memory holds then, or freed memory; "
+                      "create the array (e.g. a static input) before the capture and assign() into "
+                      "it between replays");
   DeviceState& s = state(device);
   set_device(device);
   if (nbytes < kStagingThreshold) {
@@ -195,6 +199,9 @@ void copy_host_to_device(int device, void* dst, const void* src, size_t nbytes) 
 }
 
 void copy_device_to_host(int device, void* dst, const void* src, size_t nbytes) {
+  check_not_capturing(device, "reading GPU data on the host (item(), to_vector(), printing)",
+                      "nothing runs during a capture, so there is no value to read yet; read the "
+                      "outputs after replay()");
   DeviceState& s = state(device);
   set_device(device);
   if (nbytes < kStagingThreshold) {
@@ -246,6 +253,10 @@ void copy_device_to_device(int dst_device, void* dst, int src_device, const void
     set_device(dst_device);
     KUSARI_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, d.stream));
     return;
+  }
+  for (int device : {dst_device, src_device}) {
+    check_not_capturing(device, "copying between GPUs",
+                        "a graph records the work of one device's stream");
   }
   DeviceState& s = state(src_device);
   int can_access = 0;
@@ -326,6 +337,7 @@ class CudaBackend final : public Backend {
     copy_device_to_device(dst_index, dst, src_index, src, nbytes);
   }
   void synchronize(int index) override {
+    check_not_capturing(index, "synchronize()", "nothing runs during a capture");
     DeviceState& s = state(index);
     set_device(index);
     KUSARI_CUDA_CHECK(cudaStreamSynchronize(s.stream));
@@ -385,6 +397,17 @@ void check_device_index(int device, const char* what) {
   KUSARI_THROW(DeviceError, what, ": cuda:", device, " does not exist; this machine has ", d.count,
                " CUDA device", d.count == 1 ? "" : "s", " (cuda:0",
                d.count > 1 ? detail::concat(" to cuda:", d.count - 1) : std::string(), ")");
+}
+
+bool capturing(int device) {
+  return memory_pool().capturing(device);
+}
+
+void check_not_capturing(int device, const char* what, const char* why) {
+  if (!capturing(device)) [[likely]]
+    return;
+  KUSARI_THROW(DeviceError, "cuda:", device, ": ", what,
+               " is not possible while a CUDA graph is being captured on this device: ", why);
 }
 
 void set_device(int device) {
@@ -473,6 +496,9 @@ ErrorWords error_words(int device) {
 }
 
 bool ErrorWords::fetch(int64_t* value) {
+  // A captured graph cannot stop to read the flag: its kernels still skip bad indices, but the
+  // error is not raised (Note [What a captured graph may not do]).
+  if (capturing(device)) return false;
   DeviceState& s = state(device);
   set_device(device);
   KUSARI_CUDA_CHECK(

@@ -33,6 +33,12 @@ void check_cuda(cudaError_t status, const char* call, const char* file, int line
 void check_cublas(cublasStatus_t status, const char* call, const char* file, int line);
 void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line);
 
+/// True while GPU `device` records a CUDA graph (kusari::cuda::Graph::capture).
+bool capturing(int device);
+/// Throws DeviceError when GPU `device` is recording a CUDA graph: `what` cannot be recorded, for
+/// the reason `why` (see Note [What a captured graph may not do] in graph.cc).
+void check_not_capturing(int device, const char* what, const char* why);
+
 /// Throws DeviceError unless 0 <= device < cuda_device_count(); `what` names the caller.
 void check_device_index(int device, const char* what);
 /// Streaming multiprocessors of GPU `device` (sizes the grids of the kernels).

@@ -41,27 +41,43 @@ MemoryPool::DevicePool& MemoryPool::pool(int device) const {
   return *pools_[static_cast<size_t>(device)];
 }
 
+struct MemoryPool::PrivatePool {
+  FreeLists free_blocks;
+  bool alive = true;  // false once its graph is gone
+};
+
+namespace {
+
+/// Takes a cached block for a request of class `size` from `lists` (a small request takes its
+/// exact class, a large one the smallest block up to 1/4 larger); null when there is none.
+void* take_cached(std::map<size_t, std::vector<void*>>& lists, size_t size, size_t* block) {
+  const size_t accept = size <= kSmallLimit ? size : size + size / 4;
+  auto it = lists.lower_bound(size);
+  if (it == lists.end() || it->first > accept) return nullptr;
+  void* ptr = it->second.back();
+  *block = it->first;
+  it->second.pop_back();
+  if (it->second.empty()) lists.erase(it);
+  return ptr;
+}
+
+}  // namespace
+
 void* MemoryPool::allocate(int device, size_t nbytes) {
   const size_t size = round_size(nbytes);
   DevicePool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mutex);
-  // A cached block of this class (or, for large blocks, up to 1/4 larger).
-  const size_t accept = size <= kSmallLimit ? size : size + size / 4;
-  auto it = p.free_blocks.lower_bound(size);
-  if (it != p.free_blocks.end() && it->first <= accept) {
-    void* ptr = it->second.back();
-    const size_t block = it->first;
-    it->second.pop_back();
-    if (it->second.empty()) p.free_blocks.erase(it);
-    p.live.emplace(ptr, block);
+  size_t block = 0;
+  void* ptr = take_cached(p.capture ? p.capture->free_blocks : p.free_blocks, size, &block);
+  if (ptr) {
+    p.live.emplace(ptr, Block{block, p.capture});
     p.stats.in_use_bytes += block;
     p.stats.peak_in_use_bytes = std::max(p.stats.peak_in_use_bytes, p.stats.in_use_bytes);
     return ptr;
   }
   set_device(device);
-  void* ptr = nullptr;
   cudaError_t status = cudaMalloc(&ptr, size);
-  if (status == cudaErrorMemoryAllocation) {
+  if (status == cudaErrorMemoryAllocation && !p.capture) {
     cudaGetLastError();  // clear the (non-sticky) error before retrying
     release_cached_locked(device, p);
     status = cudaMalloc(&ptr, size);
@@ -75,12 +91,13 @@ void* MemoryPool::allocate(int device, size_t nbytes) {
                  format_bytes(p.stats.reserved_bytes), " of which ",
                  format_bytes(p.stats.in_use_bytes), " are in use by arrays; the driver reports ",
                  format_bytes(free_bytes), " free of ", format_bytes(total_bytes),
+                 p.capture ? " (during a CUDA graph capture, cached blocks are not released)" : "",
                  ". Release arrays or use a smaller batch.");
   }
   check_cuda(status, "cudaMalloc", __FILE__, __LINE__);
   ++p.stats.device_allocations;
   p.stats.reserved_bytes += size;
-  p.live.emplace(ptr, size);
+  p.live.emplace(ptr, Block{size, p.capture});
   p.stats.in_use_bytes += size;
   p.stats.peak_in_use_bytes = std::max(p.stats.peak_in_use_bytes, p.stats.in_use_bytes);
   return ptr;
@@ -91,10 +108,49 @@ void MemoryPool::deallocate(int device, void* ptr) {
   std::lock_guard<std::mutex> lock(p.mutex);
   auto it = p.live.find(ptr);
   KUSARI_ASSERT(it != p.live.end(), "memory pool: cuda:", device, " does not own block ", ptr);
-  const size_t size = it->second;
+  const size_t size = it->second.size;
+  std::shared_ptr<PrivatePool> owner = std::move(it->second.owner);
   p.live.erase(it);
   p.stats.in_use_bytes -= size;
-  p.free_blocks[size].push_back(ptr);
+  // Note [Graph memory pools]: released while capturing, a block becomes the graph's.
+  if (p.capture) owner = p.capture;
+  if (owner && owner->alive) {
+    owner->free_blocks[size].push_back(ptr);
+  } else {
+    p.free_blocks[size].push_back(ptr);
+  }
+}
+
+std::shared_ptr<MemoryPool::PrivatePool> MemoryPool::begin_capture(int device) {
+  DevicePool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mutex);
+  KUSARI_ASSERT(!p.capture, "memory pool: cuda:", device, " is already capturing");
+  p.capture = std::make_shared<PrivatePool>();
+  p.capturing.store(true, std::memory_order_release);
+  return p.capture;
+}
+
+void MemoryPool::end_capture(int device) {
+  DevicePool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.capture.reset();
+  p.capturing.store(false, std::memory_order_release);
+}
+
+void MemoryPool::release_private(int device, const std::shared_ptr<PrivatePool>& owner) {
+  if (!owner) return;
+  DevicePool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mutex);
+  owner->alive = false;
+  for (auto& [size, blocks] : owner->free_blocks) {
+    auto& shared = p.free_blocks[size];
+    shared.insert(shared.end(), blocks.begin(), blocks.end());
+  }
+  owner->free_blocks.clear();
+}
+
+bool MemoryPool::capturing(int device) const {
+  return pool(device).capturing.load(std::memory_order_acquire);
 }
 
 MemoryStats MemoryPool::stats(int device) const {

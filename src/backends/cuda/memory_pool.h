@@ -23,6 +23,23 @@
 //   - empty_cache() returns all cached free blocks (after synchronising); memory_stats() reports
 //     bytes in use (by block size), bytes reserved (in use + cached), the peak in use and the
 //     number of driver calls.
+//
+// Note [Graph memory pools]
+// A CUDA graph (kusari::cuda::Graph) replays the kernels it recorded with the addresses they had
+// at capture time, so the memory those kernels touch must stay the graph's for as long as the
+// graph may be replayed. While a device is capturing, its pool therefore serves every request
+// from a private pool of the graph:
+//   - a request takes a free block of the private pool (same size classes and reuse rule), else
+//     a new block from the driver (captures run in relaxed mode, where cudaMalloc is allowed);
+//   - a block released during the capture goes to the private pool's free list, wherever it
+//     came from: the recorded kernels may have read it, so it must not be handed to arrays
+//     outside the graph; reusing it inside the capture is safe because a graph built from one
+//     stream replays in the order it was recorded;
+//   - after the capture, blocks of the private pool that arrays still hold (the gradients and
+//     outputs the graph rewrites on every replay) return to the private pool when released, so
+//     eager code never gets memory a replay writes into;
+//   - when the graph is destroyed its private pool is dissolved: its free blocks join the
+//     device's free lists and the blocks still held return there when released.
 // Each device's pool has its own mutex, so arrays may be created and released from any thread.
 // The pool is never destroyed (Note [Backend lifetime]), so arrays released during static
 // destruction only touch the free lists.
@@ -30,6 +47,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,12 +75,30 @@ class MemoryPool {
   /// Synchronises `device` and returns its cached free blocks to the driver.
   void release_cached(int device);
 
+  /// The memory of one CUDA graph (see Note [Graph memory pools]); opaque outside the pool.
+  struct PrivatePool;
+  /// Serves `device`'s requests from a new private pool until end_capture(); returns it.
+  std::shared_ptr<PrivatePool> begin_capture(int device);
+  /// Serves `device`'s requests from its shared free lists again.
+  void end_capture(int device);
+  /// Dissolves a private pool whose graph is gone (its memory returns to the device's pool).
+  void release_private(int device, const std::shared_ptr<PrivatePool>& pool);
+  /// True while `device` is capturing (lock-free; for the checks of the backend).
+  bool capturing(int device) const;
+
  private:
+  using FreeLists = std::map<size_t, std::vector<void*>>;  // block size -> blocks
+  struct Block {
+    size_t size = 0;
+    std::shared_ptr<PrivatePool> owner;  // null: the device's shared free lists
+  };
   struct DevicePool {
     mutable std::mutex mutex;
-    std::map<size_t, std::vector<void*>> free_blocks;  // block size -> blocks
-    std::unordered_map<void*, size_t> live;            // block -> block size
+    FreeLists free_blocks;
+    std::unordered_map<void*, Block> live;  // block -> size and owner
     MemoryStats stats;
+    std::shared_ptr<PrivatePool> capture;   // the pool requests go to while capturing
+    std::atomic<bool> capturing{false};
   };
 
   DevicePool& pool(int device) const;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kusari/core/array.h"
+#include "kusari/core/cuda.h"
 #include "kusari/core/random.h"
 #include "kusari/core/routines.h"
 #include "test_util.h"
@@ -191,6 +192,20 @@ TEST(DtypeTest, NamesRoundTrip) {
   }
   EXPECT_THROW(dtype_from_name("complex64"), DtypeError);
   EXPECT_EQ(itemsize(bfloat16), 2u);
+}
+
+}  // namespace
+}  // namespace kusari
+
+namespace kusari {
+namespace {
+
+// Graphs record GPU work only; on the CPU (and in a build without CUDA) capture says so.
+TEST(CudaGraphOnCpu, CaptureOnTheCpuIsADeviceError) {
+  cuda::Graph graph;
+  EXPECT_THROW(graph.capture(Device::cpu(), [] {}), DeviceError);
+  EXPECT_FALSE(graph.captured());
+  EXPECT_FALSE(cuda::is_capturing(Device::cpu()));
 }
 
 }  // namespace

@@ -200,5 +200,18 @@ TEST(TrainerTest, OnErrorAndFinalizeRunWhenAnUpdateThrows) {
   EXPECT_EQ(s.updater->iteration(), 2);
 }
 
+// CUDA graphs record GPU work: asking for them on a CPU updater is an error that says so.
+TEST(StandardUpdaterTest, CudaGraphNeedsAGpuDevice) {
+  auto s = testing::make_setup(testing::fresh_out_dir("graph_cpu"), training::interval(1, "iteration"));
+  try {
+    s.updater->set_use_cuda_graph(true);
+    FAIL() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(s.updater->use_cuda_graph());
+  s.updater->set_use_cuda_graph(false);
+}
+
 }  // namespace
 }  // namespace kusari::training

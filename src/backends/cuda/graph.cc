@@ -1,0 +1,166 @@
+// CUDA graphs: record a step's GPU work once, replay it with one launch (kusari/core/cuda.h).
+//
+// Note [CUDA graphs]
+// A training step of a small model is a few dozen kernels of a few microseconds each; queuing
+// them costs the host more than the GPU needs to run them (the MNIST MLP: ~0.27 ms of launches for
+// well under 0.1 ms of GPU work). Graph::capture runs the step's host code once while the
+// device's compute stream is in capture mode, so each launch, cuBLAS/cuDNN call, memset and
+// event becomes a node of a graph instead of running; cudaGraphInstantiate turns it into an
+// executable graph, and replay() is one cudaGraphLaunch on the compute stream, ordered with the
+// eager work before and after it like any kernel (Note [One compute stream per device]).
+//   - Addresses are frozen: the memory of arrays made during the capture belongs to the graph
+//     (Note [Graph memory pools]) and every replay writes the same places, so the Variables the
+//     capture left behind (the loss, the parameters' gradients) read the new values after a
+//     replay. Inputs are arrays made before the capture, refilled with assign() between replays.
+//   - Host values are frozen too: scalars computed on the host while capturing (a learning rate,
+//     a bias correction, a batch size) are kernel arguments of the graph. That is why the
+//     optimizer update is best left outside: it is a handful of fused kernels whose arguments
+//     change every step (Adam's bias correction).
+//   - Capture mode is relaxed, so that the memory pool may call cudaMalloc while capturing; the
+//     operations that cannot be recorded are refused by the backend with a DeviceError naming
+//     them (Note [What a captured graph may not do]), and the capture is then abandoned whole.
+//   - A graph must be captured from eager state that already exists: run one eager step first,
+//     so that lazy parameters, optimizer state, the cuBLAS handle and workspace and cuDNN's
+//     algorithm caches are made outside the capture.
+//
+// Note [What a captured graph may not do]
+// Checked by the backend (check_not_capturing) because CUDA would otherwise fail late and
+// obscurely, or record something wrong:
+//   - host-to-device copies: a graph copies from the host address it recorded, on every replay;
+//   - device-to-host copies and synchronize(): nothing has run yet, there is nothing to read;
+//   - random numbers: the Philox counter advances on the host (Note [Philox]), so every replay
+//     would draw the same numbers;
+//   - copies between GPUs: the capture records one device's stream.
+// Index checks of take/add_at read a flag on the host (Note [Device-side argument errors]); in a
+// capture they are skipped, the kernels still skip the bad indices.
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/memory_pool.h"
+#include "kusari/core/cuda.h"
+#include "kusari/core/error.h"
+
+namespace kusari::cuda {
+
+struct Graph::Impl {
+  int device = -1;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  size_t nodes = 0;
+  std::shared_ptr<MemoryPool::PrivatePool> memory;
+
+  ~Impl() { release(); }
+
+  void release() noexcept {
+    if (device < 0) return;
+    // Replays in flight may still use the graph's memory: let them finish before it returns to
+    // the device's pool. (Never throws: it also runs from the destructor.)
+    cudaError_t status = cudaSuccess;
+    if (exec) {
+      status = cudaStreamSynchronize(compute_stream(device));
+      cudaGraphExecDestroy(exec);
+    }
+    if (graph) cudaGraphDestroy(graph);
+    if (status != cudaSuccess) cudaGetLastError();
+    memory_pool().release_private(device, memory);
+    memory.reset();
+    exec = nullptr;
+    graph = nullptr;
+    nodes = 0;
+    device = -1;
+  }
+};
+
+Graph::Graph() : impl_(std::make_unique<Impl>()) {}
+Graph::~Graph() = default;
+Graph::Graph(Graph&& other) noexcept = default;
+Graph& Graph::operator=(Graph&& other) noexcept = default;
+
+void Graph::capture(Device device, const std::function<void()>& fn) {
+  KUSARI_CHECK(device.is_cuda(), DeviceError, "cuda::Graph::capture: ", device,
+               " is not a CUDA device (graphs record the work of a GPU)");
+  const int d = device.index();
+  check_device_index(d, "cuda::Graph::capture");
+  KUSARI_CHECK(!capturing(d), DeviceError, "cuda::Graph::capture: cuda:", d,
+               " is already capturing a graph (captures do not nest)");
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  impl_->release();
+  set_device(d);
+  cudaStream_t stream = compute_stream(d);
+  // Errors of earlier eager work surface here, not as a failed capture.
+  KUSARI_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  std::shared_ptr<MemoryPool::PrivatePool> memory = memory_pool().begin_capture(d);
+  KUSARI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  cudaGraph_t graph = nullptr;
+  auto abandon = [&] {
+    // End the capture whatever happened (an invalidated capture still has to be ended), and
+    // give the memory back: nothing recorded is kept.
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(stream, &partial) != cudaSuccess) cudaGetLastError();
+    if (partial) cudaGraphDestroy(partial);
+    memory_pool().end_capture(d);
+    memory_pool().release_private(d, memory);
+  };
+  try {
+    fn();
+  } catch (...) {
+    abandon();
+    throw;
+  }
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  memory_pool().end_capture(d);
+  if (ended != cudaSuccess || graph == nullptr) {
+    cudaGetLastError();
+    memory_pool().release_private(d, memory);
+    KUSARI_THROW(DeviceError, "cuda::Graph::capture: the capture on cuda:", d, " failed (",
+                 cudaGetErrorName(ended), ": ", cudaGetErrorString(ended),
+                 "); the captured function did something a graph cannot record, e.g. CUDA work "
+                 "on another stream that was not ordered with the compute stream by events");
+  }
+  size_t nodes = 0;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t status = cudaGraphGetNodes(graph, nullptr, &nodes);
+  if (status == cudaSuccess) status = cudaGraphInstantiate(&exec, graph, 0);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    cudaGraphDestroy(graph);
+    memory_pool().release_private(d, memory);
+    check_cuda(status, "cudaGraphInstantiate", __FILE__, __LINE__);
+  }
+  impl_->device = d;
+  impl_->graph = graph;
+  impl_->exec = exec;
+  impl_->nodes = nodes;
+  impl_->memory = std::move(memory);
+}
+
+void Graph::replay() {
+  KUSARI_CHECK(captured(), DeviceError, "cuda::Graph::replay: nothing has been captured");
+  const int d = impl_->device;
+  check_not_capturing(d, "replaying a graph", "graphs do not nest");
+  set_device(d);
+  KUSARI_CUDA_CHECK(cudaGraphLaunch(impl_->exec, compute_stream(d)));
+}
+
+bool Graph::captured() const { return impl_ && impl_->exec != nullptr; }
+
+Device Graph::device() const {
+  KUSARI_CHECK(captured(), DeviceError, "cuda::Graph::device: nothing has been captured");
+  return Device::cuda(impl_->device);
+}
+
+int64_t Graph::num_nodes() const { return impl_ ? static_cast<int64_t>(impl_->nodes) : 0; }
+
+void Graph::reset() {
+  if (impl_) impl_->release();
+}
+
+bool is_capturing(Device device) {
+  if (!device.is_cuda() || device.index() < 0 || device.index() >= cuda_device_count()) return false;
+  return capturing(device.index());
+}
+
+}  // namespace kusari::cuda
