@@ -73,11 +73,11 @@ std::optional<Dtype> common_gradient_dtype(const NamedParams& params, Device dev
   const Dtype dtype = params.front().second.dtype();
   if (!is_floating(dtype)) return std::nullopt;
   for (const auto& [path, p] : params) {
-    const Array g = p.grad();
-    if (p.dtype() != dtype || p.data().device() != device || !g.defined() || g.dtype() != dtype ||
-        g.device() != device) {
-      return std::nullopt;
-    }
+    // (Through the impl: this runs every step, and Variable::grad() copies the array handle.)
+    const kusari::detail::VariableImpl& im = p.impl();
+    if (im.data.dtype() != dtype || im.data.device() != device || !im.grad) return std::nullopt;
+    const Array& g = im.grad->data;
+    if (!g.defined() || g.dtype() != dtype || g.device() != device) return std::nullopt;
   }
   return dtype;
 }
@@ -101,7 +101,9 @@ std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype,
   bool same = flat_.defined() && dtype == dtype_ && device == device_ && align_bytes == align_bytes_ &&
               multiple == multiple_ && params.size() == ids_.size();
   for (size_t i = 0; same && i < params.size(); ++i) {
-    same = ids_[i].lock() == params[i].second.impl_ptr() && shapes_[i] == params[i].second.shape();
+    // The same parameter: the same control block (which our weak_ptr keeps from being reused).
+    const auto& impl = params[i].second.impl_ptr();
+    same = !ids_[i].owner_before(impl) && !impl.owner_before(ids_[i]) && shapes_[i] == impl->data.shape();
   }
   if (!same) {
     std::vector<int64_t> sizes;
@@ -137,8 +139,8 @@ std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype,
   std::vector<size_t> to_copy;
   for (size_t i = 0; i < params.size(); ++i) {
     Parameter p = params[i].second;  // a handle to the same parameter
-    if (!same_view(p.grad_buffer(), views_[i])) p.set_grad_buffer(views_[i]);
-    if (!p.grad_in_buffer()) to_copy.push_back(i);
+    if (!same_view(p.impl().grad_buffer, views_[i])) p.set_grad_buffer(views_[i]);
+    if (!p.impl().grad_in_buffer()) to_copy.push_back(i);
   }
   return to_copy;
 }

@@ -106,16 +106,18 @@ std::vector<std::pair<std::string, Parameter>> MpiCommunicator::gradients_to_red
     hash *= 1099511628211ull;
   };
   for (auto& [path, p] : params) {
-    if (!p.grad().defined()) {
+    // (Through the impl: this runs every step, and Variable::grad() copies the array handle.)
+    const auto& grad = p.impl().grad;
+    if (!grad || !grad->data.defined()) {
       if (!zero_fill) continue;
       p.zerograd();
-    } else if (!p.grad().is_contiguous()) {
-      p.set_grad(p.grad().copy());
+    } else if (!grad->data.is_contiguous()) {
+      p.set_grad(grad->data.copy());
     }
     elements += p.size();
     mix(p.ndim());
     for (int64_t d : p.shape()) mix(d);
-    mix(static_cast<int64_t>(p.grad().dtype()));
+    mix(static_cast<int64_t>(p.impl().grad->data.dtype()));
     out.emplace_back(path, p);
   }
   const int64_t n = static_cast<int64_t>(out.size());

@@ -599,9 +599,10 @@ Device NcclCommunicator::gradient_device(
     const std::vector<std::pair<std::string, Parameter>>& params, const char* what) {
   const Device d = params.front().second.grad().device();
   for (const auto& [path, p] : params) {
-    KUSARI_CHECK(p.grad().device() == d, DeviceError, name(), ": ", what, ": the gradient of ",
-                 path, " is on ", p.grad().device(), " but that of ", params.front().first,
-                 " is on ", d, " (the model must be on one GPU)");
+    const Device here = p.impl().grad->data.device();  // (gradients_to_reduce gave each one)
+    KUSARI_CHECK(here == d, DeviceError, name(), ": ", what, ": the gradient of ", path, " is on ",
+                 here, " but that of ", params.front().first, " is on ", d,
+                 " (the model must be on one GPU)");
   }
   KUSARI_CHECK(d.is_cuda(), CommunicatorError, name(), ": ", what,
                " needs the model on a GPU, but its gradients are on ", d,
