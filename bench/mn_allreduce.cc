@@ -279,7 +279,8 @@ int main(int argc, char** argv) {
       kusari::Variable term = F::sum(p * c);
       loss = loss.defined() ? loss + term : term;
     }
-    Array flat32 = wire == kusari::float32 ? flat : Array::zeros({elements}, kusari::float32, device);
+    Array flat32 =
+        wire == kusari::float32 ? flat : Array::zeros({elements}, kusari::float32, device);
     const size_t reference = rows.size();
     {
       Row r;

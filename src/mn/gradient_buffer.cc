@@ -59,7 +59,9 @@ namespace kusari::mn::detail {
 
 namespace {
 
-int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+int64_t round_up(int64_t n, int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
 
 bool same_view(const Array& a, const Array& b) {
   return a.defined() && b.defined() && a.storage() == b.storage() && a.offset() == b.offset() &&
@@ -84,7 +86,8 @@ std::optional<Dtype> common_gradient_dtype(const NamedParams& params, Device dev
 
 int64_t GradientBuffer::plan(const std::vector<int64_t>& sizes, int64_t align, int64_t multiple,
                              std::vector<int64_t>* offsets) {
-  KUSARI_ASSERT(align > 0 && multiple > 0, "GradientBuffer::plan: align ", align, ", multiple ", multiple);
+  KUSARI_ASSERT(align > 0 && multiple > 0, "GradientBuffer::plan: align ", align, ", multiple ",
+                multiple);
   offsets->clear();
   offsets->reserve(sizes.size());
   int64_t at = 0;
@@ -98,12 +101,13 @@ int64_t GradientBuffer::plan(const std::vector<int64_t>& sizes, int64_t align, i
 
 std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype, Device device,
                                          int64_t align_bytes, int64_t multiple) {
-  bool same = flat_.defined() && dtype == dtype_ && device == device_ && align_bytes == align_bytes_ &&
-              multiple == multiple_ && params.size() == ids_.size();
+  bool same = flat_.defined() && dtype == dtype_ && device == device_ &&
+              align_bytes == align_bytes_ && multiple == multiple_ && params.size() == ids_.size();
   for (size_t i = 0; same && i < params.size(); ++i) {
     // The same parameter: the same control block (which our weak_ptr keeps from being reused).
     const auto& impl = params[i].second.impl_ptr();
-    same = !ids_[i].owner_before(impl) && !impl.owner_before(ids_[i]) && shapes_[i] == impl->data.shape();
+    same = !ids_[i].owner_before(impl) && !impl.owner_before(ids_[i]) &&
+           shapes_[i] == impl->data.shape();
   }
   if (!same) {
     std::vector<int64_t> sizes;
@@ -152,7 +156,8 @@ void GradientBuffer::adopt(const NamedParams& params, size_t i) const {
   p.set_grad(view);
 }
 
-void GradientBuffer::unbind_all_but(const std::vector<const kusari::detail::VariableImpl*>& keep) noexcept {
+void GradientBuffer::unbind_all_but(
+    const std::vector<const kusari::detail::VariableImpl*>& keep) noexcept {
   for (const auto& id : ids_) {
     std::shared_ptr<kusari::detail::VariableImpl> impl = id.lock();
     if (!impl || std::find(keep.begin(), keep.end(), impl.get()) != keep.end()) continue;

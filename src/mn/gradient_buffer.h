@@ -42,8 +42,8 @@ class GradientBuffer {
   /// indices of the parameters whose gradient is not their segment yet: the caller copies each
   /// of those gradients into view(i) and makes view(i) the gradient (adopt() does both on the
   /// host's side).
-  std::vector<size_t> bind(const NamedParams& params, Dtype dtype, Device device, int64_t align_bytes,
-                           int64_t multiple);
+  std::vector<size_t> bind(const NamedParams& params, Dtype dtype, Device device,
+                           int64_t align_bytes, int64_t multiple);
   /// Copies the gradient of params[i] into view(i) and makes view(i) its gradient.
   void adopt(const NamedParams& params, size_t i) const;
 

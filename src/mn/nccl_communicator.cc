@@ -702,14 +702,16 @@ bool NcclCommunicator::mean_grad_in_buffer(
   std::vector<int64_t> sizes, offsets;
   sizes.reserve(params.size());
   for (const auto& [path, p] : params) sizes.push_back(p.size());
-  const int64_t elements =
-      GradientBuffer::plan(sizes, std::max<int64_t>(1, kAlignBytes / item), buffer_multiple(), &offsets);
+  const int64_t align = std::max<int64_t>(1, kAlignBytes / item);
+  const int64_t elements = GradientBuffer::plan(sizes, align, buffer_multiple(), &offsets);
   if (plan_chunks(elements, item, buffer_multiple(), chunk_bytes_).count != 1) {
     gb.release();
     return false;
   }
-  const std::vector<size_t> to_copy = gb.bind(params, *dtype, gpu, kAlignBytes, buffer_multiple());
-  KUSARI_ASSERT(gb.flat().size() == elements, "gradients in the buffer: the layout does not match its plan");
+  const std::vector<size_t> to_copy =
+      gb.bind(params, *dtype, gpu, kAlignBytes, buffer_multiple());
+  KUSARI_ASSERT(gb.flat().size() == elements,
+                "gradients in the buffer: the layout does not match its plan");
   cudaStream_t compute = compute_stream(device_);
   if (!to_copy.empty()) {
     // One kernel copies every gradient that is not in its segment yet (the first call, set_grad,
