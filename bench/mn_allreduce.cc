@@ -1,20 +1,33 @@
 // Gradient allreduce of a ResNet-50-sized model (161 parameters, 25,557,032 values) through each
-// NCCL communicator's multi_node_mean_grad (pack, collectives and unpack, pipelined in chunks:
-// Note [Gradient pipeline]), against one raw ncclAllReduce of a flat buffer of the same size in
-// the same run. Rank 0 prints the chunk setting and the chunks it made, the median time, the
-// algorithm and bus bandwidth (busbw = algbw * 2(n-1)/n, as nccl-tests reports it) and each
-// path's ratio to the raw allreduce, then the command that reproduces it.
+// NCCL communicator's multi_node_mean_grad, against one raw ncclAllReduce of a flat buffer of the
+// same size in the same run. Rank 0 prints the chunk setting and the chunks it made, the median
+// time, the algorithm and bus bandwidth (busbw = algbw * 2(n-1)/n, as nccl-tests reports it) and
+// each path's ratio to its raw reference, then the command that reproduces it.
 //
 //   mpiexec -n 2 bench_mn_allreduce [--repeats 30] [--warmup 5] [--wire float32|float16|bfloat16]
 //       [--kinds pure_nccl,hierarchical,two_dimensional,non_cuda_aware,single_node]
 //       [--chunk-bytes off,4M,8M,16M,32M,auto]
 //
-// pure_nccl runs once per --chunk-bytes setting (each a KUSARI_MN_CHUNK_BYTES value: "off" is one
-// chunk, "auto" the automatic size), each pipelined row followed by a "raw, in pieces" row: the
-// flat buffer reduced in as many back-to-back ncclAllReduce calls, without packing, which shows
-// what the cutting alone costs NCCL. The other kinds run with KUSARI_MN_CHUNK_BYTES as set in
-// the environment, else "auto". Without the flag, a KUSARI_MN_CHUNK_BYTES in the environment is
-// the only setting.
+// Each kind runs twice: "<kind>" keeps the gradients in the communicator's reduction buffer
+// (CommunicatorOptions::gradients_in_buffer, the default: the first call copies the gradients
+// in, every later call is the allreduce alone; Note [Gradients in the reduction buffer]), and
+// "<kind> packed" turns that off (pack, collectives and unpack, pipelined in chunks: Note
+// [Gradient pipeline]). A row whose gradients did not end in one buffer (a 16-bit --wire casts
+// them, so it packs) is marked "(fallback)". pure_nccl packed runs once per --chunk-bytes setting
+// (each a KUSARI_MN_CHUNK_BYTES value: "off" is one chunk, "auto" the automatic size), each
+// pipelined row followed by a "raw, in pieces" row: the flat buffer reduced in as many
+// back-to-back ncclAllReduce calls, without packing, which shows what the cutting alone costs
+// NCCL. The other kinds, and the in-buffer rows, run with KUSARI_MN_CHUNK_BYTES as set in the
+// environment, else "auto". Without the flag, a KUSARI_MN_CHUNK_BYTES in the environment is the
+// only setting.
+//
+// With pure_nccl among the kinds, three more rows time the whole gradient path, where keeping
+// the gradients in the buffer moves a copy into backward: model.cleargrads(), backward of
+// loss = sum_i sum(p_i * c_i) (a fixed coefficient array c_i per parameter, so d loss / d p_i =
+// c_i, one fresh array per parameter), then the reduction: "backward + raw ncclAllReduce" (no
+// buffer: the leaves adopt their gradients, and a separate flat buffer is reduced), the
+// reference of the two rows after it; "backward + pure_nccl" (backward copies each gradient
+// into the buffer, the mean is the allreduce alone); "backward + pure_nccl packed".
 //
 // Each process uses GPU intra_rank of its host. KUSARI_MN_RANKS_PER_HOST=1 makes every rank its
 // own (pretend) host, so that the inter-host paths run on one machine.
@@ -94,7 +107,19 @@ struct Row {
   int chunks = 1;       // the chunks the last reduction was cut into
   std::string note;     // why a kind did not run
   double seconds = 0;
+  size_t reference = 0;  // the row "vs raw" compares with
 };
+
+/// True when every gradient of `model` is its bound gradient buffer, all in one allocation (the
+/// communicator kept them in its reduction buffer).
+bool gradients_in_one_buffer(kusari::Link& model) {
+  auto params = model.namedparams();
+  for (auto& [path, p] : params) {
+    if (!p.grad_in_buffer() || p.grad().storage() != params.front().second.grad().storage())
+      return false;
+  }
+  return !params.empty();
+}
 
 /// Splits "a,b,c".
 std::vector<std::string> split_list(const std::string& s) {
@@ -190,29 +215,51 @@ int main(int argc, char** argv) {
                         [&] { mn::allreduce_in_pieces(*raw, flat, chunks); });
     return r;
   };
-  for (const std::string& kind : split_list(kinds_flag)) {
+  // Creates `kind` with KUSARI_MN_CHUNK_BYTES=`setting` (then restored); null, with `r.note`
+  // saying why, when the kind refuses this job (e.g. single_node across hosts: every rank alike).
+  auto make = [&](const std::string& kind, const std::string& setting, bool in_buffer, Row& r) {
+    mn::CommunicatorOptions options;
+    if (wire != kusari::float32) options.allreduce_grad_dtype = wire;
+    options.gradients_in_buffer = in_buffer;
+    std::shared_ptr<mn::Communicator> comm;
+    setenv("KUSARI_MN_CHUNK_BYTES", setting.c_str(), 1);
+    try {
+      comm = mn::create_communicator(kind, options);
+    } catch (const kusari::Error& e) {
+      r.note = e.what();
+    }
+    if (chunk_env) {
+      setenv("KUSARI_MN_CHUNK_BYTES", chunk_env->c_str(), 1);
+    } else {
+      unsetenv("KUSARI_MN_CHUNK_BYTES");
+    }
+    if (comm) r.setting = mn::gradient_chunk_setting(*comm);
+    return comm;
+  };
+  const std::vector<std::string> kinds = split_list(kinds_flag);
+  for (const std::string& kind : kinds) {
+    // The gradients in the buffer: after the first (warm-up) call, each call is the reduction.
+    {
+      Row r;
+      r.name = kind;
+      r.setting = default_setting;
+      if (auto comm = make(kind, default_setting, true, r)) {
+        model.fill_gradients(device);
+        r.seconds =
+            time_op(*world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); });
+        r.chunks = mn::gradient_chunks(*comm);
+        if (!gradients_in_one_buffer(model)) r.name += " (fallback)";
+      }
+      rows.push_back(r);
+    }
+    // Packed: the option off.
     const std::vector<std::string> kind_settings =
         kind == "pure_nccl" ? settings : std::vector<std::string>{default_setting};
     for (const std::string& setting : kind_settings) {
       Row r;
-      r.name = kind;
+      r.name = kind + " packed";
       r.setting = setting;
-      mn::CommunicatorOptions options;
-      if (wire != kusari::float32) options.allreduce_grad_dtype = wire;
-      std::shared_ptr<mn::Communicator> comm;
-      setenv("KUSARI_MN_CHUNK_BYTES", setting.c_str(), 1);
-      try {
-        comm = mn::create_communicator(kind, options);
-      } catch (const kusari::Error& e) {
-        r.note = e.what();  // e.g. single_node across hosts: every rank refuses alike
-      }
-      if (chunk_env) {
-        setenv("KUSARI_MN_CHUNK_BYTES", chunk_env->c_str(), 1);
-      } else {
-        unsetenv("KUSARI_MN_CHUNK_BYTES");
-      }
-      if (comm) {
-        r.setting = mn::gradient_chunk_setting(*comm);
+      if (auto comm = make(kind, setting, false, r)) {
         model.fill_gradients(device);
         r.seconds =
             time_op(*world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); });
@@ -220,6 +267,48 @@ int main(int argc, char** argv) {
       }
       rows.push_back(r);
       if (kind == "pure_nccl" && r.chunks > 1) rows.push_back(raw_in_pieces(r.setting, r.chunks));
+    }
+  }
+
+  // The whole gradient path: backward, then the reduction.
+  if (std::find(kinds.begin(), kinds.end(), "pure_nccl") != kinds.end()) {
+    namespace F = kusari::functions;
+    kusari::Variable loss;
+    for (auto& [path, p] : model.namedparams()) {
+      kusari::Variable c(Array::uniform(p.shape(), -1.0, 1.0, kusari::float32, device));
+      kusari::Variable term = F::sum(p * c);
+      loss = loss.defined() ? loss + term : term;
+    }
+    Array flat32 =
+        wire == kusari::float32 ? flat : Array::zeros({elements}, kusari::float32, device);
+    const size_t reference = rows.size();
+    {
+      Row r;
+      r.name = "backward + raw ncclAllReduce";
+      r.setting = "-";
+      r.reference = reference;
+      r.seconds = time_op(*world, device, warmup, repeats, [&] {
+        model.cleargrads();
+        loss.backward();
+        raw->allreduce_inplace(flat32);
+      });
+      rows.push_back(r);
+    }
+    for (bool in_buffer : {true, false}) {
+      Row r;
+      r.name = in_buffer ? "backward + pure_nccl" : "backward + pure_nccl packed";
+      r.setting = default_setting;
+      r.reference = reference;
+      if (auto comm = make("pure_nccl", default_setting, in_buffer, r)) {
+        r.seconds = time_op(*world, device, warmup, repeats, [&] {
+          model.cleargrads();
+          loss.backward();
+          comm->multi_node_mean_grad(model);
+        });
+        r.chunks = mn::gradient_chunks(*comm);
+        if (in_buffer && !gradients_in_one_buffer(model)) r.name += " (fallback)";
+      }
+      rows.push_back(r);
     }
   }
   raw.reset();
@@ -233,23 +322,26 @@ int main(int argc, char** argv) {
         "rank\n",
         n, gpus, mn::nccl_version().c_str(), pretend ? ", KUSARI_MN_RANKS_PER_HOST=" : "",
         pretend ? saved.c_str() : "", repeats, warmup);
-    std::printf("%-20s %8s %6s %10s %12s %12s %10s\n", "path", "chunk", "chunks", "ms",
+    std::printf("%-30s %8s %6s %10s %12s %12s %10s\n", "path", "chunk", "chunks", "ms",
                 "algbw GB/s", "busbw GB/s", "vs raw");
-    const double raw_seconds = rows.front().seconds;
     for (const Row& r : rows) {
       if (!r.note.empty()) {
-        std::printf("%-20s %8s %s\n", r.name.c_str(), r.setting.c_str(),
+        std::printf("%-30s %8s %s\n", r.name.c_str(), r.setting.c_str(),
                     ("not run: " + r.note).c_str());
         continue;
       }
       const double algbw = bytes / r.seconds / 1e9;
       const double busbw = algbw * 2.0 * (n - 1) / n;
-      std::printf("%-20s %8s %6d %10.3f %12.2f %12.2f %10.3f\n", r.name.c_str(), r.setting.c_str(),
-                  r.chunks, r.seconds * 1e3, algbw, busbw, raw_seconds / r.seconds);
+      std::printf("%-30s %8s %6d %10.3f %12.2f %12.2f %10.3f\n", r.name.c_str(), r.setting.c_str(),
+                  r.chunks, r.seconds * 1e3, algbw, busbw, rows[r.reference].seconds / r.seconds);
     }
     std::printf(
-        "(vs raw = raw time / path time: 1.0 means the path costs nothing beyond the allreduce; "
-        "chunk = KUSARI_MN_CHUNK_BYTES, chunks = pipeline chunks of the gradient buffer)\n");
+        "(vs raw = reference time / path time, the reference being the raw ncclAllReduce, or for "
+        "the backward rows backward + raw ncclAllReduce: 1.0 means the path costs nothing beyond "
+        "them; <kind> = gradients in the reduction buffer, <kind> packed = "
+        "gradients_in_buffer off; chunk = KUSARI_MN_CHUNK_BYTES, chunks = pipeline chunks of the "
+        "gradient buffer; algbw and busbw of the backward rows count the allreduce's bytes over "
+        "the whole time)\n");
     std::string env;
     if (pretend) env += "KUSARI_MN_RANKS_PER_HOST=" + saved + " ";
     if (chunk_env) env += "KUSARI_MN_CHUNK_BYTES=" + *chunk_env + " ";

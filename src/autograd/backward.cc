@@ -46,8 +46,13 @@ class GradStore {
 
   void accumulate(VariableImpl* v, const Variable& g) {
     Variable cur = get(v);
+    const bool buffered = !functional_ && !v->creator && fits_grad_buffer(*v, g);
     if (!cur.defined()) {
-      set(v, (!functional_ && !v->creator) ? adopt_leaf_grad(g) : g);
+      if (buffered) {
+        set(v, fill_grad_buffer(*v, g));
+      } else {
+        set(v, (!functional_ && !v->creator) ? adopt_leaf_grad(g) : g);
+      }
       return;
     }
     // Differentiable sum when double backprop records; otherwise plain arrays.
@@ -57,6 +62,9 @@ class GradStore {
             ctx.set_input_grad(0, ctx.output_grad());
             ctx.set_input_grad(1, ctx.output_grad());
           }));
+    } else if (buffered && v->grad_in_buffer()) {
+      const Array& a = g.data();
+      add_to(v->grad_buffer, a.shares_memory_with(v->grad_buffer) && !same_view(a, v->grad_buffer) ? a.copy() : a);
     } else {
       set(v, Variable(add(cur.data(), g.data())));
     }
@@ -68,12 +76,53 @@ class GradStore {
   // Backward rules may pass a gradient through unchanged (add, reshape, broadcast views), so the
   // same array can reach two leaves, or be a stride-0 view. Optimizers, hooks and the multi-node
   // allreduce write into leaf gradients in place, so a leaf adopts a gradient only when nothing
-  // else refers to it and it is contiguous; otherwise it gets its own copy.
+  // else refers to it and it is contiguous; otherwise it gets its own copy. A leaf with a
+  // persistent gradient buffer always copies its first gradient into that buffer, which it owns
+  // (Note [Gradients in a persistent buffer]).
   static Variable adopt_leaf_grad(const Variable& g) {
     if (g.requires_grad()) return g;  // a double-backprop graph: keep it
     const Array& a = g.data();
     if (g.impl_ptr().use_count() == 1 && a.storage().use_count() == 1 && a.is_contiguous()) return g;
     return Variable(a.copy());
+  }
+
+  // Note [Gradients in a persistent buffer]
+  // A parameter may have a gradient buffer bound (Parameter::set_grad_buffer); the multi-node
+  // communicators bind every parameter to its view of their flat reduction buffer, so that the
+  // allreduce needs no pack and no unpack (Note [Gradients in the reduction buffer] in
+  // src/mn/gradient_buffer.cc). In the normal (non-functional) mode, for a leaf with a buffer:
+  //   - the first gradient of a backward (the leaf has none) is copied into the buffer, and the
+  //     buffer becomes the gradient: one copy, where adopting the array would have cost none, but
+  //     a communicator would otherwise pack it and unpack the result;
+  //   - a later gradient (the leaf used twice, or a second backward without cleargrad) is added
+  //     in place (add_to) when the current gradient is the buffer itself, so accumulation
+  //     allocates nothing either;
+  //   - a gradient that is part of a double-backprop graph (requires_grad) never goes into the
+  //     buffer: the leaf keeps the recorded variable, exactly as without a buffer, since the
+  //     graph may be differentiated again and must not see its value change in place. A current
+  //     gradient that is not the buffer (set with set_grad, or recorded) is summed into a new
+  //     array as before; so is a gradient of another shape, dtype or device (never for a
+  //     well-formed rule).
+  // cleargrad keeps the binding (the next backward writes into the buffer again), zerograd fills
+  // the buffer, set_grad makes any array the gradient (the binding stays). The price is aliasing:
+  // whoever holds the gradient array holds the buffer, and the next backward overwrites it.
+  static bool fits_grad_buffer(const VariableImpl& v, const Variable& g) {
+    const Array& b = v.grad_buffer;
+    if (!b.defined() || g.requires_grad()) return false;
+    const Array& a = g.data();
+    return a.shape() == b.shape() && a.dtype() == b.dtype() && a.device() == b.device();
+  }
+
+  static Variable fill_grad_buffer(const VariableImpl& v, const Variable& g) {
+    Array buffer = v.grad_buffer;  // a handle to the same memory
+    const Array& a = g.data();
+    buffer.assign(a.shares_memory_with(buffer) && !same_view(a, buffer) ? a.copy() : a);
+    return Variable(std::move(buffer));
+  }
+
+  static bool same_view(const Array& a, const Array& b) {
+    return a.storage() == b.storage() && a.offset() == b.offset() && a.shape() == b.shape() &&
+           a.strides() == b.strides();
   }
 
  private:

@@ -44,7 +44,26 @@ void Variable::set_grad_var(const Variable& grad) {
 
 void Variable::cleargrad() { impl().grad.reset(); }
 
-void Variable::zerograd() { impl().grad = Variable(Array::zeros_like(data())).impl_ptr(); }
+void Variable::zerograd() {
+  detail::VariableImpl& im = impl();
+  if (im.grad_buffer.defined()) {
+    Array buffer = im.grad_buffer;  // a handle to the same memory
+    buffer.fill(0);
+    im.grad = Variable(std::move(buffer)).impl_ptr();
+    return;
+  }
+  im.grad = Variable(Array::zeros_like(data())).impl_ptr();
+}
+
+void Variable::set_data(Array data) {
+  detail::VariableImpl& im = impl();
+  const Array& b = im.grad_buffer;
+  if (b.defined() && (!data.defined() || data.shape() != b.shape() || data.dtype() != b.dtype() ||
+                      data.device() != b.device())) {
+    im.grad_buffer = Array();
+  }
+  im.data = std::move(data);
+}
 
 void Variable::unchain() { impl().creator.reset(); }
 
@@ -75,6 +94,18 @@ std::string Variable::to_string() const {
 
 std::ostream& operator<<(std::ostream& os, const Variable& v) { return os << v.to_string(); }
 
+namespace detail {
+
+bool VariableImpl::grad_in_buffer() const {
+  if (!grad || !grad_buffer.defined()) return false;
+  const Array& g = grad->data;
+  const Array& b = grad_buffer;
+  return g.storage() == b.storage() && g.offset() == b.offset() && g.dtype() == b.dtype() &&
+         g.shape() == b.shape() && g.strides() == b.strides();
+}
+
+}  // namespace detail
+
 Parameter::Parameter(Array data) : Variable(std::move(data), true) { impl_->device = impl_->data.device(); }
 
 Parameter::Parameter(std::shared_ptr<Initializer> initializer, std::optional<Shape> shape, Device device) {
@@ -103,13 +134,48 @@ void Parameter::initialize(const Shape& shape) {
   }
   im.data = std::move(a);
   im.grad.reset();
+  im.grad_buffer = Array();
 }
 
 void Parameter::to_device(Device device) {
   detail::VariableImpl& im = impl();
   im.device = device;
+  if (im.grad_buffer.defined() && im.grad_buffer.device() != device) im.grad_buffer = Array();
   if (im.data.defined()) im.data = im.data.to_device(device);
   if (im.grad) im.grad = Variable(im.grad->data.to_device(device)).impl_ptr();
+}
+
+void Parameter::set_grad_buffer(Array buffer) {
+  detail::VariableImpl& im = impl();
+  if (!buffer.defined()) {
+    im.grad_buffer = Array();
+    return;
+  }
+  const std::string who = im.name.empty() ? std::string("the parameter") : "parameter '" + im.name + "'";
+  KUSARI_CHECK(im.data.defined(), ValueError, "Parameter::set_grad_buffer: ", who,
+               " is not initialized yet; bind a gradient buffer once it has a shape");
+  KUSARI_CHECK(buffer.shape() == im.data.shape(), ShapeError, "Parameter::set_grad_buffer: ", who, " has shape ",
+               im.data.shape(), " but the buffer has shape ", buffer.shape(), " (they must be equal)");
+  KUSARI_CHECK(buffer.dtype() == im.data.dtype(), DtypeError, "Parameter::set_grad_buffer: ", who, " has dtype ",
+               dtype_name(im.data.dtype()), " but the buffer has dtype ", dtype_name(buffer.dtype()),
+               " (they must be equal)");
+  KUSARI_CHECK(buffer.device() == im.data.device(), DeviceError, "Parameter::set_grad_buffer: ", who, " is on ",
+               im.data.device(), " but the buffer is on ", buffer.device(), " (they must be on the same device)");
+  KUSARI_CHECK(buffer.is_contiguous(), ValueError, "Parameter::set_grad_buffer: the buffer for ", who,
+               " (shape ", buffer.shape(), ") is not contiguous; backward writes gradients as contiguous arrays");
+  if (buffer.shares_memory_with(im.data)) {
+    // Both ranges in elements of the same allocation; the data's extent is bounded by its strides.
+    int64_t lo = im.data.offset(), hi = im.data.offset();
+    for (int d = 0; d < im.data.ndim(); ++d) {
+      const int64_t reach = (im.data.shape()[d] - 1) * im.data.strides()[d];
+      (reach < 0 ? lo : hi) += reach;
+    }
+    const bool apart = buffer.size() == 0 || im.data.size() == 0 ||
+                       buffer.offset() + buffer.size() <= lo || hi < buffer.offset();
+    KUSARI_CHECK(apart, ValueError, "Parameter::set_grad_buffer: the buffer overlaps the data of ", who,
+                 "; gradients would overwrite the parameter");
+  }
+  im.grad_buffer = std::move(buffer);
 }
 
 }  // namespace kusari

@@ -216,6 +216,42 @@ Array binary(BinaryOp op, const Array& a, const Array& b, const char* fn) {
 }
 
 Array add(const Array& a, const Array& b) { return binary(BinaryOp::kAdd, a, b, "add"); }
+
+// Note [Elementwise kernels write in place]
+// add_to and multiply_to hand the kernels an output that is also their first operand. That is
+// safe for every elementwise kernel of the table: each output element is computed from the
+// operand elements at the same index only, read before it is written, by one thread (CPU: one
+// loop iteration; CUDA: one thread, which for the vectorised contiguous path reads the whole
+// vector before writing it), and no kernel declares its pointers __restrict__. What is not safe is
+// an operand that overlaps the output at other indices (a shifted view, or a stride-0 broadcast
+// of one of the output's elements): add_to refuses an operand sharing the output's memory unless
+// it is the output itself.
+void add_to(Array& out, const Array& b) {
+  const char* fn = "add_to";
+  check_defined(fn, out);
+  check_defined(fn, b);
+  check_same_device(fn, {&out, &b});
+  check_same_dtype(fn, {&out, &b});
+  KUSARI_CHECK(out.dtype() != Dtype::kBool, DtypeError, fn, ": not defined for bool arrays; convert with astype() first");
+  KUSARI_CHECK(b.shape() == out.shape() || broadcast_shapes(out.shape(), b.shape(), fn) == out.shape(), ShapeError,
+               fn, ": cannot add an array of shape ", b.shape(), " into one of shape ", out.shape(),
+               " (the operand must broadcast to the output's shape)");
+  const bool same = b.storage() == out.storage() && b.offset() == out.offset() && b.shape() == out.shape() &&
+                    b.strides() == out.strides();
+  KUSARI_CHECK(same || !b.shares_memory_with(out), ValueError, fn,
+               ": the operand overlaps the output without being it; pass a copy");
+  if (out.size() == 0) return;
+  const Array bb = b.shape() == out.shape() ? b : b.broadcast_to(out.shape());
+  KUSARI_KERNEL(out.device(), binary)(BinaryOp::kAdd, out, bb, out);
+}
+
+void multiply_to(Array& out, Scalar b) {
+  const char* fn = "multiply_to";
+  check_defined(fn, out);
+  KUSARI_CHECK(out.dtype() != Dtype::kBool, DtypeError, fn, ": not defined for bool arrays; convert with astype() first");
+  check_scalar_kind(fn, out, b);
+  if (out.size() > 0) KUSARI_KERNEL(out.device(), unary)(UnaryOp::kMulScalar, out, out, b.to_double(), 0.0);
+}
 Array subtract(const Array& a, const Array& b) { return binary(BinaryOp::kSub, a, b, "subtract"); }
 Array multiply(const Array& a, const Array& b) { return binary(BinaryOp::kMul, a, b, "multiply"); }
 Array divide(const Array& a, const Array& b) { return binary(BinaryOp::kDiv, a, b, "divide"); }

@@ -22,6 +22,13 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   const char* dbg = std::getenv("KUSARI_MN_DEBUG");
   debug_ = options.debug || (dbg && std::string(dbg) == "1");
   if (const char* t = std::getenv("KUSARI_MN_TIMEOUT")) options_.timeout_seconds = std::atof(t);
+  if (const char* g = std::getenv("KUSARI_MN_GRADIENTS_IN_BUFFER")) {
+    const std::string v = g;
+    const bool on = v == "1" || v == "on" || v == "true";
+    KUSARI_CHECK(on || v == "0" || v == "off" || v == "false", ValueError,
+                 "KUSARI_MN_GRADIENTS_IN_BUFFER must be 1 (on) or 0 (off), got '", v, "'");
+    options_.gradients_in_buffer = on;
+  }
   KUSARI_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
   KUSARI_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   KUSARI_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -68,6 +75,7 @@ intptr_t MpiCommunicator::mpi_comm_handle() const {
 }
 
 void MpiCommunicator::finalize() {
+  gradient_buffer_.release();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -81,28 +89,42 @@ void MpiCommunicator::finalize() {
 // whose model differs (a parameter without a gradient, another shape) would make the collective
 // mix unrelated numbers or wait forever. Parameters go in sorted path order; with zero_fill a
 // missing gradient becomes zeros. Each reduction first checks, with one small allreduce, that
-// all ranks agree on the number of gradients and elements; debug mode compares every
-// parameter's path, shape and dtype against rank 0 and names the first difference. All ranks
-// reach the same verdict, so all raise together instead of one hanging.
+// all ranks agree on the number of gradients and elements and on a hash of their shapes and
+// dtypes in order (the gradients in the reduction buffer lay out aligned segments, so two ranks
+// whose gradients merely add up to the same number of elements would reduce buffers of
+// different lengths); debug mode, or a disagreement, compares every parameter's path, shape and
+// dtype against rank 0 and names the first difference. All ranks reach the same verdict, so all
+// raise together instead of one hanging.
 std::vector<std::pair<std::string, Parameter>> MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
   auto params = model.namedparams(false);
   std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::pair<std::string, Parameter>> out;
   int64_t elements = 0;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over (ndim, dims..., dtype) of each gradient
+  auto mix = [&](int64_t v) {
+    hash ^= static_cast<uint64_t>(v);
+    hash *= 1099511628211ull;
+  };
   for (auto& [path, p] : params) {
-    if (!p.grad().defined()) {
+    // (Through the impl: this runs every step, and Variable::grad() copies the array handle.)
+    const auto& grad = p.impl().grad;
+    if (!grad || !grad->data.defined()) {
       if (!zero_fill) continue;
       p.zerograd();
-    } else if (!p.grad().is_contiguous()) {
-      p.set_grad(p.grad().copy());
+    } else if (!grad->data.is_contiguous()) {
+      p.set_grad(grad->data.copy());
     }
     elements += p.size();
+    mix(p.ndim());
+    for (int64_t d : p.shape()) mix(d);
+    mix(static_cast<int64_t>(p.impl().grad->data.dtype()));
     out.emplace_back(path, p);
   }
   const int64_t n = static_cast<int64_t>(out.size());
-  int64_t check[4] = {n, -n, elements, -elements};
-  allreduce_host(check, 4, Dtype::kInt64, ReduceOp::kMax, comm_);
-  const bool agree = check[0] == -check[1] && check[2] == -check[3];
+  const int64_t h = static_cast<int64_t>(hash >> 2);  // non-negative, so that -h does not overflow
+  int64_t check[6] = {n, -n, elements, -elements, h, -h};
+  allreduce_host(check, 6, Dtype::kInt64, ReduceOp::kMax, comm_);
+  const bool agree = check[0] == -check[1] && check[2] == -check[3] && check[4] == -check[5];
   if (debug_ || !agree) {
     std::ostringstream sig;
     for (auto& [path, p] : out) sig << path << " " << p.shape() << " " << dtype_name(p.dtype()) << "\n";
@@ -143,6 +165,23 @@ void MpiCommunicator::check_finite_after_reduce(const std::vector<std::pair<std:
                    " contains NaN or infinity");
     }
   }
+}
+
+bool MpiCommunicator::host_mean_grad_in_buffer(const NamedParams& params, bool communicate) {
+  const std::optional<Dtype> dtype =
+      options_.gradients_in_buffer ? common_gradient_dtype(params, Device::cpu()) : std::nullopt;
+  if (!dtype || (options_.allreduce_grad_dtype && *options_.allreduce_grad_dtype != *dtype)) {
+    gradient_buffer_.release();
+    return false;
+  }
+  // Segments on 64-byte (cache line) boundaries; no padding.
+  for (size_t i : gradient_buffer_.bind(params, *dtype, Device::cpu(), 64, 1)) gradient_buffer_.adopt(params, i);
+  if (communicate) {
+    Array flat = gradient_buffer_.flat();
+    allreduce_host(flat.raw_data(), flat.size(), *dtype, ReduceOp::kSum, comm_);
+    multiply_to(flat, 1.0 / size_);
+  }
+  return true;
 }
 
 Array pack_gradients(const std::vector<std::pair<std::string, Parameter>>& params, Dtype dtype, Device device) {
@@ -196,6 +235,10 @@ void NaiveCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
 void FlatCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
   auto params = gradients_to_reduce(model, zero_fill);
   if (params.empty()) return;
+  if (host_mean_grad_in_buffer(params, /*communicate=*/true)) {
+    check_finite_after_reduce(params);
+    return;
+  }
   for (auto& [dtype, group] : by_dtype(params)) {
     const Dtype wire = options_.allreduce_grad_dtype.value_or(dtype);
     Array buffer = pack_gradients(group, wire, Device::cpu());
@@ -207,6 +250,7 @@ void FlatCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
 
 void DummyCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
   auto params = gradients_to_reduce(model, zero_fill);
+  if (params.empty() || host_mean_grad_in_buffer(params, /*communicate=*/false)) return;
   for (auto& [dtype, group] : by_dtype(params)) {
     const Dtype wire = options_.allreduce_grad_dtype.value_or(dtype);
     Array buffer = pack_gradients(group, wire, Device::cpu());

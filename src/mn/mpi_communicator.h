@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kusari/mn/communicator.h"
+#include "mn/gradient_buffer.h"
 
 namespace kusari::mn::detail {
 
@@ -30,8 +31,17 @@ class MpiCommunicator : public Communicator {
   /// In debug mode, raises "parameters diverged" when a reduced gradient is not finite.
   void check_finite_after_reduce(const std::vector<std::pair<std::string, Parameter>>& params);
   bool debug() const { return debug_; }
+  /// "flat" and "dummy": when options().gradients_in_buffer and the gradients allow it (one
+  /// floating dtype, on the CPU, not cast), makes the gradients of `params` views of
+  /// gradient_buffer() and, with `communicate`, replaces them by their mean with one in-place MPI
+  /// allreduce; returns false (releasing the buffer) when the packed path must run instead. See
+  /// Note [Gradients in the reduction buffer] in gradient_buffer.cc.
+  bool host_mean_grad_in_buffer(const NamedParams& params, bool communicate);
+  /// The flat buffer the gradients live in (Note [Gradients in the reduction buffer]).
+  GradientBuffer& gradient_buffer() { return gradient_buffer_; }
 
  private:
+  GradientBuffer gradient_buffer_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm intra_comm_ = MPI_COMM_NULL;
   MPI_Comm inter_comm_ = MPI_COMM_NULL;
@@ -47,7 +57,8 @@ class NaiveCommunicator : public MpiCommunicator {
   std::shared_ptr<Communicator> split(int color, int key) override;
 };
 
-/// "flat": all gradients packed into one buffer, one MPI allreduce, unpacked with the 1/size scale.
+/// "flat": all gradients in one buffer (kept there, or packed into it and unpacked: Note [Gradients
+/// in the reduction buffer]), one MPI allreduce, scaled by 1/size.
 class FlatCommunicator : public MpiCommunicator {
  public:
   using MpiCommunicator::MpiCommunicator;
@@ -56,7 +67,8 @@ class FlatCommunicator : public MpiCommunicator {
   std::shared_ptr<Communicator> split(int color, int key) override;
 };
 
-/// "dummy": packs and unpacks like "flat" but does not communicate (measures packing cost).
+/// "dummy": moves the gradients like "flat" (packs and unpacks, or keeps them in its buffer) but
+/// does not communicate (measures that cost).
 class DummyCommunicator : public MpiCommunicator {
  public:
   using MpiCommunicator::MpiCommunicator;

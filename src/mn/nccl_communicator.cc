@@ -61,9 +61,15 @@ namespace kusari::mn::detail {
 // there (the wire buffers, kept between steps) are reused, or released to the caching pool, only
 // after the compute stream has waited for the collectives that used them (Note [Caching memory
 // pool]); after a failure, the compute stream first waits for everything queued on the NCCL
-// stream (whose kernels the abort ends).
+// stream (whose kernels the abort ends). With the gradients in the reduction buffer the wire
+// buffer is the gradients' own memory: the compute stream waits for the collectives before
+// anything after multi_node_mean_grad (the update, the next backward) touches it.
 //
 // Note [Gradient pipeline]
+// (The packed path. By default the gradients live in the reduction buffer and need neither pack
+// nor unpack: Note [Gradients in the reduction buffer] in gradient_buffer.cc. This pipeline runs
+// where that does not apply: mixed dtypes, a cast to another wire dtype, several chunks, double
+// buffering, or gradients_in_buffer off.)
 // Packing the gradients into the wire buffer and unpacking the result each move the buffer
 // twice through GPU memory (about 0.05 ms each for ResNet-50's 102 MB on an H200); done before
 // and after the collectives they added 40% to a 0.4 ms NVLink allreduce. So the buffer is cut
@@ -579,6 +585,8 @@ void NcclCommunicator::release_nccl() noexcept {
   host_buffer_bytes_ = 0;
   cudaGetLastError();
   // The wire buffers go back to the pool; the compute stream already waits for their last use.
+  // The parameters bound to the gradient buffer are unbound (their gradients keep it alive).
+  gradient_buffer().release();
   grad_buffer_ = Array();
   slot_buffers_[0] = Array();
   slot_buffers_[1] = Array();
@@ -591,9 +599,10 @@ Device NcclCommunicator::gradient_device(
     const std::vector<std::pair<std::string, Parameter>>& params, const char* what) {
   const Device d = params.front().second.grad().device();
   for (const auto& [path, p] : params) {
-    KUSARI_CHECK(p.grad().device() == d, DeviceError, name(), ": ", what, ": the gradient of ",
-                 path, " is on ", p.grad().device(), " but that of ", params.front().first,
-                 " is on ", d, " (the model must be on one GPU)");
+    const Device here = p.impl().grad->data.device();  // (gradients_to_reduce gave each one)
+    KUSARI_CHECK(here == d, DeviceError, name(), ": ", what, ": the gradient of ", path, " is on ",
+                 here, " but that of ", params.front().first, " is on ", d,
+                 " (the model must be on one GPU)");
   }
   KUSARI_CHECK(d.is_cuda(), CommunicatorError, name(), ": ", what,
                " needs the model on a GPU, but its gradients are on ", d,
@@ -677,11 +686,70 @@ void NcclCommunicator::queue_gradient_pipeline(const ChunkPlan& plan, Array& buf
   }
 }
 
+bool NcclCommunicator::mean_grad_in_buffer(
+    const std::vector<std::pair<std::string, Parameter>>& params, const char* what) {
+  GradientBuffer& gb = gradient_buffer();
+  const Device gpu = Device::cuda(device_);
+  const std::optional<Dtype> dtype =
+      options_.gradients_in_buffer ? common_gradient_dtype(params, gpu) : std::nullopt;
+  if (!dtype || (options_.allreduce_grad_dtype && *options_.allreduce_grad_dtype != *dtype)) {
+    gb.release();
+    return false;
+  }
+  // Segments on 256-byte boundaries, as the memory pool aligns arrays.
+  constexpr int64_t kAlignBytes = 256;
+  const int64_t item = static_cast<int64_t>(itemsize(*dtype));
+  std::vector<int64_t> sizes, offsets;
+  sizes.reserve(params.size());
+  for (const auto& [path, p] : params) sizes.push_back(p.size());
+  const int64_t align = std::max<int64_t>(1, kAlignBytes / item);
+  const int64_t elements = GradientBuffer::plan(sizes, align, buffer_multiple(), &offsets);
+  if (plan_chunks(elements, item, buffer_multiple(), chunk_bytes_).count != 1) {
+    gb.release();
+    return false;
+  }
+  const std::vector<size_t> to_copy =
+      gb.bind(params, *dtype, gpu, kAlignBytes, buffer_multiple());
+  KUSARI_ASSERT(gb.flat().size() == elements,
+                "gradients in the buffer: the layout does not match its plan");
+  cudaStream_t compute = compute_stream(device_);
+  if (!to_copy.empty()) {
+    // One kernel copies every gradient that is not in its segment yet (the first call, set_grad,
+    // zero_fill's fresh zeros, the views of a previous buffer).
+    std::vector<Array> grads;
+    std::vector<int64_t> at;
+    for (size_t i : to_copy) {
+      grads.push_back(params[i].second.grad());
+      at.push_back(gb.offset(i));
+    }
+    adopt_packer_.prepare(grads, *dtype, device_, 0, &at);
+    adopt_packer_.pack(gb.flat().raw_data(), compute);
+    for (size_t i : to_copy) {
+      Parameter p = params[i].second;
+      p.set_grad(gb.view(i));
+    }
+  }
+  last_gradient_chunks_ = 1;
+  ensure_events(grad_events_, 1);
+  Array flat = gb.flat();
+  begin_op(grad_events_);
+  reduce_buffer(flat.raw_data(), flat.size(), *dtype, ReduceOp::kMean, what);  // mean or sum
+  end_op(grad_events_);  // the compute stream waits: backward and updates come after
+  if (!averages_on_wire(*dtype)) multiply_to(flat, 1.0 / size_);
+  wait_chunks(grad_events_, 1, what);
+  return true;
+}
+
 void NcclCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
   auto params = gradients_to_reduce(model, zero_fill);
   if (params.empty()) return;
   const char* what = "multi_node_mean_grad";
   ensure_nccl(gradient_device(params, what), what);
+  // Note [Gradients in the reduction buffer] (gradient_buffer.cc): no pack and no unpack.
+  if (mean_grad_in_buffer(params, what)) {
+    check_finite_after_reduce(params);
+    return;
+  }
   const ChunkPlan plan = prepare_gradients(params, grad_buffer_);
   const double scale = averages_on_wire(grad_buffer_.dtype()) ? 1.0 : 1.0 / size_;
   queue_gradient_pipeline(plan, grad_buffer_, grad_events_, /*unpack=*/true, scale, what);

@@ -182,6 +182,12 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
                                double scale, const char* what);
   /// The wire dtype for gradients of these dtypes.
   Dtype wire_dtype(const std::vector<std::pair<std::string, Parameter>>& params) const;
+  /// When options().gradients_in_buffer and the gradients allow it (one floating dtype, not cast,
+  /// one chunk), makes the gradients of `params` views of gradient_buffer() and queues their mean
+  /// as one in-place reduction of it; returns false (releasing the buffer) when the packed path
+  /// must run instead. See Note [Gradients in the reduction buffer] in gradient_buffer.cc.
+  bool mean_grad_in_buffer(const std::vector<std::pair<std::string, Parameter>>& params,
+                           const char* what);
   /// world_, intra_ and inter_ (aborted together on a failure).
   std::array<ncclComm_t*, 3> nccl_comms() { return {&world_, &intra_, &inter_}; }
   /// Releases the NCCL communicators (finalize + destroy, bounded by the deadline; abort on
@@ -203,6 +209,8 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
 
   BatchedPacker grad_packer_;
   BatchedPacker data_packer_;
+  /// Copies gradients that are not in their segments of gradient_buffer() yet.
+  BatchedPacker adopt_packer_;
   Array grad_buffer_;
   std::array<Array, 2> slot_buffers_;
   std::deque<InFlight> in_flight_;

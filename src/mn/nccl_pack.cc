@@ -33,14 +33,24 @@ namespace kusari::mn::detail {
 //     moved (the caching pool often hands back the same blocks). Uploads and kernels run on the
 //     compute stream in order, so rewriting a table never races a kernel still reading it.
 //     Uploads go through pinned buffers of the packer's own, so that they never make the host
-//     wait for the compute stream (a copy from pageable memory may).
+//     wait for the compute stream (a copy from pageable memory may);
+//   - an entry may also name its offset in the buffer explicitly (segments with gaps between
+//     them): the blocks only index entries, so the same kernel then copies a few arrays into
+//     their segments of a buffer that holds the others already (Note [Gradients in the reduction
+//     buffer] in gradient_buffer.cc).
 void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int device,
-                            int64_t chunk_elements) {
+                            int64_t chunk_elements, const std::vector<int64_t>* offsets) {
+  KUSARI_ASSERT(!offsets || (offsets->size() == arrays.size() && chunk_elements == 0),
+                "BatchedPacker: explicit offsets need one per array and a single chunk");
   bool layout_same = device == device_ && wire == wire_ && chunk_elements == chunk_elements_ &&
                      arrays.size() == entries_.size();
+  int64_t next = 0;
   for (size_t i = 0; layout_same && i < arrays.size(); ++i) {
+    const int64_t at = offsets ? (*offsets)[i] : next;
     layout_same = arrays[i].size() == entries_[i].size &&
-                  static_cast<int32_t>(arrays[i].dtype()) == entries_[i].dtype;
+                  static_cast<int32_t>(arrays[i].dtype()) == entries_[i].dtype &&
+                  entries_[i].offset == at;
+    next = at + arrays[i].size();
   }
   bool pointers_same = layout_same;
   for (size_t i = 0; pointers_same && i < arrays.size(); ++i) {
@@ -65,16 +75,18 @@ void BatchedPacker::prepare(const std::vector<Array>& arrays, Dtype wire, int de
     chunk_elements_ = chunk_elements;
     entries_.assign(arrays.size(), PackEntry{});
     std::vector<int64_t> sizes(arrays.size());
-    int64_t offset = 0;
+    int64_t offset = 0, end = 0;
     for (size_t i = 0; i < arrays.size(); ++i) {
       const int64_t n = arrays[i].size();
+      if (offsets) offset = (*offsets)[i];
       sizes[i] = n;
       entries_[i].size = n;
       entries_[i].offset = offset;
       entries_[i].dtype = static_cast<int32_t>(arrays[i].dtype());
       offset += n;
+      end = std::max(end, offset);
     }
-    total_ = offset;
+    total_ = end;
     blocks_ = build_pack_blocks(sizes, chunk_elements, &chunk_first_block_);
     static_assert(sizeof(PackBlock) % sizeof(int64_t) == 0);
     const int64_t block_words =

@@ -34,13 +34,17 @@ class BatchedPacker {
 
   /// Makes the tables describe `arrays` (contiguous, floating, all on GPU `device`) packed as
   /// `wire` at consecutive offsets, cut into chunks of `chunk_elements` elements of the buffer
-  /// (0: one chunk) that pack_chunk and unpack_chunk handle one at a time. Cheap when nothing
-  /// changed since the last call; uploads the pointer table when only the arrays' memory moved;
-  /// rebuilds everything when the layout (sizes, dtypes, wire dtype, chunk size) changed.
-  /// Uploads are queued on the device's compute stream.
+  /// (0: one chunk) that pack_chunk and unpack_chunk handle one at a time. With `offsets`, array
+  /// i goes to element offsets[i] of the buffer instead (segments that must not overlap; one
+  /// chunk only): the gradients-in-buffer path copies the gradients that are not in their
+  /// segments yet with it. Cheap when nothing changed since the last call; uploads the pointer
+  /// table when only the arrays' memory moved; rebuilds everything when the layout (sizes,
+  /// dtypes, offsets, wire dtype, chunk size) changed. Uploads are queued on the device's compute
+  /// stream.
   void prepare(const std::vector<Array>& arrays, Dtype wire, int device,
-               int64_t chunk_elements = 0);
-  /// Elements of the packed layout (before any padding).
+               int64_t chunk_elements = 0, const std::vector<int64_t>* offsets = nullptr);
+  /// Elements of the packed layout (before any padding; with offsets, the end of the last
+  /// segment).
   int64_t total() const { return total_; }
   Dtype wire() const { return wire_; }
   /// Chunks of the layout: max(1, ceil(total() / chunk_elements)).

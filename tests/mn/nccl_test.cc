@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "kusari/config.h"
+#include "kusari/functions.h"
 #include "kusari/mn.h"
 #include "kusari/mn/benchmark.h"
 #include "kusari/optimizers/sgd.h"
@@ -130,7 +131,7 @@ std::shared_ptr<Communicator> cached_comm(const std::string& name, int ranks_per
                                           const std::string& chunk_bytes = "") {
   const std::string key = name + "/" + std::to_string(ranks_per_host) + "/" +
                           (o.allreduce_grad_dtype ? dtype_name(*o.allreduce_grad_dtype) : "same") +
-                          "/" + chunk_bytes;
+                          "/" + chunk_bytes + (o.gradients_in_buffer ? "" : "/packed");
   auto& c = comm_cache()[key];
   if (!c) c = make_comm(name, ranks_per_host, o, chunk_bytes);
   return c;
@@ -382,6 +383,93 @@ void check_double_buffering(const std::shared_ptr<Communicator>& comm) {
   // Another setup drops the sum in flight.
   opt->setup(model);
   EXPECT_EQ(pipeline.mean_grads_in_flight(), 0);
+}
+
+/// True when every gradient of `model` is its bound buffer, all in one allocation.
+bool gradients_in_one_buffer(Link& model) {
+  auto params = model.namedparams();
+  for (auto& [path, p] : params) {
+    if (!p.grad_in_buffer() || p.grad().storage() != params.front().second.grad().storage())
+      return false;
+  }
+  return true;
+}
+
+// Note [Gradients in the reduction buffer]: the same means as the packed path; gradients that
+// live in one buffer, which backward writes into; a new parameter makes a new layout.
+TEST_P(NcclKindTest, GradientsInTheBufferEqualPacked) {
+  CommunicatorOptions packed;
+  packed.gradients_in_buffer = false;
+  auto on = make_kind();
+  auto off = make_kind(packed);
+  const int r = on->rank(), s = on->size();
+  Uneven a, b;
+  a.to_device(my_gpu());
+  b.to_device(my_gpu());
+  // Gradients set as arrays: copied into their segments by one kernel. Step 1 keeps the layout
+  // and zero-fills a parameter without a gradient.
+  for (int step = 0; step < 2; ++step) {
+    set_gradients(a, r + step, float32, my_gpu());
+    set_gradients(b, r + step, float32, my_gpu());
+    if (step == 1) {
+      a.namedparams()[3].second.cleargrad();
+      b.namedparams()[3].second.cleargrad();
+    }
+    on->multi_node_mean_grad(a, /*zero_fill=*/true);
+    off->multi_node_mean_grad(b, /*zero_fill=*/true);
+    EXPECT_EQ(gradient_chunks(*on), 1);
+    EXPECT_TRUE(gradients_in_one_buffer(a)) << on->name() << " step " << step;
+    auto pa = a.namedparams(), pb = b.namedparams();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_FALSE(pb[i].second.grad_buffer().defined());
+      EXPECT_TRUE(ArraysClose(pa[i].second.grad().to_device(Device::cpu()),
+                              pb[i].second.grad().to_device(Device::cpu()), 1e-6, 1e-6))
+          << on->name() << " step " << step << " " << pa[i].first;
+    }
+  }
+  // Backward through a loss that touches every parameter, sum_i sum(p_i * c_i): d/dp_i = c_i,
+  // written straight into the buffer; the mean needs no new memory.
+  const auto storage = a.namedparams().front().second.grad().storage();
+  for (int step = 2; step < 4; ++step) {
+    a.cleargrads();
+    Variable loss;
+    int i = 0;
+    for (auto& [path, p] : a.namedparams()) {
+      Variable c(gradient_pattern(p.shape(), i++, r + step, float32).to_device(my_gpu()));
+      Variable term = functions::sum(p * c);
+      loss = loss.defined() ? loss + term : term;
+    }
+    loss.backward();
+    EXPECT_TRUE(gradients_in_one_buffer(a)) << "backward writes into the buffer";
+    on->multi_node_mean_grad(a);
+    i = 0;
+    for (auto& [path, p] : a.namedparams()) {
+      EXPECT_EQ(p.grad().storage(), storage) << path;
+      const Array expected = gradient_pattern(p.shape(), i++, step, float64) + (s - 1) / 2.0;
+      EXPECT_TRUE(ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6,
+                              1e-6))
+          << on->name() << " step " << step << " " << path;
+    }
+  }
+  // A new parameter: a new layout, every gradient moves into the new buffer.
+  a.add_param("p9", Parameter(Array::zeros({33}, float32, my_gpu())));
+  set_gradients(a, r, float32, my_gpu());
+  on->multi_node_mean_grad(a);
+  EXPECT_TRUE(gradients_in_one_buffer(a));
+  EXPECT_NE(a.namedparams().front().second.grad().storage(), storage);
+  int i = 0;
+  for (auto& [path, p] : a.namedparams()) {
+    const Array expected = gradient_pattern(p.shape(), i++, 0, float64) + (s - 1) / 2.0;
+    EXPECT_TRUE(
+        ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6, 1e-6))
+        << on->name() << " new layout " << path;
+  }
+  // Mixed dtypes fall back to packing and release the buffer (the parameters are unbound).
+  a.namedparams()[0].second.set_data(a.namedparams()[0].second.data().astype(float64));
+  set_gradients(a, r, float32, my_gpu());
+  a.namedparams()[0].second.set_grad(a.namedparams()[0].second.grad().astype(float64));
+  on->multi_node_mean_grad(a);
+  for (auto& [path, p] : a.namedparams()) EXPECT_FALSE(p.grad_buffer().defined()) << path;
 }
 
 TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {

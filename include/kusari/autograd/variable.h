@@ -38,6 +38,12 @@ struct VariableImpl {
   double loss_scale = 1.0;
   // Parameters only: false when the owning link disabled updates (Link::disable_update).
   bool update_enabled = true;
+  // Parameters only: where backward puts this leaf's gradient (undefined: a fresh array). See
+  // Note [Gradients in a persistent buffer] in src/autograd/backward.cc.
+  Array grad_buffer;
+
+  /// True when the gradient is grad_buffer itself (the same memory, offset and geometry).
+  bool grad_in_buffer() const;
 };
 
 }  // namespace detail
@@ -66,8 +72,9 @@ class Variable {
   const Array& data() const { return impl().data; }
   /// Chainer's spelling of data().
   const Array& array() const { return impl().data; }
-  /// Replaces the data (shape may change; the graph is not touched).
-  void set_data(Array data) { impl().data = std::move(data); }
+  /// Replaces the data (shape may change; the graph is not touched). A gradient buffer bound to
+  /// a parameter (Parameter::set_grad_buffer) is unbound when the shape, dtype or device changes.
+  void set_data(Array data);
 
   const Shape& shape() const { return data().shape(); }
   Dtype dtype() const { return data().dtype(); }
@@ -81,9 +88,10 @@ class Variable {
   Variable grad_var() const;
   void set_grad(const Array& grad);
   void set_grad_var(const Variable& grad);
-  /// Drops the gradient (Chainer's cleargrad).
+  /// Drops the gradient (Chainer's cleargrad). A bound gradient buffer stays bound.
   void cleargrad();
-  /// Sets the gradient to zeros of the data's shape (allocating it).
+  /// Sets the gradient to zeros of the data's shape: the bound gradient buffer filled with zeros
+  /// when there is one (no allocation), else a new array.
   void zerograd();
 
   bool requires_grad() const { return impl().requires_grad; }
@@ -145,13 +153,29 @@ class Parameter : public Variable {
 
   /// True once the data exists.
   bool is_initialized() const { return impl().data.defined(); }
-  /// Allocates the data with `shape` and fills it with the initializer.
+  /// Allocates the data with `shape` and fills it with the initializer (dropping the gradient and
+  /// unbinding a gradient buffer).
   void initialize(const Shape& shape);
   const std::shared_ptr<Initializer>& initializer() const { return impl().initializer; }
   /// The device the parameter lives (or will live) on.
   Device device() const { return is_initialized() ? data().device() : impl().device; }
-  /// Moves the data (and gradient) to `device`, or records it for a later initialize().
+  /// Moves the data (and gradient) to `device`, or records it for a later initialize(). A bound
+  /// gradient buffer on another device is unbound.
   void to_device(Device device);
+
+  /// Binds a persistent gradient buffer: from now on backward copies this parameter's first
+  /// gradient into `buffer` and makes `buffer` the gradient, and adds later gradients into it in
+  /// place, instead of allocating a new array each step (PyTorch's gradient_as_bucket_view). The
+  /// buffer must be contiguous and have the parameter's shape, dtype and device, and must not
+  /// overlap its data; an undefined array unbinds. Binding does not change the current gradient.
+  /// The multi-node communicators bind every parameter to its view of one flat reduction buffer
+  /// (Note [Gradients in the reduction buffer] in src/mn/gradient_buffer.cc). See
+  /// Note [Gradients in a persistent buffer] in src/autograd/backward.cc.
+  void set_grad_buffer(Array buffer);
+  /// The bound gradient buffer (undefined when none is bound).
+  Array grad_buffer() const { return impl().grad_buffer; }
+  /// True when the gradient is the bound buffer itself (false when either is missing).
+  bool grad_in_buffer() const { return impl().grad_in_buffer(); }
 };
 
 /// Computes d outputs / d inputs without touching any variable's grad (Chainer's chainer.grad).

@@ -70,6 +70,12 @@ Array greater(const Array& a, Scalar b);
 Array greater_equal(const Array& a, Scalar b);
 Array logical_and(const Array& a, const Array& b);
 Array logical_or(const Array& a, const Array& b);
+/// out += b in place (b broadcast to out's shape; same dtype and device, as for add). No
+/// allocation: gradient accumulation into persistent buffers uses it. `b` may be `out` itself
+/// but must not otherwise overlap it. See Note [Elementwise kernels write in place].
+void add_to(Array& out, const Array& b);
+/// out *= b in place (a float scalar needs a floating array). See add_to.
+void multiply_to(Array& out, Scalar b);
 /// cond ? a : b, broadcasting all three; cond must be bool.
 Array where(const Array& cond, const Array& a, const Array& b);
 Array where(const Array& cond, const Array& a, Scalar b);

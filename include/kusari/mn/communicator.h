@@ -34,6 +34,16 @@ struct CommunicatorOptions {
   /// Seconds a collective may take before the job is aborted with a message naming it
   /// (NCCL communicators; 0 = wait forever). Also KUSARI_MN_TIMEOUT.
   double timeout_seconds = 0;
+  /// Keep every gradient in the communicator's flat reduction buffer ("flat", "dummy" and the
+  /// NCCL kinds), so that multi_node_mean_grad needs no pack and no unpack: the first call binds
+  /// each parameter's gradient buffer (Parameter::set_grad_buffer) to its segment, backward then
+  /// writes gradients there, and each later call is one in-place allreduce. After a call every
+  /// gradient is a view into that one buffer (which the next backward overwrites); copy a
+  /// gradient to keep it. Used when the gradients share one floating dtype, are not cast
+  /// (allreduce_grad_dtype unset or equal) and, for the NCCL kinds, travel in one chunk;
+  /// otherwise, or when false, gradients are packed and unpacked as before. The environment
+  /// variable KUSARI_MN_GRADIENTS_IN_BUFFER=0 (or 1) overrides it. See docs/nccl.md.
+  bool gradients_in_buffer = true;
 };
 
 /// A group of processes that train together. Methods that communicate must be called by every
@@ -58,7 +68,8 @@ class Communicator {
   /// Copies rank 0's parameters (in sorted path order) to every rank.
   virtual void bcast_data(Link& model);
   /// Replaces every parameter's gradient with its mean over the ranks. Parameters without a
-  /// gradient are skipped, or get zeros (allocated) when zero_fill is true.
+  /// gradient are skipped, or get zeros when zero_fill is true. With
+  /// CommunicatorOptions::gradients_in_buffer the gradients end as views of one flat buffer.
   virtual void multi_node_mean_grad(Link& model, bool zero_fill = false) = 0;
 
   // --- arrays (any device; received arrays are on `device`, default the CPU) --------------------

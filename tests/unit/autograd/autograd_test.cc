@@ -176,6 +176,177 @@ TEST_P(AutogradTest, WrongGradientShapeIsReported) {
   EXPECT_THROW(F::sum(y).backward(), GradientError);
 }
 
+// --- Note [Gradients in a persistent buffer] ---------------------------------------------------
+
+class GradBufferTest : public testing::DeviceTest {
+ protected:
+  Parameter param(std::initializer_list<double> v) {
+    return Parameter(Array::from(v, std::nullopt, float64, device()));
+  }
+  /// A flat float64 buffer of `n` elements, all `fill`.
+  Array flat(int64_t n, double fill = -1.0) { return Array::full({n}, fill, float64, device()); }
+  static std::vector<double> values(const Array& a) { return a.to_vector<double>(); }
+};
+
+TEST_P(GradBufferTest, FirstGradientLandsInTheBuffer) {
+  Parameter p = param({1, 2, 3});
+  Array whole = flat(8);
+  Array segment = whole.at({Slice(2, 5)});
+  p.set_grad_buffer(segment);
+  EXPECT_FALSE(p.grad().defined()) << "binding does not touch the gradient";
+  F::sum(p * 2.0).backward();
+  EXPECT_EQ(p.grad().storage(), whole.storage());
+  EXPECT_EQ(p.grad().offset(), segment.offset());
+  EXPECT_TRUE(p.grad_in_buffer());
+  EXPECT_EQ(values(p.grad()), (std::vector<double>{2, 2, 2}));
+  // Only the segment was written.
+  EXPECT_EQ(values(whole), (std::vector<double>{-1, -1, 2, 2, 2, -1, -1, -1}));
+}
+
+TEST_P(GradBufferTest, ParameterUsedTwiceAccumulatesInPlace) {
+  Parameter p = param({1, 2, 3});
+  Parameter q = param({5, 6, 7});  // no buffer: today's behaviour beside it
+  Array buffer = flat(3);
+  p.set_grad_buffer(buffer);
+  F::sum(p * p + p * 3.0 + q).backward();  // d/dp = 2p + 3
+  EXPECT_EQ(p.grad().storage(), buffer.storage());
+  EXPECT_EQ(values(buffer), (std::vector<double>{5, 7, 9}));
+  EXPECT_EQ(values(q.grad()), (std::vector<double>{1, 1, 1}));
+  EXPECT_FALSE(q.grad().shares_memory_with(buffer));
+  // Add passes one gradient to both of its inputs: the buffered leaf copies it, the other adopts
+  // or copies it, and the two never alias.
+  Parameter a = param({1, 2}), b = param({3, 4});
+  Array ab = flat(2);
+  a.set_grad_buffer(ab);
+  F::sum(a + b).backward();
+  EXPECT_TRUE(a.grad_in_buffer());
+  EXPECT_FALSE(b.grad().shares_memory_with(a.grad()));
+  EXPECT_EQ(values(a.grad()), (std::vector<double>{1, 1}));
+}
+
+TEST_P(GradBufferTest, SecondBackwardAccumulatesAndCleargradOverwrites) {
+  Parameter p = param({1, 2, 3});
+  Array buffer = flat(3);
+  p.set_grad_buffer(buffer);
+  F::sum(p * 2.0).backward();
+  F::sum(p * 3.0).backward();  // no cleargrad: accumulates, in place
+  EXPECT_TRUE(p.grad_in_buffer());
+  EXPECT_EQ(values(buffer), (std::vector<double>{5, 5, 5}));
+  p.cleargrad();
+  EXPECT_FALSE(p.grad().defined());
+  EXPECT_TRUE(p.grad_buffer().defined()) << "cleargrad keeps the binding";
+  F::sum(p * 4.0).backward();  // overwrites what the buffer held
+  EXPECT_TRUE(p.grad_in_buffer());
+  EXPECT_EQ(values(buffer), (std::vector<double>{4, 4, 4}));
+}
+
+TEST_P(GradBufferTest, ZerogradFillsTheBuffer) {
+  Parameter p = param({1, 2, 3});
+  Array buffer = flat(3, 7.0);
+  p.set_grad_buffer(buffer);
+  p.zerograd();
+  EXPECT_TRUE(p.grad_in_buffer());
+  EXPECT_EQ(values(buffer), (std::vector<double>{0, 0, 0}));
+  F::sum(p * 2.0).backward();  // accumulates onto the zeros, in place
+  EXPECT_TRUE(p.grad_in_buffer());
+  EXPECT_EQ(values(buffer), (std::vector<double>{2, 2, 2}));
+}
+
+TEST_P(GradBufferTest, SetGradKeepsTheBinding) {
+  Parameter p = param({1, 2, 3});
+  Array buffer = flat(3);
+  p.set_grad_buffer(buffer);
+  Array mine = Array::from({10, 20, 30}, std::nullopt, float64, device());
+  p.set_grad(mine);
+  EXPECT_FALSE(p.grad_in_buffer());
+  EXPECT_TRUE(p.grad_buffer().defined());
+  F::sum(p * 2.0).backward();  // sums into a new array, as without a buffer
+  EXPECT_FALSE(p.grad_in_buffer());
+  EXPECT_EQ(values(p.grad()), (std::vector<double>{12, 22, 32}));
+  EXPECT_EQ(values(mine), (std::vector<double>{10, 20, 30}));
+  EXPECT_EQ(values(buffer), (std::vector<double>{-1, -1, -1}));
+  p.cleargrad();
+  F::sum(p * 2.0).backward();
+  EXPECT_TRUE(p.grad_in_buffer());
+}
+
+TEST_P(GradBufferTest, DoubleBackpropKeepsTheRecordedGradient) {
+  Parameter x = param({3.0});
+  Array buffer = flat(1);
+  x.set_grad_buffer(buffer);
+  Variable y = F::sum(x * x * x);  // dy/dx = 3x^2 = 27, d2y/dx2 = 6x = 18
+  y.backward({.enable_double_backprop = true});
+  Variable gx = x.grad_var();
+  ASSERT_NE(gx.creator(), nullptr) << "the recorded gradient must stay a graph";
+  EXPECT_FALSE(x.grad_in_buffer());
+  EXPECT_DOUBLE_EQ(gx.data().item<double>(), 27.0);
+  EXPECT_EQ(values(buffer), (std::vector<double>{-1}));
+  x.cleargrad();
+  F::sum(gx).backward();
+  EXPECT_DOUBLE_EQ(x.grad().item<double>(), 18.0);
+  EXPECT_TRUE(x.grad_in_buffer()) << "a plain backward uses the buffer again";
+  EXPECT_DOUBLE_EQ(gx.data().item<double>(), 27.0) << "the first-order gradient is untouched";
+  // The functional grad() never touches a leaf's gradient or buffer.
+  std::vector<Variable> g = grad({F::sum(x * 5.0)}, {x});
+  EXPECT_DOUBLE_EQ(g[0].data().item<double>(), 5.0);
+  EXPECT_EQ(values(buffer), (std::vector<double>{18}));
+}
+
+TEST_P(GradBufferTest, BindingChecksTheBuffer) {
+  Parameter p = param({1, 2, 3, 4, 5, 6});
+  p.set_data(p.data().reshape({2, 3}));
+  p.set_name("W");
+  try {
+    p.set_grad_buffer(Array::zeros({3, 2}, float64, device()));
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("set_grad_buffer"), std::string::npos) << m;
+    EXPECT_NE(m.find("'W'"), std::string::npos) << m;
+    EXPECT_NE(m.find("(2, 3)"), std::string::npos) << m;
+    EXPECT_NE(m.find("(3, 2)"), std::string::npos) << m;
+  }
+  try {
+    p.set_grad_buffer(Array::zeros({2, 3}, float32, device()));
+    FAIL() << "expected DtypeError";
+  } catch (const DtypeError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("float64"), std::string::npos) << m;
+    EXPECT_NE(m.find("float32"), std::string::npos) << m;
+  }
+  if (device().is_cuda()) EXPECT_THROW(p.set_grad_buffer(Array::zeros({2, 3}, float64, Device::cpu())), DeviceError);
+  EXPECT_THROW(p.set_grad_buffer(Array::zeros({3, 2}, float64, device()).transpose()), ValueError);
+  EXPECT_THROW(p.set_grad_buffer(p.data()), ValueError) << "a buffer overlapping the data";
+  Parameter lazy(nullptr);
+  EXPECT_THROW(lazy.set_grad_buffer(Array::zeros({2}, float32, device())), ValueError);
+  // An undefined array unbinds.
+  p.set_grad_buffer(Array::zeros({2, 3}, float64, device()));
+  EXPECT_TRUE(p.grad_buffer().defined());
+  p.set_grad_buffer(Array());
+  EXPECT_FALSE(p.grad_buffer().defined());
+}
+
+TEST_P(GradBufferTest, ReshapingOrMovingTheParameterUnbinds) {
+  Parameter p = param({1, 2, 3});
+  p.set_grad_buffer(flat(3));
+  p.set_data(p.data() * 2.0);  // same shape, dtype and device: still bound
+  EXPECT_TRUE(p.grad_buffer().defined());
+  p.to_device(device());  // where it already is
+  EXPECT_TRUE(p.grad_buffer().defined());
+  p.set_data(p.data().astype(float32));
+  EXPECT_FALSE(p.grad_buffer().defined());
+  p.set_grad_buffer(Array::zeros({3}, float32, device()));
+  p.initialize({4});
+  EXPECT_FALSE(p.grad_buffer().defined());
+  if (device().is_cuda()) {  // (a CPU-only machine has nowhere else to go)
+    p.set_grad_buffer(Array::zeros({4}, float32, device()));
+    p.to_device(Device::cpu());
+    EXPECT_FALSE(p.grad_buffer().defined());
+  }
+}
+
+KUSARI_INSTANTIATE_DEVICE_TEST(GradBufferTest);
+
 KUSARI_INSTANTIATE_DEVICE_TEST(AutogradTest);
 
 TEST(ParameterTest, LazyInitialisation) {

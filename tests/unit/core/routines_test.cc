@@ -52,6 +52,62 @@ TEST_P(RoutinesTest, ElementwiseErrorsNameTheFunction) {
   EXPECT_EQ((Array::arange(3, int64, device()) * 2).to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 4}));
 }
 
+TEST_P(RoutinesTest, AddToAndMultiplyToWorkInPlace) {
+  // A large array too: the CPU splits it over threads, the GPU takes its vectorised path.
+  for (int64_t n : {int64_t{6}, int64_t{1} << 20}) {
+    Array out = Array::arange(0.0, static_cast<double>(n), 1.0, float32, device());
+    Array keep = out;  // a handle to the same memory
+    const auto storage = out.storage();
+    add_to(out, Array::full({n}, 2.0, float32, device()));
+    EXPECT_EQ(out.storage(), storage);
+    EXPECT_TRUE(ArraysClose(keep, Array::arange(2.0, n + 2.0, 1.0, float32, device())));
+    add_to(out, out);  // the operand may be the output itself
+    EXPECT_TRUE(ArraysClose(keep, Array::arange(4.0, 2.0 * n + 4.0, 2.0, float32, device())));
+    multiply_to(out, 0.5);
+    EXPECT_TRUE(ArraysClose(keep, Array::arange(2.0, n + 2.0, 1.0, float32, device())));
+    EXPECT_EQ(out.storage(), storage);
+  }
+  // Broadcasting the operand; a view of a larger array as the output.
+  Array a = arr({1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  add_to(a, arr({10, 20, 30}));
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  Array row = a[1];
+  add_to(row, arr({1}));
+  multiply_to(row, 2.0);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{11, 22, 33, 30, 52, 74}));
+  Array ints = Array::arange(3, int64, device());
+  multiply_to(ints, 3);
+  EXPECT_EQ(ints.to_vector<int64_t>(), (std::vector<int64_t>{0, 3, 6}));
+}
+
+TEST_P(RoutinesTest, AddToErrorsNameTheFunctionAndTheValues) {
+  Array out = arr({1, 2, 3});
+  try {
+    add_to(out, arr({1, 2, 3, 4, 5, 6}, Shape{2, 3}));  // would broadcast the output
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("add_to"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(2, 3)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(add_to(out, arr({1, 2})), ShapeError);
+  try {
+    add_to(out, arr({1, 2, 3}, std::nullopt, float64));
+    FAIL() << "expected DtypeError";
+  } catch (const DtypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("add_to"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
+  }
+  if (device().is_cuda()) EXPECT_THROW(add_to(out, Array::ones({3}, float32, Device::cpu())), DeviceError);
+  // An operand overlapping the output at other indices would read values already written.
+  Array wide = arr({1, 2, 3, 4});
+  Array head = wide.at({Slice(0, 3)}), tail = wide.at({Slice(1, 4)});
+  EXPECT_THROW(add_to(head, tail), ValueError);
+  Array ints = Array::arange(3, int64, device());
+  EXPECT_THROW(multiply_to(ints, 0.5), DtypeError);
+  Array undefined;
+  EXPECT_THROW(add_to(undefined, out), ValueError);
+}
+
 TEST_P(RoutinesTest, MathFunctions) {
   Array x = arr({-2, -0.5, 0, 0.5, 2}, std::nullopt, float64);
   auto expect = [&](const Array& got, double (*f)(double)) {
