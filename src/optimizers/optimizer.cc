@@ -104,11 +104,20 @@ void Optimizer::call_hooks(OptimizerHook::Timing timing) {
 
 void Optimizer::update() {
   std::vector<ParamState>& states = param_states();
-  // Undo a loss scale (the leaves remember the factor their gradient was computed with).
+  // Undo a loss scale (the leaves remember the factor their gradient was computed with). With
+  // float32 master weights a 16-bit gradient is widened to float32 first: unscaled in float16,
+  // the small gradients that loss scaling saved from underflow would underflow again. The hooks
+  // and the update then see the float32 gradient (Note [Float32 master weights]).
   for (ParamState& s : states) {
     const double scale = s.param.impl().loss_scale;
-    if (scale != 1.0 && s.param.grad().defined()) {
-      s.param.set_grad(s.param.grad() * (1.0 / scale));
+    Array grad = s.param.grad();
+    if (!grad.defined()) continue;
+    if (fp32_update_ && (grad.dtype() == Dtype::kFloat16 || grad.dtype() == Dtype::kBFloat16)) {
+      grad = grad.astype(Dtype::kFloat32);
+      s.param.set_grad(grad);
+    }
+    if (scale != 1.0) {
+      s.param.set_grad(grad * (1.0 / scale));
       s.param.impl().loss_scale = 1.0;
     }
   }
@@ -124,6 +133,9 @@ void Optimizer::update() {
       // A float16/bfloat16 parameter is updated through a float32 copy kept in the state as
       // "master" (saved with the optimizer): the step is computed in float32 against it and
       // the parameter is its rounding. Small updates that float16 would round away accumulate.
+      // Its gradient was widened to float32 before the loss scale was undone, so the kPre hooks
+      // and the step see it in float32; it is rounded back to the parameter's dtype after the
+      // step, so that gradients outside update() always have their parameter's dtype.
       if (!s.find("master")) s.add("master", real.data().astype(Dtype::kFloat32, true));
       Parameter master(s.get("master"));
       master.set_grad(real.grad().astype(Dtype::kFloat32));
@@ -146,6 +158,10 @@ void Optimizer::update() {
       Array data = real.data();
       data.assign(s.get("master").astype(data.dtype()));
     }
+  }
+  for (ParamState& s : states) {
+    const Array grad = s.param.grad();
+    if (grad.defined() && grad.dtype() != s.param.dtype()) s.param.set_grad(grad.astype(s.param.dtype()));
   }
   call_hooks(OptimizerHook::Timing::kPost);
 }
