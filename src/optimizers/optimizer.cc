@@ -77,23 +77,40 @@ std::vector<ParamState>& Optimizer::param_states() {
 // parameters have no data yet. serialize() then learns the state's names from init_state() on a
 // one-element stand-in, reads the arrays with the shapes stored in the file and keeps them in
 // pending_; param_states() hands them to the parameter once it has data (after the model is
-// loaded or after the first forward), on the parameter's device and dtype.
+// loaded or after the first forward), on the parameter's device and in the dtype its steps are
+// computed in (float32 for a 16-bit parameter under use_fp32_update, whose float32 master copy
+// is read too when the file has one).
 void Optimizer::adopt_pending(ParamState& s) {
   auto it = std::find_if(pending_.begin(), pending_.end(), [&](const ParamState& q) {
     return q.path == s.path && q.param.is(s.param);
   });
   if (it == pending_.end()) return;
   const Array& data = s.param.data();
+  const Dtype dtype = uses_master(s) ? Dtype::kFloat32 : data.dtype();
   for (auto& [name, a] : it->arrays) {
     KUSARI_CHECK(a.shape() == data.shape(), ShapeError, type_name(), ": the loaded state '", name,
                  "' of ", s.path, " has shape ", a.shape(), " but the parameter has shape ",
                  data.shape());
-    a = a.to_device(data.device()).astype(data.dtype()).contiguous();
+    a = a.to_device(data.device()).astype(dtype).contiguous();
   }
   s.arrays = std::move(it->arrays);
   s.t = it->t;
   s.initialized = true;
   pending_.erase(it);
+}
+
+bool Optimizer::uses_master(const ParamState& s) const {
+  return fp32_update_ && (s.param.dtype() == Dtype::kFloat16 || s.param.dtype() == Dtype::kBFloat16);
+}
+
+void Optimizer::init_state_to_load(ParamState& s) {
+  // The arrays are made like the ones the steps run on: float32 for a 16-bit parameter under
+  // use_fp32_update (Note [Float32 master weights]).
+  Parameter real = s.param;
+  if (uses_master(s)) s.param = Parameter(Array::zeros(real.shape(), Dtype::kFloat32, real.device()));
+  init_state(s);
+  s.initialized = true;
+  s.param = real;
 }
 
 void Optimizer::call_hooks(OptimizerHook::Timing timing) {
@@ -126,7 +143,7 @@ void Optimizer::update() {
   ++t_;  // before the updates: see Note [Optimizer step order]
   for (ParamState& s : states) {
     if (!s.param.impl().update_enabled || !s.param.grad().defined()) continue;
-    const bool fp32_master = fp32_update_ && (s.param.dtype() == Dtype::kFloat16 || s.param.dtype() == Dtype::kBFloat16);
+    const bool fp32_master = uses_master(s);
     Parameter real = s.param;
     if (fp32_master) {
       // Note [Float32 master weights]
@@ -276,6 +293,11 @@ void Optimizer::serialize(Serializer& s) {
       loaded.param = p;
       loaded.initialized = true;
       (*child)("t", loaded.t);
+      if (child->contains("master")) {
+        Array value;
+        (*child)("master", value);
+        loaded.arrays.emplace_back("master", std::move(value));
+      }
       for (auto& [name, a] : probe.arrays) {
         Array value;
         (*child)(name, value);
@@ -295,9 +317,15 @@ void Optimizer::serialize(Serializer& s) {
     auto child = s.child(st.path.substr(1));
     if (s.is_loading()) {
       if (!child->contains("t")) continue;
-      if (!st.initialized) {
-        init_state(st);
-        st.initialized = true;
+      if (!st.initialized) init_state_to_load(st);
+      if (uses_master(st)) {
+        if (child->contains("master")) {
+          if (!st.find("master")) st.add("master", Array::zeros(st.param.shape(), Dtype::kFloat32, st.param.device()));
+        } else {
+          // Saved without use_fp32_update: the next update makes the master copy from the
+          // parameter as loaded (the updater loads the model after the optimizer).
+          std::erase_if(st.arrays, [](const auto& e) { return e.first == "master"; });
+        }
       }
     } else if (!st.initialized) {
       continue;
