@@ -3,8 +3,10 @@
 //
 //   mpiexec -n 2 ./train_mnist                                     # CPUs, "naive" communicator
 //   mpiexec -n 8 ./train_mnist --gpu --communicator pure_nccl       # one GPU per process
+//   ./train_mnist --dtype bfloat16                                  # mixed precision
 //
-// The two lines that make a single-device program multi-node are marked "(multi-node)".
+// The two lines that make a single-device program multi-node are marked "(multi-node)"; the
+// lines that train in float16 or bfloat16 are marked "(mixed precision)".
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -41,7 +43,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kusari example: data-parallel MNIST"};
   int batchsize = 100, epoch = 20, unit = 1000, frequency = -1, threads = 0;
   bool gpu = false, noplot = false, double_buffering = false, cuda_graph = false;
-  std::string communicator = "pure_nccl", out = "result", resume, data;
+  std::string communicator = "pure_nccl", out = "result", resume, data, dtype_name = "float32";
   app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)")->capture_default_str();
   app.add_option("--communicator", communicator, "Type of communicator")->capture_default_str();
   app.add_option("-e,--epoch", epoch, "Number of sweeps over the dataset to train")->capture_default_str();
@@ -58,6 +60,12 @@ int main(int argc, char** argv) {
                  "BLAS threads per process on CPUs (0: the cores divided among the host's processes); other "
                  "kernels use OMP_NUM_THREADS threads, 1 by default")
       ->capture_default_str();
+  app.add_option("--dtype", dtype_name,
+                 "Dtype of the parameters and the computation. float16 and bfloat16 train in mixed precision: "
+                 "float32 master weights in the optimizer, float32 softmax cross entropy; float16 also scales the "
+                 "loss dynamically (its range is small), bfloat16 has float32's range and needs no loss scaling")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
   app.add_flag("--noplot", noplot, "Disable PlotReport extension");
   app.add_flag("--double-buffering", double_buffering,
                "Overlap each step's gradient allreduce with the next step (NCCL communicators; one step stale)");
@@ -68,6 +76,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "Error: --cuda-graph records GPU work; add --gpu\n");
     return 1;
   }
+  const kusari::Dtype dtype = kusari::dtype_from_name(dtype_name);
 
   // Prepare the communicator: a GPU one with --gpu, "naive" on CPUs.          (multi-node)
   const bool cpu_communicator = communicator == "naive" || communicator == "flat" || communicator == "dummy";
@@ -97,16 +106,31 @@ int main(int argc, char** argv) {
     std::printf("Num unit: %d\n", unit);
     std::printf("Num Minibatch-size: %d\n", batchsize);
     std::printf("Num epoch: %d\n", epoch);
+    std::printf("Dtype: %s\n", dtype_name.c_str());
     std::printf("==========================================\n");
     std::fflush(stdout);
   }
 
   auto model = std::make_shared<L::Classifier>(std::make_shared<MLP>(unit, 10));
   model->to_device(device);
+  // Parameters in the training dtype; the lazily sized l1.W is created in it.   (mixed precision)
+  model->to_dtype(dtype);
   // Average the gradients over the processes before each update.               (multi-node)
   auto optimizer =
       kusari::mn::create_multi_node_optimizer(std::make_shared<kusari::optimizers::Adam>(), comm, double_buffering);
   optimizer->setup(model);
+  if (dtype != kusari::float32) {
+    optimizer->use_fp32_update();                                           // (mixed precision)
+    if (dtype == kusari::float16) optimizer->loss_scaling();                // (mixed precision)
+  }
+  // Batches are stacked in float32 on the device, then cast to the training dtype there.
+  kusari::training::Converter converter = [dtype](const std::vector<kusari::Example>& batch, kusari::Device dev) {
+    std::vector<kusari::Array> arrays = kusari::concat_examples(batch, dev);
+    for (kusari::Array& a : arrays) {
+      if (kusari::is_floating(a.dtype())) a = a.astype(dtype);
+    }
+    return arrays;
+  };
 
   // Rank 0 reads the dataset and every process receives its shard.
   std::shared_ptr<kusari::Dataset> train, test;
@@ -127,12 +151,12 @@ int main(int argc, char** argv) {
 
   auto train_iter = std::make_shared<kusari::SerialIterator>(train, batchsize);
   auto test_iter = std::make_shared<kusari::SerialIterator>(test, batchsize, false, false);
-  auto updater = std::make_shared<kusari::training::StandardUpdater>(train_iter, optimizer, device);
+  auto updater = std::make_shared<kusari::training::StandardUpdater>(train_iter, optimizer, device, converter);
   updater->set_use_cuda_graph(cuda_graph);
   kusari::training::Trainer trainer(updater, kusari::training::interval(epoch, "epoch"), out);
 
   // Evaluate the model with the test dataset for each epoch, over all processes.
-  auto evaluator = std::make_shared<E::Evaluator>(test_iter, model, nullptr, device);
+  auto evaluator = std::make_shared<E::Evaluator>(test_iter, model, converter, device);
   trainer.extend(kusari::mn::create_multi_node_evaluator(evaluator, comm));
 
   // Some display and output extensions are necessary only for one worker.

@@ -124,8 +124,7 @@ Parameter Parameter::from_variable(const Variable& v) {
 
 void Parameter::initialize(const Shape& shape) {
   detail::VariableImpl& im = impl();
-  Dtype dtype = im.initializer ? im.initializer->dtype() : Dtype::kFloat32;
-  Array a = Array::empty(shape, dtype, im.device);
+  Array a = Array::empty(shape, dtype(), im.device);
   if (im.initializer) {
     (*im.initializer)(a);
   } else {
@@ -176,6 +175,26 @@ void Parameter::set_grad_buffer(Array buffer) {
                  "; gradients would overwrite the parameter");
   }
   im.grad_buffer = std::move(buffer);
+}
+
+Dtype Parameter::dtype() const {
+  const detail::VariableImpl& im = impl();
+  if (im.data.defined()) return im.data.dtype();
+  if (im.dtype) return *im.dtype;
+  return im.initializer ? im.initializer->dtype() : Dtype::kFloat32;
+}
+
+void Parameter::to_dtype(Dtype dtype) {
+  detail::VariableImpl& im = impl();
+  KUSARI_CHECK(is_floating(dtype), DtypeError, "Parameter::to_dtype: parameter '", im.name,
+               "' can only be converted to a floating dtype (float16, bfloat16, float32 or float64), got ",
+               dtype_name(dtype));
+  im.dtype = dtype;
+  if (im.grad_buffer.defined() && im.grad_buffer.dtype() != dtype) im.grad_buffer = Array();
+  if (im.data.defined() && im.data.dtype() != dtype) im.data = im.data.astype(dtype);
+  if (im.grad && im.grad->data.defined() && im.grad->data.dtype() != dtype) {
+    im.grad = Variable(im.grad->data.astype(dtype)).impl_ptr();
+  }
 }
 
 }  // namespace kusari

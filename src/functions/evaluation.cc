@@ -20,8 +20,9 @@ Variable accuracy(const Variable& y, const Array& t, std::optional<int64_t> igno
                " but the labels are on ", t.device());
   Array pred = kusari::argmax(y.data(), 1);
   Array correct = kusari::equal(pred, t.astype(int64));
-  // Counts are divided in float64 and only the ratio is rounded to y's dtype (float16 could not
-  // hold counts above 2048 exactly). Everything stays on the device: no host synchronisation.
+  // Counts are divided in float64 and only the ratio is rounded, to y's dtype or to float32 for
+  // 16-bit y (float16 could not hold counts above 2048 exactly, nor bfloat16 a ratio to better
+  // than 0.4%). Everything stays on the device: no host synchronisation.
   Array count, total;
   if (ignore_label) {
     Array valid = kusari::not_equal(t, *ignore_label);
@@ -33,7 +34,8 @@ Variable accuracy(const Variable& y, const Array& t, std::optional<int64_t> igno
   }
   Array ratio = kusari::where(kusari::equal(total, 0.0), Scalar(0.0),
                               count / kusari::maximum(total, Scalar(1.0)));
-  Array result = ratio.astype(y.dtype());
+  const bool low = y.dtype() == float16 || y.dtype() == bfloat16;
+  Array result = ratio.astype(low ? float32 : y.dtype());
   return Variable(std::move(result));
 }
 

@@ -15,9 +15,20 @@ namespace kusari::functions {
 // Forward computes log_softmax once and gathers the labels' entries. The gradient with respect
 // to x is (softmax(x) - onehot(t)) * gy / count, masked where t == ignore_label; it is written
 // with differentiable functions (softmax = exp(log_softmax)) so the loss can be differentiated twice.
+//
+// Note [Softmax cross entropy in 16-bit floats]
+// A float16 or bfloat16 x is cast to float32 first (a differentiable cast), so the log-sum-exp,
+// the gathered log-probabilities, the mean and softmax(x) - onehot(t) are all float32 and only
+// the gradient with respect to x is rounded, once, to x's dtype by the cast's backward. The loss
+// is therefore float32: bfloat16 would keep 2-3 digits of it, and the first gradient of a loss
+// scaled for float16 training (2^16) would overflow float16 (its largest value is 65504).
 Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label, Reduce reduce) {
   const char* fn = "softmax_cross_entropy";
   detail::check_floating(fn, x);
+  if (x.dtype() == float16 || x.dtype() == bfloat16) {
+    // See Note [Softmax cross entropy in 16-bit floats].
+    return softmax_cross_entropy(cast(x, float32), t, ignore_label, reduce);
+  }
   KUSARI_CHECK(x.ndim() == 2, ShapeError, fn, ": x must be 2-d (batch, classes), got shape ", x.shape());
   KUSARI_CHECK(t.dtype() == int32 || t.dtype() == int64, DtypeError, fn, ": labels must be int32 or int64, got ",
                dtype_name(t.dtype()));

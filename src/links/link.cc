@@ -178,6 +178,24 @@ void Link::to_device(Device device) {
   for (auto& [n, c] : children_) c->to_device(device);
 }
 
+std::string Link::describe() const {
+  return name_.empty() ? std::string(type_name()) : std::string(type_name()) + " '" + name_ + "'";
+}
+
+void Link::to_dtype(Dtype dtype) {
+  KUSARI_CHECK(is_floating(dtype), DtypeError, describe(), "::to_dtype: a link's parameters need a floating dtype ",
+               "(float16, bfloat16, float32 or float64), got ", dtype_name(dtype));
+  convert_dtype(dtype);
+}
+
+void Link::convert_dtype(Dtype dtype) {
+  for (auto& [n, p] : params_) p.to_dtype(dtype);
+  for (auto& [n, a] : persistents_) {
+    if (a.defined() && is_floating(a.dtype()) && a.dtype() != dtype) a = a.astype(dtype);
+  }
+  for (auto& [n, c] : children_) c->to_dtype(dtype);
+}
+
 void Link::disable_update() {
   for (auto& [n, p] : namedparams()) p.impl().update_enabled = false;
 }
@@ -192,7 +210,9 @@ void Link::serialize(Serializer& s) {
     s(n, a);
     if (s.is_loading() && a.defined() && !p.is_initialized()) {
       // A lazily sized parameter takes its shape from the file.
-      p.impl().data = a.to_device(p.device()).astype(p.initializer() ? p.initializer()->dtype() : a.dtype()).copy();
+      // It keeps the dtype it would have been created in (Note [Link dtype]).
+      const bool planned = p.impl().dtype || p.initializer();
+      p.impl().data = a.to_device(p.device()).astype(planned ? p.dtype() : a.dtype()).copy();
     }
   }
   for (auto& [n, a] : persistents_) {

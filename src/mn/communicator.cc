@@ -151,7 +151,15 @@ void Communicator::allreduce_inplace(Array& x, ReduceOp op) {
   if (op == ReduceOp::kMean) {
     KUSARI_CHECK(is_floating(x.dtype()), DtypeError, "allreduce: mean needs a floating dtype, got ",
                  dtype_name(x.dtype()));
-    x.assign(x * (1.0 / size_));
+    // One process: nothing to divide. 16-bit values are divided in float32, where the CPU
+    // converts whole rows at once (Note [Half conversion on the CPU]) and the quotient is
+    // rounded once.
+    if (size_ == 1) return;
+    if (x.dtype() == Dtype::kFloat16 || x.dtype() == Dtype::kBFloat16) {
+      x.assign(x.astype(Dtype::kFloat32) * (1.0 / size_));
+    } else {
+      x.assign(x * (1.0 / size_));
+    }
   }
 }
 

@@ -204,7 +204,11 @@ void unpack_gradients(const Array& buffer, const std::vector<std::pair<std::stri
   for (const auto& [path, p] : params) {
     const int64_t n = p.size();
     Array src = buffer.at({Slice(at, at + n)});
-    if (scale != 1.0) src = src * scale;
+    if (scale != 1.0) {
+      // 16-bit values are scaled in float32 (as in Communicator::allreduce_inplace).
+      const bool low = src.dtype() == Dtype::kFloat16 || src.dtype() == Dtype::kBFloat16;
+      src = (low ? src.astype(Dtype::kFloat32) : src) * scale;
+    }
     Array g = p.grad();
     g.assign(src.astype(g.dtype()).reshape(g.shape()));
     at += n;

@@ -9,12 +9,21 @@ namespace {
 
 // Calls f(data, grad) for every parameter with data and a gradient. Like Chainer's per-parameter
 // hooks, this includes parameters whose update is disabled (their gradients are not used).
+// Under use_fp32_update a 16-bit parameter's gradient is float32 during the kPre hooks (Note
+// [Float32 master weights]); its data is then passed as the float32 master copy when there is
+// one (the exact weights), else widened.
 template <typename F>
 void for_each_grad(Optimizer& optimizer, F f) {
   for (ParamState& s : optimizer.param_states()) {
     Array g = s.param.grad();  // a handle to the gradient's memory: hooks update it in place
     if (!g.defined()) continue;
-    f(s.param.data(), g);
+    const Array& data = s.param.data();
+    if (data.dtype() == g.dtype()) {
+      f(data, g);
+    } else {
+      const Array* master = s.find("master");
+      f(master && master->dtype() == g.dtype() ? *master : data.astype(g.dtype()), g);
+    }
   }
 }
 

@@ -77,23 +77,40 @@ std::vector<ParamState>& Optimizer::param_states() {
 // parameters have no data yet. serialize() then learns the state's names from init_state() on a
 // one-element stand-in, reads the arrays with the shapes stored in the file and keeps them in
 // pending_; param_states() hands them to the parameter once it has data (after the model is
-// loaded or after the first forward), on the parameter's device and dtype.
+// loaded or after the first forward), on the parameter's device and in the dtype its steps are
+// computed in (float32 for a 16-bit parameter under use_fp32_update, whose float32 master copy
+// is read too when the file has one).
 void Optimizer::adopt_pending(ParamState& s) {
   auto it = std::find_if(pending_.begin(), pending_.end(), [&](const ParamState& q) {
     return q.path == s.path && q.param.is(s.param);
   });
   if (it == pending_.end()) return;
   const Array& data = s.param.data();
+  const Dtype dtype = uses_master(s) ? Dtype::kFloat32 : data.dtype();
   for (auto& [name, a] : it->arrays) {
     KUSARI_CHECK(a.shape() == data.shape(), ShapeError, type_name(), ": the loaded state '", name,
                  "' of ", s.path, " has shape ", a.shape(), " but the parameter has shape ",
                  data.shape());
-    a = a.to_device(data.device()).astype(data.dtype()).contiguous();
+    a = a.to_device(data.device()).astype(dtype).contiguous();
   }
   s.arrays = std::move(it->arrays);
   s.t = it->t;
   s.initialized = true;
   pending_.erase(it);
+}
+
+bool Optimizer::uses_master(const ParamState& s) const {
+  return fp32_update_ && (s.param.dtype() == Dtype::kFloat16 || s.param.dtype() == Dtype::kBFloat16);
+}
+
+void Optimizer::init_state_to_load(ParamState& s) {
+  // The arrays are made like the ones the steps run on: float32 for a 16-bit parameter under
+  // use_fp32_update (Note [Float32 master weights]).
+  Parameter real = s.param;
+  if (uses_master(s)) s.param = Parameter(Array::zeros(real.shape(), Dtype::kFloat32, real.device()));
+  init_state(s);
+  s.initialized = true;
+  s.param = real;
 }
 
 void Optimizer::call_hooks(OptimizerHook::Timing timing) {
@@ -104,11 +121,20 @@ void Optimizer::call_hooks(OptimizerHook::Timing timing) {
 
 void Optimizer::update() {
   std::vector<ParamState>& states = param_states();
-  // Undo a loss scale (the leaves remember the factor their gradient was computed with).
+  // Undo a loss scale (the leaves remember the factor their gradient was computed with). With
+  // float32 master weights a 16-bit gradient is widened to float32 first: unscaled in float16,
+  // the small gradients that loss scaling saved from underflow would underflow again. The hooks
+  // and the update then see the float32 gradient (Note [Float32 master weights]).
   for (ParamState& s : states) {
     const double scale = s.param.impl().loss_scale;
-    if (scale != 1.0 && s.param.grad().defined()) {
-      s.param.set_grad(s.param.grad() * (1.0 / scale));
+    Array grad = s.param.grad();
+    if (!grad.defined()) continue;
+    if (fp32_update_ && (grad.dtype() == Dtype::kFloat16 || grad.dtype() == Dtype::kBFloat16)) {
+      grad = grad.astype(Dtype::kFloat32);
+      s.param.set_grad(grad);
+    }
+    if (scale != 1.0) {
+      s.param.set_grad(grad * (1.0 / scale));
       s.param.impl().loss_scale = 1.0;
     }
   }
@@ -117,13 +143,16 @@ void Optimizer::update() {
   ++t_;  // before the updates: see Note [Optimizer step order]
   for (ParamState& s : states) {
     if (!s.param.impl().update_enabled || !s.param.grad().defined()) continue;
-    const bool fp32_master = fp32_update_ && (s.param.dtype() == Dtype::kFloat16 || s.param.dtype() == Dtype::kBFloat16);
+    const bool fp32_master = uses_master(s);
     Parameter real = s.param;
     if (fp32_master) {
       // Note [Float32 master weights]
       // A float16/bfloat16 parameter is updated through a float32 copy kept in the state as
       // "master" (saved with the optimizer): the step is computed in float32 against it and
       // the parameter is its rounding. Small updates that float16 would round away accumulate.
+      // Its gradient was widened to float32 before the loss scale was undone, so the kPre hooks
+      // and the step see it in float32; it is rounded back to the parameter's dtype after the
+      // step, so that gradients outside update() always have their parameter's dtype.
       if (!s.find("master")) s.add("master", real.data().astype(Dtype::kFloat32, true));
       Parameter master(s.get("master"));
       master.set_grad(real.grad().astype(Dtype::kFloat32));
@@ -146,6 +175,10 @@ void Optimizer::update() {
       Array data = real.data();
       data.assign(s.get("master").astype(data.dtype()));
     }
+  }
+  for (ParamState& s : states) {
+    const Array grad = s.param.grad();
+    if (grad.defined() && grad.dtype() != s.param.dtype()) s.param.set_grad(grad.astype(s.param.dtype()));
   }
   call_hooks(OptimizerHook::Timing::kPost);
 }
@@ -260,6 +293,11 @@ void Optimizer::serialize(Serializer& s) {
       loaded.param = p;
       loaded.initialized = true;
       (*child)("t", loaded.t);
+      if (child->contains("master")) {
+        Array value;
+        (*child)("master", value);
+        loaded.arrays.emplace_back("master", std::move(value));
+      }
       for (auto& [name, a] : probe.arrays) {
         Array value;
         (*child)(name, value);
@@ -279,9 +317,15 @@ void Optimizer::serialize(Serializer& s) {
     auto child = s.child(st.path.substr(1));
     if (s.is_loading()) {
       if (!child->contains("t")) continue;
-      if (!st.initialized) {
-        init_state(st);
-        st.initialized = true;
+      if (!st.initialized) init_state_to_load(st);
+      if (uses_master(st)) {
+        if (child->contains("master")) {
+          if (!st.find("master")) st.add("master", Array::zeros(st.param.shape(), Dtype::kFloat32, st.param.device()));
+        } else {
+          // Saved without use_fp32_update: the next update makes the master copy from the
+          // parameter as loaded (the updater loads the model after the optimizer).
+          std::erase_if(st.arrays, [](const auto& e) { return e.first == "master"; });
+        }
       }
     } else if (!st.initialized) {
       continue;

@@ -9,6 +9,7 @@
 #include "kusari/functions.h"
 #include "kusari/links/linear.h"
 #include "kusari/mn.h"
+#include "kusari/optimizers/sgd.h"
 #include "test_util.h"
 
 namespace kusari::mn {
@@ -99,6 +100,24 @@ TEST_P(MeanGradTest, DebugModeReportsDivergence) {
   }
 }
 
+TEST_P(MeanGradTest, SixteenBitGradientsAreReducedInTheirDtype) {
+  // A model put in float16 / bfloat16 (train_mnist --dtype) is averaged in its own dtype.
+  auto comm = create_communicator(GetParam());
+  const int r = comm->rank(), s = comm->size();
+  for (Dtype d : {float16, bfloat16}) {
+    links::Linear model(3, 2);
+    model.to_dtype(d);
+    for (Parameter& p : model.params()) p.set_grad(Array::full(p.shape(), 0.25 * (r + 1), d));
+    comm->multi_node_mean_grad(model);
+    const double expected = GetParam() == "dummy" ? 0.25 * (r + 1) : 0.25 * (s + 1) / 2.0;
+    for (Parameter& p : model.params()) {
+      EXPECT_EQ(p.grad().dtype(), d) << GetParam();
+      EXPECT_TRUE(ArraysClose(p.grad().astype(float32), Array::full(p.shape(), expected, float32), 0, 0))
+          << GetParam() << " " << dtype_name(d);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, MeanGradTest, ::testing::Values("naive", "flat", "dummy"));
 
 TEST(DataParallelTest, BcastDataCopiesRankZerosParameters) {
@@ -135,6 +154,35 @@ TEST(DataParallelTest, MultiNodeOptimizerBroadcastsFirstThenAverages) {
   // Hyperparameters pass through to the wrapped optimizer.
   opt->hyperparam("lr") = 0.5;
   EXPECT_DOUBLE_EQ(actual->hyperparam("lr"), 0.5);
+}
+
+TEST(DataParallelTest, MixedPrecisionStepsAgreeAcrossRanks) {
+  // bfloat16 and float16 (loss-scaled) parameters with float32 master weights: the lazily sized
+  // weight is created in the dtype, broadcast, then every step averages 16-bit gradients and
+  // leaves identical weights on every rank, close to the float32 step.
+  for (Dtype d : {bfloat16, float16}) {
+    SCOPED_TRACE(dtype_name(d));
+    auto comm = create_communicator("flat");
+    const int r = comm->rank(), s = comm->size();
+    manual_seed(200 + static_cast<uint64_t>(r));
+    auto model = std::make_shared<links::Linear>(1);
+    model->to_dtype(d);
+    auto opt = create_multi_node_optimizer(std::make_shared<optimizers::SGD>(0.1), comm);
+    opt->setup(model);
+    opt->use_fp32_update();
+    if (d == float16) opt->loss_scaling(1000, 1024.0);
+    Array x = (Array::from({1, 2}, Shape{1, 2}, float32) * static_cast<double>(r + 1)).astype(d);
+    auto lossfun = [&]() { return F::sum(F::cast((*model)(Variable(x)), float32)); };
+    opt->update(lossfun);  // W appears: broadcast
+    EXPECT_EQ(model->W.dtype(), d);
+    const Array w0 = model->W.data().astype(float32);
+    opt->update(lossfun);
+    EXPECT_EQ(opt->t(), 1);
+    EXPECT_EQ(model->W.dtype(), d);
+    EXPECT_TRUE(same_on_all_ranks(*comm, model->W.data()));
+    const Array expected = w0 - Array::from({1, 2}, Shape{1, 2}, float32) * ((s + 1) / 2.0 * 0.1);
+    EXPECT_TRUE(ArraysClose(model->W.data().astype(float32), expected, d == float16 ? 2e-3 : 1e-2, 1e-2));
+  }
 }
 
 class TwoLazyLayers : public Chain {

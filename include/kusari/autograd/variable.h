@@ -34,6 +34,9 @@ struct VariableImpl {
   // Parameters only: how to fill the data when it is first sized, and where.
   std::shared_ptr<Initializer> initializer;
   Device device;
+  // Parameters only: the dtype set by Parameter::to_dtype, which a lazily sized parameter is
+  // created in (unset: the initializer's). See Note [Link dtype].
+  std::optional<Dtype> dtype;
   // Set on leaves by backward(loss_scale=s); optimizers divide gradients by it.
   double loss_scale = 1.0;
   // Parameters only: false when the owning link disabled updates (Link::disable_update).
@@ -176,6 +179,12 @@ class Parameter : public Variable {
   Array grad_buffer() const { return impl().grad_buffer; }
   /// True when the gradient is the bound buffer itself (false when either is missing).
   bool grad_in_buffer() const { return impl().grad_in_buffer(); }
+  /// The dtype the parameter has, or will be created in: the one given to to_dtype(), else the
+  /// initializer's (float32 without one).
+  Dtype dtype() const;
+  /// Converts the data (and gradient) to the floating dtype `dtype`, or records it so that a
+  /// later initialize() creates the data in it. See Note [Link dtype].
+  void to_dtype(Dtype dtype);
 };
 
 /// Computes d outputs / d inputs without touching any variable's grad (Chainer's chainer.grad).

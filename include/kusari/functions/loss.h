@@ -11,7 +11,9 @@ enum class Reduce { kMean, kNone };
 
 /// Cross entropy of softmax(x) along axis 1 against integer labels t (int32 or int64).
 /// Samples whose label equals `ignore_label` contribute nothing; with Reduce::kMean the sum is
-/// divided by the number of samples that are not ignored (Chainer's normalize=True).
+/// divided by the number of samples that are not ignored (Chainer's normalize=True). The loss
+/// has x's dtype, except for float16 and bfloat16 x: it is then computed and returned in float32
+/// (the gradient with respect to x keeps x's dtype; Note [Softmax cross entropy in 16-bit floats]).
 Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label = -1,
                                Reduce reduce = Reduce::kMean);
 

@@ -53,6 +53,14 @@ class BatchNormalization : public Link {
                               std::shared_ptr<Initializer> initial_avg_mean = nullptr,
                               std::shared_ptr<Initializer> initial_avg_var = nullptr);
 
+  /// Converts gamma, beta and the running statistics to `dtype`, or to float32 when `dtype` is
+  /// float16 or bfloat16: the statistics are averages that 16-bit floats would round away
+  /// (Chainer's mixed16). Inputs of a 16-bit dtype are normalised with them cast to the input's
+  /// dtype (see Note [Link dtype] and Note [Mixed-precision batch norm]).
+  void to_dtype(Dtype dtype) override;
+  /// The dtype of the parameters and statistics.
+  Dtype dtype() const { return dtype_; }
+
   /// forward(x, false).
   Variable forward(const Variable& x) override { return forward(x, false); }
   /// Normalises x as described above; `finetune` is Chainer's forward(x, finetune=True).

@@ -12,6 +12,20 @@
 //       return (*l2)(F::relu((*l1)(x)));
 //     }
 //   };
+//
+// Note [Link dtype]
+// A model is put in a dtype the way it is put on a device: model->to_dtype(kusari::bfloat16)
+// converts every parameter that has data (and its gradient) and records the dtype in the
+// parameters that are sized later, so Linear(out_size) without an in_size creates W in bfloat16
+// at its first forward (random initializers draw a 16-bit array as the float32 one, rounded, so
+// a seed gives the float32 model's weights rounded whether the conversion came before or after). Floating-point persistent values follow the parameters;
+// others (counters such as BatchNormalization's N) are left alone. A link may keep some of its
+// values in a higher precision: BatchNormalization keeps its parameters and running statistics
+// in float32 when asked for float16 or bfloat16 (Chainer's mixed16), and normalises a 16-bit
+// input with them cast to its dtype. Only floating dtypes are accepted (DtypeError naming the
+// link). Convert the model before its first update: an optimizer with use_fp32_update() keeps
+// float32 master copies of 16-bit parameters from their first update on (Note [Float32 master
+// weights]), and its other state follows the parameter it is made for.
 #pragma once
 
 #include <functional>
@@ -78,6 +92,9 @@ class Link : public Serializable {
   /// Moves parameters, gradients and persistents (and the children's) to `device`.
   virtual void to_device(Device device);
   Device device() const { return device_; }
+  /// Converts the parameters and floating-point persistents (and the children's) to the
+  /// floating dtype `dtype`; parameters sized later are created in it. See Note [Link dtype].
+  virtual void to_dtype(Dtype dtype);
   /// Excludes this link's parameters (and descendants') from optimizer updates, or re-includes them.
   void disable_update();
   void enable_update();
@@ -95,6 +112,10 @@ class Link : public Serializable {
   void add_link_impl(const std::string& name, std::shared_ptr<Link> link);
   /// The class name used in error messages ("Linear", "MLP", ...).
   virtual const char* type_name() const { return "Link"; }
+  /// "Linear 'l1'" (the type and, below the root, the name), for error messages.
+  std::string describe() const;
+  /// to_dtype() for this link's own parameters and persistents, and the children's to_dtype().
+  void convert_dtype(Dtype dtype);
 
  private:
   void collect_params(const std::string& prefix, bool include_uninit,

@@ -136,6 +136,11 @@ class Optimizer : public Serializable {
   void call_hooks(OptimizerHook::Timing timing);
   /// Moves a state loaded for `s`'s parameter before it had data into `s` (if there is one).
   void adopt_pending(ParamState& s);
+  /// True when `s`'s parameter is stepped through a float32 master copy (use_fp32_update on a
+  /// float16 or bfloat16 parameter).
+  bool uses_master(const ParamState& s) const;
+  /// Creates `s`'s state arrays for loading them: init_state() in the dtype of the steps.
+  void init_state_to_load(ParamState& s);
 
   std::shared_ptr<Link> target_;
   std::vector<std::pair<std::string, double>> hyperparams_;

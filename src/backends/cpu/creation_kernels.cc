@@ -2,6 +2,13 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define KUSARI_CPU_F16C 1
+#else
+#define KUSARI_CPU_F16C 0
+#endif
+
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
 
@@ -37,6 +44,54 @@ void arange(Array& out, double start, double step) {
 
 namespace {
 
+// Note [Half conversion on the CPU]
+// Mixed-precision training converts whole float16 arrays to float32 and back several times a
+// step (matmul operands, master weights, gradients), and the portable bit-twiddling conversion
+// in half.h runs at about one element per 5 ns. On x86-64 CPUs with F16C (all since 2013) a
+// contiguous row is converted 8 elements at a time by vcvtph2ps / vcvtps2ph instead: the same
+// IEEE results (round to nearest even, overflow to infinity, subnormals kept), chosen at run time
+// so that the build stays portable. bfloat16 needs no such path: its conversions are shifts.
+#if KUSARI_CPU_F16C
+__attribute__((target("avx,f16c"))) void half_to_float_f16c(const Half* a, float* o, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))));
+  }
+  for (; i < n; ++i) o[i] = static_cast<float>(a[i]);
+}
+
+__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* a, Half* o, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(a + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; ++i) o[i] = Half(a[i]);
+}
+
+bool have_f16c() {
+  static const bool have = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return have;
+}
+#endif
+
+// Converts a contiguous row between Half and float with F16C; false when it cannot.
+template <typename S, typename D>
+bool convert_row_fast(const S* a, D* o, int64_t n) {
+#if KUSARI_CPU_F16C
+  if constexpr (std::is_same_v<S, Half> && std::is_same_v<D, float>) {
+    if (!have_f16c()) return false;
+    half_to_float_f16c(a, o, n);
+    return true;
+  } else if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) {
+    if (!have_f16c()) return false;
+    float_to_half_f16c(a, o, n);
+    return true;
+  }
+#endif
+  return false;
+}
+
 template <typename From, typename To>
 inline To convert(From v) {
   if constexpr (std::is_same_v<To, bool>) {
@@ -65,6 +120,7 @@ void copy(const Array& src, Array& dst) {
         if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
           D* o = reinterpret_cast<D*>(p[0]);
           const S* a = reinterpret_cast<const S*>(p[1]);
+          if (convert_row_fast(a, o, n)) return;
           for (int64_t i = 0; i < n; ++i) o[i] = convert<S, D>(a[i]);
         } else {
           for (int64_t i = 0; i < n; ++i) {

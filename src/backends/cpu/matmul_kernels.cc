@@ -98,6 +98,18 @@ void matmul_naive(const Array& a, const Array& b, Array& out) {
   }
 }
 
+// A float32 copy of a 16-bit operand in the same layout: a transposed view (W.T in linear) is
+// converted through its contiguous transpose, so the conversion reads memory in order and BLAS
+// gets the transposed flag instead of a strided copy.
+Array widen_operand(const Array& a) {
+  const int nd = a.ndim();
+  const backends::MatrixOperand m = backends::describe_matrix(a);
+  if (m.usable && m.transposed && nd >= 2) {
+    return a.swapaxes(nd - 1, nd - 2).astype(Dtype::kFloat32).swapaxes(nd - 1, nd - 2);
+  }
+  return a.astype(Dtype::kFloat32);
+}
+
 }  // namespace
 
 void matmul(const Array& a, const Array& b, Array& out) {
@@ -108,8 +120,8 @@ void matmul(const Array& a, const Array& b, Array& out) {
       return matmul_blas<double>(a, b, out);
     case Dtype::kFloat16:
     case Dtype::kBFloat16: {
-      // 16-bit floats: compute in float32, round once.
-      Array a32 = a.astype(Dtype::kFloat32), b32 = b.astype(Dtype::kFloat32);
+      // 16-bit floats: compute in float32 with BLAS, round once (Note [Half conversion on the CPU]).
+      Array a32 = widen_operand(a), b32 = widen_operand(b);
       Array o32 = Array::empty(out.shape(), Dtype::kFloat32, out.device());
       matmul_blas<float>(a32, b32, o32);
       copy(o32, out);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "kusari/core/array.h"
 #include "kusari/core/cuda.h"
@@ -169,6 +170,41 @@ TEST(HalfTest, ConversionsRoundToNearestEven) {
   EXPECT_EQ(Half(1.0f + 1.0f / 2048).bits, 0x3c00);
   EXPECT_EQ(BFloat16(1.0f).bits, 0x3f80);
   EXPECT_FLOAT_EQ(static_cast<float>(BFloat16(3.140625f)), 3.140625f);
+}
+
+TEST(HalfTest, ArrayConversionsMatchTheScalarOnesBitForBit) {
+  // astype converts contiguous rows with F16C where the CPU has it (Note [Half conversion on the
+  // CPU]); it must agree with Half's own conversions on every float16 value ...
+  std::vector<Half> all(65536);
+  for (uint32_t b = 0; b < 65536; ++b) all[b] = Half::from_bits(static_cast<uint16_t>(b));
+  const std::vector<float> widened = Array::from_vector(all).astype(float32).to_vector<float>();
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float expected = static_cast<float>(all[b]);
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(widened[b])) << "bits " << b;
+    } else {
+      EXPECT_EQ(std::memcmp(&widened[b], &expected, sizeof(float)), 0) << "bits " << b;
+    }
+  }
+  // ... and on floats around every rounding case: halfway points, subnormals, overflow, NaN.
+  std::vector<float> floats{0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f, -1e6f, INFINITY, -INFINITY, NAN,
+                            5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 1e-10f, 1.0f + 1.0f / 2048,
+                            1.0f + 3.0f / 2048};
+  Generator gen(3);
+  const std::vector<float> random = Array::uniform({4096}, -70000.0, 70000.0, float32, Device::cpu(), &gen)
+                                        .to_vector<float>();
+  floats.insert(floats.end(), random.begin(), random.end());
+  for (uint32_t b = 0; b < 65536; b += 7) floats.push_back(static_cast<float>(all[b]) * 1.0004883f);
+  const Array narrowed = Array::from_vector(floats).astype(float16);
+  const std::vector<Half> got = narrowed.to_vector<Half>();
+  for (size_t i = 0; i < floats.size(); ++i) {
+    const Half expected(floats[i]);
+    if (std::isnan(floats[i])) {
+      EXPECT_TRUE(std::isnan(static_cast<float>(got[i]))) << floats[i];
+    } else {
+      EXPECT_EQ(got[i].bits, expected.bits) << floats[i];
+    }
+  }
 }
 
 TEST(DeviceParseTest, ParseAndErrors) {

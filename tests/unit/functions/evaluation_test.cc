@@ -22,16 +22,29 @@ class EvaluationTest : public testing::FunctionTest {
 };
 
 TEST_P(EvaluationTest, KnownValues) {
-  for (Dtype d : {float64, float32, float16}) {
+  for (Dtype d : {float64, float32, float16, bfloat16}) {
     SCOPED_TRACE(dtype_name(d));
     Variable y(scores(d), is_floating(d));
     Variable acc = F::accuracy(y, labels({2, 0, 0, 1}));
     EXPECT_EQ(acc.shape(), (Shape{}));
-    EXPECT_EQ(acc.dtype(), d);
+    // 16-bit scores give a float32 ratio.
+    EXPECT_EQ(acc.dtype(), d == float64 ? float64 : float32);
     EXPECT_EQ(acc.creator(), nullptr);
     EXPECT_FALSE(acc.requires_grad());
     EXPECT_DOUBLE_EQ(acc.data().item<double>(), 0.75);
     EXPECT_DOUBLE_EQ(F::accuracy(y, labels({0, 1, 2, 0})).data().item<double>(), 0.0);
+  }
+}
+
+TEST_P(EvaluationTest, SixteenBitScoresGiveAFloat32Ratio) {
+  // 87 of 100 right: bfloat16 would round 0.87 to 0.87109375, float16 to 0.8701171875.
+  std::vector<int32_t> t(100, 0);
+  for (int i = 87; i < 100; ++i) t[static_cast<size_t>(i)] = 1;
+  Array y = kusari::concatenate({Array::ones({100, 1}, float32, device()), Array::zeros({100, 1}, float32, device())}, 1);
+  for (Dtype d : {float16, bfloat16}) {
+    Variable acc = F::accuracy(Variable(y.astype(d)), labels(t));
+    EXPECT_EQ(acc.dtype(), float32) << dtype_name(d);
+    EXPECT_EQ(acc.data().item<float>(), 0.87f) << dtype_name(d);
   }
 }
 

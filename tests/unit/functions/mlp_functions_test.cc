@@ -1,4 +1,5 @@
-// Gradient checks and known values for linear, relu and softmax_cross_entropy.
+// Gradient checks and known values for linear, relu and softmax_cross_entropy, and the three in
+// float16 and bfloat16 against float32 on the same (representable) values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,6 +78,71 @@ TEST_P(MlpFunctionsTest, SoftmaxCrossEntropyGradients) {
     check_backward(f, {uniform({4, 5})}, {}, opts());
     check_double_backward(f, {uniform({4, 5})}, {}, {}, opts());
   }
+}
+
+// Relative tolerances for a 16-bit result against float32: a few units in the last place of
+// the format (11 significant bits for float16, 8 for bfloat16).
+double low_precision_tol(Dtype d) { return d == float16 ? 4e-3 : 3e-2; }
+
+// Expects `actual` (a low-precision array) within tol * max|expected| of `expected` (float32).
+::testing::AssertionResult CloseToFloat32(const Array& actual, const Array& expected, double tol) {
+  const double scale = kusari::amax(kusari::abs(expected)).item<double>();
+  return testing::ArraysClose(actual.astype(float32), expected, 0, tol * std::max(scale, 1e-30));
+}
+
+TEST_P(MlpFunctionsTest, LinearAndReluInSixteenBitsMatchFloat32) {
+  for (Dtype d : {float16, bfloat16}) {
+    SCOPED_TRACE(dtype_name(d));
+    // A layer of MNIST's width: 784 products summed per output (float32 accumulation).
+    const Array x = uniform({16, 784}, float32).astype(d), W = uniform({32, 784}, float32).astype(d) * 0.05,
+                b = uniform({32}, float32).astype(d);
+    Variable x16(x, true), W16(W, true), b16(b, true);
+    Variable x32(x.astype(float32), true), W32(W.astype(float32), true), b32(b.astype(float32), true);
+    Variable y16 = F::relu(F::linear(x16, W16, b16));
+    Variable y32 = F::relu(F::linear(x32, W32, b32));
+    EXPECT_EQ(y16.dtype(), d);
+    EXPECT_TRUE(CloseToFloat32(y16.data(), y32.data(), low_precision_tol(d)));
+    const Array gy = uniform({16, 32}, float32).astype(d);
+    F::sum(y16 * Variable(gy)).backward();
+    F::sum(y32 * Variable(gy.astype(float32))).backward();
+    for (auto [low, ref] : {std::pair{x16, x32}, std::pair{W16, W32}, std::pair{b16, b32}}) {
+      EXPECT_EQ(low.grad().dtype(), d);
+      EXPECT_TRUE(CloseToFloat32(low.grad(), ref.grad(), low_precision_tol(d)));
+    }
+  }
+}
+
+TEST_P(MlpFunctionsTest, SoftmaxCrossEntropyInSixteenBitsComputesInFloat32) {
+  const Array t = Array::from_vector(std::vector<int32_t>{0, 3, -1, 2, 9, 9}, std::nullopt, device());
+  for (Dtype d : {float16, bfloat16}) {
+    SCOPED_TRACE(dtype_name(d));
+    const Array x = (uniform({6, 10}, float32) * 4.0).astype(d);
+    for (F::Reduce r : {F::Reduce::kMean, F::Reduce::kNone}) {
+      Variable x16(x, true), x32(x.astype(float32), true);
+      Variable loss16 = F::softmax_cross_entropy(x16, t, -1, r);
+      Variable loss32 = F::softmax_cross_entropy(x32, t, -1, r);
+      // The loss is float32 and is the float32 loss of the same values.
+      EXPECT_EQ(loss16.dtype(), float32);
+      EXPECT_TRUE(testing::ArraysClose(loss16.data(), loss32.data(), 0, 0));
+      Array gy = r == F::Reduce::kMean ? Array::full({}, 3.0, float32, device()) : uniform({6}, float32);
+      loss16.set_grad(gy);
+      loss32.set_grad(gy);
+      loss16.backward();
+      loss32.backward();
+      // The gradient has x's dtype: the float32 gradient, rounded once.
+      EXPECT_EQ(x16.grad().dtype(), d);
+      EXPECT_TRUE(testing::ArraysClose(x16.grad().astype(float32), x32.grad().astype(d).astype(float32), 0, 0));
+    }
+  }
+  // Logits whose exponentials overflow float16 (e^12 > 65504): the log-sum-exp is float32's.
+  Variable big(Array::full({2, 10}, 12.0, float16, device()), true);
+  Variable loss = F::softmax_cross_entropy(big, Array::from_vector(std::vector<int64_t>{1, 7}, std::nullopt, device()));
+  EXPECT_NEAR(loss.data().item<double>(), std::log(10.0), 1e-6);
+  // A scaled first gradient beyond float16's range (float16 training scales the loss by 2^16).
+  loss.backward(BackwardOptions{.loss_scale = 65536.0});
+  std::vector<double> g = big.grad().to_vector<double>();
+  EXPECT_NEAR(g[0], 65536.0 * 0.1 / 2, 1.0);
+  EXPECT_NEAR(g[1], 65536.0 * -0.9 / 2, 16.0);
 }
 
 KUSARI_INSTANTIATE_DEVICE_TEST(MlpFunctionsTest);

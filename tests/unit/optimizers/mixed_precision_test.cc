@@ -1,7 +1,9 @@
-// float16 training support: float32 master weights and dynamic loss scaling.
+// float16 training support: float32 master weights, dynamic loss scaling, the loss scale undone
+// in float32 and hooks on float32 gradients under master weights.
 #include <gtest/gtest.h>
 
 #include "kusari/functions.h"
+#include "kusari/optimizers/hooks.h"
 #include "kusari/optimizers/sgd.h"
 #include "test_util.h"
 
@@ -66,6 +68,50 @@ TEST_P(MixedPrecisionTest, DynamicLossScalingSkipsOverflowingSteps) {
   EXPECT_THROW(opt.loss_scaling(0), ValueError);
   opt.loss_scaling(10, 128.0);
   EXPECT_DOUBLE_EQ(opt.loss_scale(), 128.0);
+}
+
+TEST_P(MixedPrecisionTest, LossScaleIsUndoneInFloat32UnderMasterWeights) {
+  // A true gradient of 2e-8 is below float16's smallest subnormal step (6e-8): scaled by 2^16 it
+  // is representable (1.3e-3), and it must be unscaled in float32, not back in float16.
+  for (bool fp32 : {false, true}) {
+    SCOPED_TRACE(fp32 ? "use_fp32_update" : "float16 update");
+    auto link = std::make_shared<OneParam>(Array::ones({2}, float16, device()));
+    optimizers::SGD opt(1000.0);
+    opt.setup(link);
+    opt.use_fp32_update(fp32);
+    opt.loss_scaling(1000, 65536.0);
+    const Array x = Array::full({2}, 2e-8 * 65536.0, float16, device()).astype(float32) * (1.0 / 65536.0);
+    // loss = sum(x * w) in float32 with a float16 w, so dloss/dw = x (about 2e-8).
+    auto lossfun = [&]() { return F::sum(F::mul(Variable(x), F::cast(link->p, float32))); };
+    opt.update(lossfun);
+    EXPECT_EQ(opt.t(), 1);
+    // The gradient is back in the parameter's dtype after the step.
+    EXPECT_EQ(link->p.grad().dtype(), float16);
+    if (fp32) {
+      // lr * grad = 2e-5 applied to the float32 master copy.
+      EXPECT_NEAR(opt.param_states()[0].get("master").to_vector<float>()[0], 1.0f - 2e-5f, 1e-7f);
+    } else {
+      // Unscaled in float16, the gradient underflowed to zero and nothing moved.
+      EXPECT_EQ(link->p.data().astype(float32).to_vector<float>()[0], 1.0f);
+    }
+  }
+}
+
+TEST_P(MixedPrecisionTest, HooksSeeFloat32GradientsAndMasterWeights) {
+  // WeightDecay adds rate * w to the gradient: with master weights it runs on the float32
+  // gradient against the float32 master copy (after the first update created it).
+  auto link = std::make_shared<OneParam>(Array::ones({3}, bfloat16, device()));
+  optimizers::SGD opt(0.5);
+  opt.setup(link);
+  opt.use_fp32_update();
+  opt.add_hook(std::make_shared<optimizers::WeightDecay>(0.01));
+  for (int i = 0; i < 2; ++i) {
+    link->p.set_grad(Array::zeros({3}, bfloat16, device()));
+    opt.update();
+  }
+  // w <- w - 0.5 * 0.01 * w twice: 0.995^2 = 0.990025 (bfloat16 could not hold 0.995).
+  EXPECT_NEAR(opt.param_states()[0].get("master").to_vector<float>()[0], 0.990025f, 1e-6f);
+  EXPECT_EQ(link->p.grad().dtype(), bfloat16);
 }
 
 KUSARI_INSTANTIATE_DEVICE_TEST(MixedPrecisionTest);

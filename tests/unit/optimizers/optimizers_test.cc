@@ -734,6 +734,91 @@ TEST_P(OptimizersTest, StateOfLazyParametersSurvivesLoadingBeforeTheModel) {
   EXPECT_EQ(sb[0].get("m").device(), device());
 }
 
+TEST_P(OptimizersTest, MixedPrecisionStateSurvivesASnapshot) {
+  // 16-bit parameters under use_fp32_update: the float32 master copies and float32 moments are
+  // saved and restored, for a lazily sized W (loaded before the model has data) and for sized ones.
+  for (Dtype dtype : {bfloat16, float16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto make_model = [&](uint64_t seed) {
+      manual_seed(seed);
+      auto m = std::make_shared<Chain>();
+      m->add_link("l1", std::make_shared<links::Linear>(3));
+      m->add_link("l2", std::make_shared<links::Linear>(3, 2));
+      m->to_device(device());
+      m->to_dtype(dtype);
+      return m;
+    };
+    auto make_opt = [&](std::shared_ptr<Chain> m) {
+      auto opt = std::make_shared<O::Adam>(0.01);
+      opt->setup(m);
+      opt->use_fp32_update();
+      if (dtype == float16) opt->loss_scaling(1000, 256.0);
+      return opt;
+    };
+    const Array x = Array::uniform({5, 4}, -1, 1, float32, device()).astype(dtype);
+    auto loss_of = [&](Chain& m) {
+      return [&m, x] {
+        Variable h = static_cast<Link&>(*m.children()[0].second)(Variable(x));
+        h = static_cast<Link&>(*m.children()[1].second)(h);
+        return F::sum(F::square(F::cast(h, float32)));
+      };
+    };
+    auto model_a = make_model(1);
+    auto opt_a = make_opt(model_a);
+    for (int i = 0; i < 3; ++i) opt_a->update(loss_of(*model_a));
+    auto opt_store = save(*opt_a);
+    auto model_store = save(*model_a);
+    EXPECT_EQ(opt_store->entries.count("l1/W/master"), 1u);
+    EXPECT_EQ(opt_store->entries.at("l2/W/m").dtype(), float32);
+
+    auto model_b = make_model(2);
+    auto opt_b = make_opt(model_b);
+    load(*opt_b, opt_store);  // l1/W has no data yet
+    load(*model_b, model_store);
+    opt_a->update(loss_of(*model_a));
+    opt_b->update(loss_of(*model_b));
+    auto pa = model_a->namedparams(), pb = model_b->namedparams();
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_EQ(pb[i].second.dtype(), dtype) << pa[i].first;
+      EXPECT_TRUE(array_equal(pa[i].second.data(), pb[i].second.data())) << pa[i].first;
+    }
+    auto& sa = opt_a->param_states();
+    auto& sb = opt_b->param_states();
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t i = 0; i < sb.size(); ++i) {
+      ASSERT_EQ(sa[i].path, sb[i].path);
+      ASSERT_EQ(sb[i].arrays.size(), 3u) << sb[i].path;  // master, m, v
+      for (const auto& [name, a] : sb[i].arrays) {
+        EXPECT_EQ(a.dtype(), float32) << sb[i].path << "/" << name;
+        EXPECT_TRUE(array_equal(a, sa[i].get(name))) << sb[i].path << "/" << name;
+      }
+    }
+
+    // A snapshot saved without master copies: the moments are widened and the master copies are
+    // made from the parameters as loaded.
+    auto model_c = make_model(1);
+    auto opt_c = std::make_shared<O::Adam>(0.01);
+    opt_c->setup(model_c);
+    opt_c->update(loss_of(*model_c));
+    opt_c->update(loss_of(*model_c));
+    auto plain_opt = save(*opt_c);
+    auto plain_model = save(*model_c);
+    auto model_d = make_model(3);
+    auto opt_d = make_opt(model_d);
+    load(*opt_d, plain_opt);
+    load(*model_d, plain_model);
+    const Array w_loaded = model_d->namedparams()[2].second.data().astype(float32);  // /l2/W
+    opt_d->update(loss_of(*model_d));
+    EXPECT_EQ(opt_d->t(), 3);
+    for (ParamState& st : opt_d->param_states()) {
+      ASSERT_NE(st.find("master"), nullptr) << st.path;
+      EXPECT_EQ(st.get("m").dtype(), float32) << st.path;
+    }
+    EXPECT_TRUE(testing::ArraysClose(opt_d->param_states()[2].get("master"), w_loaded, 0, 0.05));
+  }
+}
+
 // --- convergence
 // --------------------------------------------------------------------------------------------
 

@@ -1,0 +1,58 @@
+# Runs train_mnist for a short training and fails unless it exits with 0 and its LogReport ends
+# with a validation accuracy of at least MIN_ACCURACY (the examples' CTest; see CMakeLists.txt).
+#
+#   cmake -DTRAIN_MNIST=<program> -DOUT=<dir> -DMIN_ACCURACY=0.8 [-DMPIEXEC=<mpiexec> -DNP=2
+#         -DMPI_FLAGS=<flags separated by |>] -DARGS=<train_mnist flags separated by |>
+#         -P check_train_mnist.cmake
+#
+# Without Fashion-MNIST ($KUSARI_DATASET_ROOT/fashion-mnist or /usr/share/datasets/fashion-mnist)
+# it prints "SKIP:" and exits 0; the test's SKIP_REGULAR_EXPRESSION reports it as skipped.
+foreach(_var TRAIN_MNIST OUT MIN_ACCURACY)
+  if(NOT DEFINED ${_var})
+    message(FATAL_ERROR "check_train_mnist: -D${_var}=... is required")
+  endif()
+endforeach()
+
+set(_data_dirs /usr/share/datasets/fashion-mnist)
+if(DEFINED ENV{KUSARI_DATASET_ROOT})
+  list(PREPEND _data_dirs $ENV{KUSARI_DATASET_ROOT}/fashion-mnist)
+endif()
+set(_found FALSE)
+foreach(_dir ${_data_dirs})
+  if(EXISTS ${_dir}/train-images-idx3-ubyte OR EXISTS ${_dir}/train-images-idx3-ubyte.gz)
+    set(_found TRUE)
+  endif()
+endforeach()
+if(NOT _found)
+  message("SKIP: Fashion-MNIST is not installed (looked in ${_data_dirs})")
+  return()
+endif()
+
+string(REPLACE "|" ";" _args "${ARGS}")
+string(REPLACE "|" ";" _mpi_flags "${MPI_FLAGS}")
+set(_command ${TRAIN_MNIST} ${_args} --noplot --out ${OUT})
+if(DEFINED MPIEXEC)
+  set(_command ${MPIEXEC} -n ${NP} ${_mpi_flags} ${_command})
+endif()
+file(REMOVE_RECURSE ${OUT})
+string(REPLACE ";" " " _shown "${_command}")
+message("running: ${_shown}")
+execute_process(COMMAND ${_command} RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "train_mnist failed (exit status ${_rc}): ${_shown}")
+endif()
+
+if(NOT EXISTS ${OUT}/log)
+  message(FATAL_ERROR "train_mnist wrote no ${OUT}/log")
+endif()
+file(READ ${OUT}/log _log)
+string(JSON _entries LENGTH "${_log}")
+if(_entries EQUAL 0)
+  message(FATAL_ERROR "${OUT}/log has no entries")
+endif()
+math(EXPR _last "${_entries} - 1")
+string(JSON _accuracy GET "${_log}" ${_last} "validation/main/accuracy")
+message("validation/main/accuracy: ${_accuracy} (expected at least ${MIN_ACCURACY})")
+if(NOT _accuracy GREATER_EQUAL MIN_ACCURACY)
+  message(FATAL_ERROR "validation accuracy ${_accuracy} is below ${MIN_ACCURACY}")
+endif()
