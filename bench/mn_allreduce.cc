@@ -21,13 +21,14 @@
 // environment, else "auto". Without the flag, a KUSARI_MN_CHUNK_BYTES in the environment is the
 // only setting.
 //
-// With pure_nccl among the kinds, three more rows time the whole gradient path, where keeping
-// the gradients in the buffer moves a copy into backward: model.cleargrads(), backward of
+// With pure_nccl among the kinds, three more rows time the whole gradient path as a training step
+// runs it: model.cleargrads(), backward of
 // loss = sum_i sum(p_i * c_i) (a fixed coefficient array c_i per parameter, so d loss / d p_i =
 // c_i, one fresh array per parameter), then the reduction: "backward + raw ncclAllReduce" (no
 // buffer: the leaves adopt their gradients, and a separate flat buffer is reduced), the
-// reference of the two rows after it; "backward + pure_nccl" (backward copies each gradient
-// into the buffer, the mean is the allreduce alone); "backward + pure_nccl packed".
+// reference of the two rows after it; "backward + pure_nccl" (the reduction copies backward's
+// gradients into their segments with one kernel and reduces in place); "backward + pure_nccl
+// packed" (pack, reduce, unpack).
 //
 // Each process uses GPU intra_rank of its host. KUSARI_MN_RANKS_PER_HOST=1 makes every rank its
 // own (pretend) host, so that the inter-host paths run on one machine.

@@ -103,7 +103,7 @@ TEST(GradientsInBufferTest, OnAndOffGiveTheSameMean) {
   }
 }
 
-TEST(GradientsInBufferTest, BackwardWritesIntoTheBufferWithoutNewMemory) {
+TEST(GradientsInBufferTest, GradientsReturnToTheSameBufferEveryStep) {
   auto comm = create_communicator("flat");  // on by default
   ASSERT_TRUE(comm->options().gradients_in_buffer);
   const int r = comm->rank();
@@ -125,15 +125,16 @@ TEST(GradientsInBufferTest, BackwardWritesIntoTheBufferWithoutNewMemory) {
   const auto storage = model.W.grad().storage();
   void* const w_at = model.W.grad().raw_data();
   void* const b_at = model.b.grad().raw_data();
-  // Step 2: backward writes straight into the same memory, and the mean is right.
+  // Later steps: backward's new gradients are copied into the same memory (one batched copy in
+  // the communicator), and the mean is right.
   for (double factor : {2.0, -0.5}) {
     model.cleargrads();
     loss = loss_of(factor);
     expected = expected_means(*comm, loss, {model.W, model.b});
     loss.backward();
-    EXPECT_TRUE(model.W.grad_in_buffer()) << "backward's gradient lands in the buffer";
-    EXPECT_EQ(model.W.grad().storage(), storage);
+    EXPECT_FALSE(model.W.grad_in_buffer()) << "backward adopts its gradient";
     comm->multi_node_mean_grad(model);
+    EXPECT_TRUE(gradients_in_one_buffer(model));
     EXPECT_EQ(model.W.grad().storage(), storage) << "no new gradient memory";
     EXPECT_EQ(model.W.grad().raw_data(), w_at);
     EXPECT_EQ(model.b.grad().raw_data(), b_at);
@@ -227,14 +228,14 @@ TEST(GradientsInBufferTest, ParameterSetChangeRebinds) {
   EXPECT_TRUE(ArraysClose(model.l1->b.grad(), e[1]));
   EXPECT_TRUE(ArraysClose(model.l2->W.grad(), e[2]));
   EXPECT_TRUE(ArraysClose(model.l2->b.grad(), e[3]));
-  // Step 3: the new layout is kept, and backward writes into it.
+  // Step 3: the new layout is kept, and the gradients return to it.
   const auto second = model.l1->W.grad().storage();
   model.cleargrads();
   loss = F::sum(F::square((*model.l2)((*model.l1)(Variable(x * 2.0)))));
   e = expected_means(*comm, loss, {model.l1->W, model.l2->W});
   loss.backward();
-  EXPECT_TRUE(gradients_in_one_buffer(model));
   comm->multi_node_mean_grad(model);
+  EXPECT_TRUE(gradients_in_one_buffer(model));
   EXPECT_EQ(model.l2->b.grad().storage(), second);
   EXPECT_TRUE(ArraysClose(model.l1->W.grad(), e[0]));
   EXPECT_TRUE(ArraysClose(model.l2->W.grad(), e[1]));
