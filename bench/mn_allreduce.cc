@@ -205,6 +205,15 @@ int main(int argc, char** argv) {
     r.seconds = time_op(*world, device, warmup, repeats, [&] { raw->allreduce_inplace(flat); });
     rows.push_back(r);
   }
+  if (kusari::is_floating(wire)) {
+    // The same with ncclAvg, the operation the gradient path uses (vs raw: what averaging costs).
+    Row r;
+    r.name = "raw ncclAllReduce avg";
+    r.setting = "-";
+    r.seconds = time_op(*world, device, warmup, repeats,
+                        [&] { raw->allreduce_inplace(flat, mn::ReduceOp::kMean); });
+    rows.push_back(r);
+  }
   // The same buffer reduced in `chunks` back-to-back ncclAllReduce calls of equal pieces: what
   // cutting costs NCCL itself, without packing (beside each pipelined pure_nccl row).
   auto raw_in_pieces = [&](const std::string& setting, int chunks) {
