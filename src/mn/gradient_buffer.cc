@@ -128,11 +128,13 @@ std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype,
     flat_ = std::move(flat);
     offsets_ = std::move(offsets);
     views_.clear();
+    view_vars_.clear();
     ids_.clear();
     shapes_.clear();
     for (size_t i = 0; i < params.size(); ++i) {
       const Parameter& p = params[i].second;
       views_.push_back(flat_.at({Slice(offsets_[i], offsets_[i] + sizes[i])}).reshape(p.shape()));
+      view_vars_.push_back(Variable(views_.back()).impl_ptr());
       ids_.push_back(p.impl_ptr());
       shapes_.push_back(p.shape());
     }
@@ -152,10 +154,16 @@ std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype,
 }
 
 void GradientBuffer::adopt(const NamedParams& params, size_t i) const {
-  Parameter p = params[i].second;
   Array view = views_[i];
-  view.assign(p.grad());
-  p.set_grad(view);
+  view.assign(params[i].second.impl().grad->data);
+  use_segment(params, i);
+}
+
+void GradientBuffer::use_segment(const NamedParams& params, size_t i) const {
+  kusari::detail::VariableImpl& im = params[i].second.impl();
+  // Made in bind() and handed out every step: whoever holds the gradient Variable holds the
+  // segment (the aliasing of Note [Gradients in the reduction buffer]).
+  im.grad = view_vars_[i];
 }
 
 void GradientBuffer::unbind_all_but(
@@ -174,6 +182,7 @@ void GradientBuffer::release() noexcept {
   unbind_all_but({});
   flat_ = Array();
   views_.clear();
+  view_vars_.clear();
   offsets_.clear();
   ids_.clear();
   shapes_.clear();

@@ -46,6 +46,10 @@ class GradientBuffer {
                            int64_t align_bytes, int64_t multiple);
   /// Copies the gradient of params[i] into view(i) and makes view(i) its gradient.
   void adopt(const NamedParams& params, size_t i) const;
+  /// Makes view(i) the gradient of params[i] (after the caller copied the gradient into it).
+  /// The gradient Variable of each segment is made once per layout, so this is a pointer
+  /// assignment (it runs for every parameter each step).
+  void use_segment(const NamedParams& params, size_t i) const;
 
   /// The whole buffer (undefined before the first bind).
   const Array& flat() const { return flat_; }
@@ -73,6 +77,8 @@ class GradientBuffer {
 
   Array flat_;
   std::vector<Array> views_;
+  /// One gradient Variable per segment (wrapping views_[i]), handed to the parameters.
+  std::vector<std::shared_ptr<kusari::detail::VariableImpl>> view_vars_;
   std::vector<int64_t> offsets_;
   /// The parameters of the layout (weak: the communicator must not keep a model alive) and their
   /// shapes; a parameter that died, or a new one at the same address, is a different layout.

@@ -97,15 +97,29 @@ void MpiCommunicator::finalize() {
 // raise together instead of one hanging.
 std::vector<std::pair<std::string, Parameter>> MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
   auto params = model.namedparams(false);
-  std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Sorted path order; the permutation is kept while the model lists the same parameters under
+  // the same paths (this runs every step).
+  bool same_order = params.size() == order_key_.size();
+  for (size_t i = 0; same_order && i < params.size(); ++i) {
+    same_order = params[i].second.impl_ptr().get() == order_key_[i].first && params[i].first == order_key_[i].second;
+  }
+  if (!same_order) {
+    order_.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) order_[i] = i;
+    std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return params[a].first < params[b].first; });
+    order_key_.clear();
+    for (const auto& [path, p] : params) order_key_.emplace_back(p.impl_ptr().get(), path);
+  }
   std::vector<std::pair<std::string, Parameter>> out;
+  out.reserve(params.size());
   int64_t elements = 0;
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over (ndim, dims..., dtype) of each gradient
   auto mix = [&](int64_t v) {
     hash ^= static_cast<uint64_t>(v);
     hash *= 1099511628211ull;
   };
-  for (auto& [path, p] : params) {
+  for (size_t index : order_) {
+    auto& [path, p] = params[index];
     // (Through the impl: this runs every step, and Variable::grad() copies the array handle.)
     const auto& grad = p.impl().grad;
     if (!grad || !grad->data.defined()) {
@@ -118,7 +132,7 @@ std::vector<std::pair<std::string, Parameter>> MpiCommunicator::gradients_to_red
     mix(p.ndim());
     for (int64_t d : p.shape()) mix(d);
     mix(static_cast<int64_t>(p.impl().grad->data.dtype()));
-    out.emplace_back(path, p);
+    out.emplace_back(std::move(path), std::move(p));
   }
   const int64_t n = static_cast<int64_t>(out.size());
   const int64_t h = static_cast<int64_t>(hash >> 2);  // non-negative, so that -h does not overflow

@@ -42,6 +42,10 @@ class MpiCommunicator : public Communicator {
 
  private:
   GradientBuffer gradient_buffer_;
+  /// gradients_to_reduce's sorted order of the model's parameter list, and the list it is for
+  /// (each parameter's state and path; the state pointer alone could be reused by a new one).
+  std::vector<size_t> order_;
+  std::vector<std::pair<const void*, std::string>> order_key_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm intra_comm_ = MPI_COMM_NULL;
   MPI_Comm inter_comm_ = MPI_COMM_NULL;

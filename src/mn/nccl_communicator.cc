@@ -724,10 +724,7 @@ bool NcclCommunicator::mean_grad_in_buffer(
     }
     adopt_packer_.prepare(grads, *dtype, device_, 0, &at);
     adopt_packer_.pack(gb.flat().raw_data(), compute);
-    for (size_t i : to_copy) {
-      Parameter p = params[i].second;
-      p.set_grad(gb.view(i));
-    }
+    for (size_t i : to_copy) gb.use_segment(params, i);
   }
   last_gradient_chunks_ = 1;
   ensure_events(grad_events_, 1);
