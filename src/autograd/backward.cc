@@ -46,7 +46,6 @@ class GradStore {
 
   void accumulate(VariableImpl* v, const Variable& g) {
     Variable cur = get(v);
-    const bool buffered = !functional_ && !v->creator && fits_grad_buffer(*v, g);
     if (!cur.defined()) {
       set(v, (!functional_ && !v->creator) ? adopt_leaf_grad(g) : g);
       return;
@@ -58,9 +57,9 @@ class GradStore {
             ctx.set_input_grad(0, ctx.output_grad());
             ctx.set_input_grad(1, ctx.output_grad());
           }));
-    } else if (buffered && v->grad_in_buffer()) {
+    } else if (!functional_ && !v->creator && v->grad_in_buffer() && fits_grad_buffer(*v, g)) {
       const Array& a = g.data();
-      add_to(v->grad_buffer, a.shares_memory_with(v->grad_buffer) && !same_view(a, v->grad_buffer) ? a.copy() : a);
+      add_to(v->grad_buffer, a.shares_memory_with(v->grad_buffer) && !a.same_view(v->grad_buffer) ? a.copy() : a);
     } else {
       set(v, Variable(add(cur.data(), g.data())));
     }
@@ -109,11 +108,6 @@ class GradStore {
     if (!b.defined() || g.requires_grad()) return false;
     const Array& a = g.data();
     return a.shape() == b.shape() && a.dtype() == b.dtype() && a.device() == b.device();
-  }
-
-  static bool same_view(const Array& a, const Array& b) {
-    return a.storage() == b.storage() && a.offset() == b.offset() && a.shape() == b.shape() &&
-           a.strides() == b.strides();
   }
 
  private:

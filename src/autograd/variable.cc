@@ -97,11 +97,7 @@ std::ostream& operator<<(std::ostream& os, const Variable& v) { return os << v.t
 namespace detail {
 
 bool VariableImpl::grad_in_buffer() const {
-  if (!grad || !grad_buffer.defined()) return false;
-  const Array& g = grad->data;
-  const Array& b = grad_buffer;
-  return g.storage() == b.storage() && g.offset() == b.offset() && g.dtype() == b.dtype() &&
-         g.shape() == b.shape() && g.strides() == b.strides();
+  return grad && grad->data.same_view(grad_buffer);
 }
 
 }  // namespace detail

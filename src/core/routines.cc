@@ -236,9 +236,7 @@ void add_to(Array& out, const Array& b) {
   KUSARI_CHECK(b.shape() == out.shape() || broadcast_shapes(out.shape(), b.shape(), fn) == out.shape(), ShapeError,
                fn, ": cannot add an array of shape ", b.shape(), " into one of shape ", out.shape(),
                " (the operand must broadcast to the output's shape)");
-  const bool same = b.storage() == out.storage() && b.offset() == out.offset() && b.shape() == out.shape() &&
-                    b.strides() == out.strides();
-  KUSARI_CHECK(same || !b.shares_memory_with(out), ValueError, fn,
+  KUSARI_CHECK(b.same_view(out) || !b.shares_memory_with(out), ValueError, fn,
                ": the operand overlaps the output without being it; pass a copy");
   if (out.size() == 0) return;
   const Array bb = b.shape() == out.shape() ? b : b.broadcast_to(out.shape());

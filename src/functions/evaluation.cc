@@ -34,8 +34,7 @@ Variable accuracy(const Variable& y, const Array& t, std::optional<int64_t> igno
   }
   Array ratio = kusari::where(kusari::equal(total, 0.0), Scalar(0.0),
                               count / kusari::maximum(total, Scalar(1.0)));
-  const bool low = y.dtype() == float16 || y.dtype() == bfloat16;
-  Array result = ratio.astype(low ? float32 : y.dtype());
+  Array result = ratio.astype(is_half_precision(y.dtype()) ? float32 : y.dtype());
   return Variable(std::move(result));
 }
 

@@ -25,7 +25,7 @@ namespace kusari::functions {
 Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label, Reduce reduce) {
   const char* fn = "softmax_cross_entropy";
   detail::check_floating(fn, x);
-  if (x.dtype() == float16 || x.dtype() == bfloat16) {
+  if (is_half_precision(x.dtype())) {
     // See Note [Softmax cross entropy in 16-bit floats].
     return softmax_cross_entropy(cast(x, float32), t, ignore_label, reduce);
   }

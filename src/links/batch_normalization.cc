@@ -119,7 +119,7 @@ void BatchNormalization::initialize(const Shape& shape) {
 void BatchNormalization::to_dtype(Dtype dtype) {
   KUSARI_CHECK(is_floating(dtype), DtypeError, describe(), "::to_dtype: a link's parameters need a floating dtype ",
                "(float16, bfloat16, float32 or float64), got ", dtype_name(dtype));
-  dtype_ = dtype == float16 || dtype == bfloat16 ? float32 : dtype;
+  dtype_ = is_half_precision(dtype) ? float32 : dtype;
   convert_dtype(dtype_);
 }
 

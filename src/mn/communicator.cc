@@ -155,7 +155,7 @@ void Communicator::allreduce_inplace(Array& x, ReduceOp op) {
     // converts whole rows at once (Note [Half conversion on the CPU]) and the quotient is
     // rounded once.
     if (size_ == 1) return;
-    if (x.dtype() == Dtype::kFloat16 || x.dtype() == Dtype::kBFloat16) {
+    if (is_half_precision(x.dtype())) {
       x.assign(x.astype(Dtype::kFloat32) * (1.0 / size_));
     } else {
       x.assign(x * (1.0 / size_));

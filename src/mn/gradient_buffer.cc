@@ -65,11 +65,6 @@ int64_t round_up(int64_t n, int64_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
 }
 
-bool same_view(const Array& a, const Array& b) {
-  return a.defined() && b.defined() && a.storage() == b.storage() && a.offset() == b.offset() &&
-         a.dtype() == b.dtype() && a.shape() == b.shape() && a.strides() == b.strides();
-}
-
 }  // namespace
 
 std::optional<Dtype> common_gradient_dtype(const NamedParams& params, Device device) {
@@ -147,7 +142,7 @@ std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype,
   std::vector<size_t> to_copy;
   for (size_t i = 0; i < params.size(); ++i) {
     Parameter p = params[i].second;  // a handle to the same parameter
-    if (!same_view(p.impl().grad_buffer, views_[i])) p.set_grad_buffer(views_[i]);
+    if (!p.impl().grad_buffer.same_view(views_[i])) p.set_grad_buffer(views_[i]);
     if (!p.impl().grad_in_buffer()) to_copy.push_back(i);
   }
   return to_copy;

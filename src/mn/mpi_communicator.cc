@@ -90,7 +90,7 @@ void MpiCommunicator::finalize() {
 // mix unrelated numbers or wait forever. Parameters go in sorted path order; with zero_fill a
 // missing gradient becomes zeros. Each reduction first checks, with one small allreduce, that
 // all ranks agree on the number of gradients and elements and on a hash of their shapes and
-// dtypes in order (the gradients in the reduction buffer lay out aligned segments, so two ranks
+// dtypes in order and of the gradients_in_buffer option (the gradients in the reduction buffer lay out aligned segments, so two ranks
 // whose gradients merely add up to the same number of elements would reduce buffers of
 // different lengths); debug mode, or a disagreement, compares every parameter's path, shape and
 // dtype against rank 0 and names the first difference. All ranks reach the same verdict, so all
@@ -134,6 +134,10 @@ std::vector<std::pair<std::string, Parameter>> MpiCommunicator::gradients_to_red
     mix(static_cast<int64_t>(p.impl().grad->data.dtype()));
     out.emplace_back(std::move(path), std::move(p));
   }
+  // Ranks that lay the buffer out differently (gradients_in_buffer on some ranks only, e.g.
+  // KUSARI_MN_GRADIENTS_IN_BUFFER set for some processes) would reduce buffers of different
+  // lengths, which hangs: that is a disagreement too.
+  mix(options_.gradients_in_buffer ? 1 : 0);
   const int64_t n = static_cast<int64_t>(out.size());
   const int64_t h = static_cast<int64_t>(hash >> 2);  // non-negative, so that -h does not overflow
   int64_t check[6] = {n, -n, elements, -elements, h, -h};
@@ -166,7 +170,10 @@ std::vector<std::pair<std::string, Parameter>> MpiCommunicator::gradients_to_red
                      "without a gradient need zero_fill=true)");
       }
     }
-    KUSARI_CHECK(agree, CommunicatorError, "multi_node_mean_grad: the ranks disagree on the gradients to reduce");
+    KUSARI_CHECK(agree, CommunicatorError,
+                 "multi_node_mean_grad: the ranks disagree on the gradients to reduce: their parameters match, so "
+                 "their communicator options differ (gradients_in_buffer, or KUSARI_MN_GRADIENTS_IN_BUFFER set for "
+                 "some processes only); give every process the same setting");
   }
   return out;
 }
@@ -220,8 +227,7 @@ void unpack_gradients(const Array& buffer, const std::vector<std::pair<std::stri
     Array src = buffer.at({Slice(at, at + n)});
     if (scale != 1.0) {
       // 16-bit values are scaled in float32 (as in Communicator::allreduce_inplace).
-      const bool low = src.dtype() == Dtype::kFloat16 || src.dtype() == Dtype::kBFloat16;
-      src = (low ? src.astype(Dtype::kFloat32) : src) * scale;
+      src = (is_half_precision(src.dtype()) ? src.astype(Dtype::kFloat32) : src) * scale;
     }
     Array g = p.grad();
     g.assign(src.astype(g.dtype()).reshape(g.shape()));

@@ -71,7 +71,7 @@ MPI_Op user_op(MPI_User_function* f) {
 }  // namespace
 
 MPI_Op mpi_op(ReduceOp op, Dtype dtype) {
-  if (dtype == Dtype::kFloat16 || dtype == Dtype::kBFloat16) {
+  if (is_half_precision(dtype)) {
     // Created once, after MPI_Init, and kept for the life of the job.
     static MPI_Op ops[2][3] = {};
     static std::once_flag once;

@@ -100,7 +100,7 @@ void Optimizer::adopt_pending(ParamState& s) {
 }
 
 bool Optimizer::uses_master(const ParamState& s) const {
-  return fp32_update_ && (s.param.dtype() == Dtype::kFloat16 || s.param.dtype() == Dtype::kBFloat16);
+  return fp32_update_ && is_half_precision(s.param.dtype());
 }
 
 void Optimizer::init_state_to_load(ParamState& s) {
@@ -129,7 +129,7 @@ void Optimizer::update() {
     const double scale = s.param.impl().loss_scale;
     Array grad = s.param.grad();
     if (!grad.defined()) continue;
-    if (fp32_update_ && (grad.dtype() == Dtype::kFloat16 || grad.dtype() == Dtype::kBFloat16)) {
+    if (fp32_update_ && is_half_precision(grad.dtype())) {
       grad = grad.astype(Dtype::kFloat32);
       s.param.set_grad(grad);
     }

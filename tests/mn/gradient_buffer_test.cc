@@ -325,6 +325,32 @@ TEST(GradientsInBufferTest, SameElementsInOtherShapesAreReported) {
   }
 }
 
+// Ranks that lay the buffer out differently (the option on some ranks only) would reduce
+// buffers of different lengths and hang; every rank raises an error naming the option instead.
+TEST(GradientsInBufferTest, OptionDifferingAcrossRanksIsReportedNotHung) {
+  CommunicatorOptions options;
+  auto world = create_communicator("flat");
+  options.gradients_in_buffer = world->rank() != 1;
+  world.reset();
+  auto comm = create_communicator("flat", options);
+  class Two : public Link {
+   public:
+    Two() {
+      add_param("a", Parameter(Array::zeros({3}, float32)));
+      add_param("b", Parameter(Array::zeros({5}, float32)));
+    }
+    const char* type_name() const override { return "Two"; }
+  };
+  Two model;
+  model.zerograds();
+  try {
+    comm->multi_node_mean_grad(model);
+    ADD_FAILURE() << "expected CommunicatorError on rank " << comm->rank();
+  } catch (const CommunicatorError& e) {
+    EXPECT_NE(std::string(e.what()).find("gradients_in_buffer"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GradientsInBufferTest, DummyKeepsGradientsWithoutReducing) {
   auto comm = create_communicator("dummy");
   const int r = comm->rank();

@@ -166,11 +166,12 @@ class Parameter : public Variable {
   /// gradient buffer on another device is unbound.
   void to_device(Device device);
 
-  /// Binds a persistent gradient buffer: from now on backward copies this parameter's first
-  /// gradient into `buffer` and makes `buffer` the gradient, and adds later gradients into it in
-  /// place, instead of allocating a new array each step (PyTorch's gradient_as_bucket_view). The
-  /// buffer must be contiguous and have the parameter's shape, dtype and device, and must not
-  /// overlap its data; an undefined array unbinds. Binding does not change the current gradient.
+  /// Binds a persistent gradient buffer (PyTorch's gradient_as_bucket_view): while the gradient
+  /// is the buffer itself (after zerograd, or once a communicator has moved it there), backward
+  /// adds further gradients into it in place instead of allocating; a first gradient is adopted
+  /// as without a buffer. The buffer must be contiguous and have the parameter's shape, dtype
+  /// and device, and must not overlap its data; an undefined array unbinds. Binding does not
+  /// change the current gradient.
   /// The multi-node communicators bind every parameter to its view of one flat reduction buffer
   /// (Note [Gradients in the reduction buffer] in src/mn/gradient_buffer.cc). See
   /// Note [Gradients in a persistent buffer] in src/autograd/backward.cc.

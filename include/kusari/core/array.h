@@ -107,6 +107,11 @@ class Array {
   const std::shared_ptr<void>& storage() const { return data_; }
   /// True when both views point into the same allocation.
   bool shares_memory_with(const Array& other) const { return data_ && data_ == other.data_; }
+  /// True when both are the same view: the same memory, offset, dtype, shape and strides.
+  bool same_view(const Array& other) const {
+    return data_ && data_ == other.data_ && offset_ == other.offset_ && dtype_ == other.dtype_ &&
+           shape_ == other.shape_ && strides_ == other.strides_;
+  }
 
   // --- views (no copy) -----------------------------------------------------------------------------
   /// A view with a new shape; one entry may be -1. Copies only when the strides do not allow a view.

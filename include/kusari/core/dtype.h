@@ -63,6 +63,10 @@ constexpr bool is_floating(Dtype d) {
   return d == Dtype::kFloat16 || d == Dtype::kBFloat16 || d == Dtype::kFloat32 || d == Dtype::kFloat64;
 }
 
+/// True for the 16-bit floating dtypes (float16, bfloat16), which mixed precision computes in
+/// float32 where rounding matters.
+constexpr bool is_half_precision(Dtype d) { return d == Dtype::kFloat16 || d == Dtype::kBFloat16; }
+
 /// True for the integer dtypes and bool.
 constexpr bool is_integral(Dtype d) { return !is_floating(d); }
 

@@ -298,7 +298,7 @@ std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShap
   const bool fma_only = dtype == Dtype::kFloat32 && !tf32;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   if (fma_only) math = CUDNN_FMA_MATH;
-  if (dtype == Dtype::kFloat16 || dtype == Dtype::kBFloat16) math = CUDNN_TENSOR_OP_MATH;
+  if (is_half_precision(dtype)) math = CUDNN_TENSOR_OP_MATH;
   const PlanKey key{static_cast<int64_t>(D),
                     static_cast<int64_t>(dtype),
                     tf32 ? 1 : 0,
