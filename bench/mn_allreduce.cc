@@ -2,9 +2,11 @@
 // NCCL communicator's multi_node_mean_grad, against one raw ncclAllReduce of a flat buffer of the
 // same size in the same run. Rank 0 prints the chunk setting and the chunks it made, the median
 // time, the algorithm and bus bandwidth (busbw = algbw * 2(n-1)/n, as nccl-tests reports it) and
-// each path's ratio to its raw reference, then the command that reproduces it.
+// each path's ratio to its raw reference, then the command that reproduces it. Each path is
+// timed in turns with its reference (one call of each per repeat), so that the ratio compares
+// the same minutes of the machine: the raw allreduce alone varied by 10% between runs.
 //
-//   mpiexec -n 2 bench_mn_allreduce [--repeats 30] [--warmup 5] [--wire float32|float16|bfloat16]
+//   mpiexec -n 2 bench_mn_allreduce [--repeats 100] [--warmup 5] [--wire float32|float16|bfloat16]
 //       [--kinds pure_nccl,hierarchical,two_dimensional,non_cuda_aware,single_node]
 //       [--chunk-bytes off,4M,8M,16M,32M,auto]
 //
@@ -108,7 +110,7 @@ struct Row {
   int chunks = 1;       // the chunks the last reduction was cut into
   std::string note;     // why a kind did not run
   double seconds = 0;
-  size_t reference = 0;  // the row "vs raw" compares with
+  double reference = 0;  // the median of the row's reference, timed alternately with it
 };
 
 /// True when every gradient of `model` is its bound gradient buffer, all in one allocation (the
@@ -133,27 +135,48 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
-/// The slowest rank's median seconds of `op`, timed with CUDA events on the compute stream.
-double time_op(mn::Communicator& world, Device device, int warmup, int repeats,
-               const std::function<void()>& op) {
+/// The slowest rank's median seconds of each of `ops`, timed with CUDA events on the compute
+/// stream. The ops take turns (each repeat runs every op once, the first op of a repeat rotating),
+/// so that a drift of the machine during the run (clocks, the other process, NVLink traffic)
+/// falls on all of them alike: a path and its reference are always timed this way.
+std::vector<double> time_ops(mn::Communicator& world, Device device, int warmup, int repeats,
+                             const std::vector<std::function<void()>>& ops) {
   mn::GpuTimer timer(device);
-  for (int i = 0; i < warmup; ++i) op();
-  std::vector<double> t;
-  for (int i = 0; i < repeats; ++i) {
-    world.barrier();  // start together, so that the time is not a peer's lateness
-    timer.start();
-    op();
-    timer.stop();
-    t.push_back(timer.seconds());
+  for (int i = 0; i < warmup; ++i) {
+    for (const auto& op : ops) op();
   }
-  std::sort(t.begin(), t.end());
-  return world.allreduce_obj(t[t.size() / 2], mn::ReduceOp::kMax);
+  const size_t n = ops.size();
+  std::vector<std::vector<double>> t(n);
+  for (int i = 0; i < repeats; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const size_t k = (j + static_cast<size_t>(i)) % n;
+      world.barrier();  // start together, so that the time is not a peer's lateness
+      timer.start();
+      ops[k]();
+      timer.stop();
+      t[k].push_back(timer.seconds());
+    }
+  }
+  std::vector<double> medians;
+  for (auto& times : t) {
+    std::sort(times.begin(), times.end());
+    medians.push_back(world.allreduce_obj(times[times.size() / 2], mn::ReduceOp::kMax));
+  }
+  return medians;
+}
+
+/// Times `op` alternately with its reference `ref` into r.seconds and r.reference.
+void time_row(Row& r, mn::Communicator& world, Device device, int warmup, int repeats,
+              const std::function<void()>& op, const std::function<void()>& ref) {
+  const std::vector<double> m = time_ops(world, device, warmup, repeats, {op, ref});
+  r.seconds = m[0];
+  r.reference = m[1];
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repeats = std::stoi(kusari::bench::flag(argc, argv, "repeats", "30"));
+  const int repeats = std::stoi(kusari::bench::flag(argc, argv, "repeats", "100"));
   const int warmup = std::stoi(kusari::bench::flag(argc, argv, "warmup", "5"));
   const Dtype wire = kusari::dtype_from_name(kusari::bench::flag(argc, argv, "wire", "float32"));
   const std::string kinds_flag = kusari::bench::flag(
@@ -198,11 +221,12 @@ int main(int argc, char** argv) {
   // allreduce_inplace, which hands a contiguous GPU array straight to ncclAllReduce.
   auto raw = mn::create_communicator("pure_nccl");
   Array flat = Array::zeros({elements}, wire, device);
+  const std::function<void()> raw_op = [&] { raw->allreduce_inplace(flat); };
   {
     Row r;
     r.name = "raw ncclAllReduce";
     r.setting = "-";
-    r.seconds = time_op(*world, device, warmup, repeats, [&] { raw->allreduce_inplace(flat); });
+    r.seconds = r.reference = time_ops(*world, device, warmup, repeats, {raw_op})[0];
     rows.push_back(r);
   }
   if (kusari::is_floating(wire)) {
@@ -210,8 +234,8 @@ int main(int argc, char** argv) {
     Row r;
     r.name = "raw ncclAllReduce avg";
     r.setting = "-";
-    r.seconds = time_op(*world, device, warmup, repeats,
-                        [&] { raw->allreduce_inplace(flat, mn::ReduceOp::kMean); });
+    time_row(r, *world, device, warmup, repeats,
+             [&] { raw->allreduce_inplace(flat, mn::ReduceOp::kMean); }, raw_op);
     rows.push_back(r);
   }
   // The same buffer reduced in `chunks` back-to-back ncclAllReduce calls of equal pieces: what
@@ -221,8 +245,8 @@ int main(int argc, char** argv) {
     r.name = "raw, in pieces";
     r.setting = setting;
     r.chunks = chunks;
-    r.seconds = time_op(*world, device, warmup, repeats,
-                        [&] { mn::allreduce_in_pieces(*raw, flat, chunks); });
+    time_row(r, *world, device, warmup, repeats,
+             [&] { mn::allreduce_in_pieces(*raw, flat, chunks); }, raw_op);
     return r;
   };
   // Creates `kind` with KUSARI_MN_CHUNK_BYTES=`setting` (then restored); null, with `r.note`
@@ -255,8 +279,8 @@ int main(int argc, char** argv) {
       r.setting = default_setting;
       if (auto comm = make(kind, default_setting, true, r)) {
         model.fill_gradients(device);
-        r.seconds =
-            time_op(*world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); });
+        time_row(r, *world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); },
+                 raw_op);
         r.chunks = mn::gradient_chunks(*comm);
         if (!gradients_in_one_buffer(model)) r.name += " (fallback)";
       }
@@ -271,8 +295,8 @@ int main(int argc, char** argv) {
       r.setting = setting;
       if (auto comm = make(kind, setting, false, r)) {
         model.fill_gradients(device);
-        r.seconds =
-            time_op(*world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); });
+        time_row(r, *world, device, warmup, repeats, [&] { comm->multi_node_mean_grad(model); },
+                 raw_op);
         r.chunks = mn::gradient_chunks(*comm);
       }
       rows.push_back(r);
@@ -291,30 +315,31 @@ int main(int argc, char** argv) {
     }
     Array flat32 =
         wire == kusari::float32 ? flat : Array::zeros({elements}, kusari::float32, device);
-    const size_t reference = rows.size();
+    const std::function<void()> backward_raw = [&] {
+      model.cleargrads();
+      loss.backward();
+      raw->allreduce_inplace(flat32);
+    };
     {
       Row r;
       r.name = "backward + raw ncclAllReduce";
       r.setting = "-";
-      r.reference = reference;
-      r.seconds = time_op(*world, device, warmup, repeats, [&] {
-        model.cleargrads();
-        loss.backward();
-        raw->allreduce_inplace(flat32);
-      });
+      r.seconds = r.reference = time_ops(*world, device, warmup, repeats, {backward_raw})[0];
       rows.push_back(r);
     }
     for (bool in_buffer : {true, false}) {
       Row r;
       r.name = in_buffer ? "backward + pure_nccl" : "backward + pure_nccl packed";
       r.setting = default_setting;
-      r.reference = reference;
       if (auto comm = make("pure_nccl", default_setting, in_buffer, r)) {
-        r.seconds = time_op(*world, device, warmup, repeats, [&] {
-          model.cleargrads();
-          loss.backward();
-          comm->multi_node_mean_grad(model);
-        });
+        time_row(
+            r, *world, device, warmup, repeats,
+            [&] {
+              model.cleargrads();
+              loss.backward();
+              comm->multi_node_mean_grad(model);
+            },
+            backward_raw);
         r.chunks = mn::gradient_chunks(*comm);
         if (in_buffer && !gradients_in_one_buffer(model)) r.name += " (fallback)";
       }
@@ -332,8 +357,8 @@ int main(int argc, char** argv) {
         "rank\n",
         n, gpus, mn::nccl_version().c_str(), pretend ? ", KUSARI_MN_RANKS_PER_HOST=" : "",
         pretend ? saved.c_str() : "", repeats, warmup);
-    std::printf("%-30s %8s %6s %10s %12s %12s %10s\n", "path", "chunk", "chunks", "ms",
-                "algbw GB/s", "busbw GB/s", "vs raw");
+    std::printf("%-30s %8s %6s %10s %12s %12s %10s %10s\n", "path", "chunk", "chunks", "ms",
+                "algbw GB/s", "busbw GB/s", "ref ms", "vs raw");
     for (const Row& r : rows) {
       if (!r.note.empty()) {
         std::printf("%-30s %8s %s\n", r.name.c_str(), r.setting.c_str(),
@@ -342,13 +367,14 @@ int main(int argc, char** argv) {
       }
       const double algbw = bytes / r.seconds / 1e9;
       const double busbw = algbw * 2.0 * (n - 1) / n;
-      std::printf("%-30s %8s %6d %10.3f %12.2f %12.2f %10.3f\n", r.name.c_str(), r.setting.c_str(),
-                  r.chunks, r.seconds * 1e3, algbw, busbw, rows[r.reference].seconds / r.seconds);
+      std::printf("%-30s %8s %6d %10.3f %12.2f %12.2f %10.3f %10.3f\n", r.name.c_str(),
+                  r.setting.c_str(), r.chunks, r.seconds * 1e3, algbw, busbw, r.reference * 1e3,
+                  r.reference / r.seconds);
     }
     std::printf(
-        "(vs raw = reference time / path time, the reference being the raw ncclAllReduce, or for "
-        "the backward rows backward + raw ncclAllReduce: 1.0 means the path costs nothing beyond "
-        "them; <kind> = gradients in the reduction buffer, <kind> packed = "
+        "(vs raw = ref ms / ms, ref ms being the median of the row's reference timed in turns with "
+        "it: the raw ncclAllReduce, or for the backward rows backward + raw ncclAllReduce; 1.0 "
+        "means the path costs nothing beyond them; <kind> = gradients in the reduction buffer, <kind> packed = "
         "gradients_in_buffer off; chunk = KUSARI_MN_CHUNK_BYTES, chunks = pipeline chunks of the "
         "gradient buffer; algbw and busbw of the backward rows count the allreduce's bytes over "
         "the whole time)\n");

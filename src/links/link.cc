@@ -79,6 +79,13 @@ std::vector<std::pair<std::string, Parameter>> Link::namedparams(bool include_un
   return out;
 }
 
+void Link::for_each_param(const std::function<void(const Parameter&)>& fn, bool include_uninit) const {
+  for (const auto& [n, p] : params_) {
+    if (include_uninit || p.is_initialized()) fn(p);
+  }
+  for (const auto& [n, c] : children_) c->for_each_param(fn, include_uninit);
+}
+
 std::vector<Parameter> Link::params(bool include_uninit) const {
   std::vector<Parameter> out;
   for (auto& [n, p] : namedparams(include_uninit)) out.push_back(p);

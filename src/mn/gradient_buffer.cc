@@ -40,6 +40,16 @@ namespace kusari::mn::detail {
 // change (still less than a pack and an unpack), and one communicator reducing two models in turn
 // rebuilds on every call.
 //
+// Every step. With a cold cache (backward ran in between) each array of a parameter that the
+// host reads costs a few cache misses, and the arrays of 161 parameters, their gradients and
+// their segments cost tens of microseconds, which the GPU waits for before the allreduce. So when
+// every gradient is still the segment Variable the last reduction installed (in_place(): one
+// pointer per parameter; the segments carry the agreed shapes, dtype and device), nothing else
+// is looked at: gradients_to_reduce reuses the sizes and hash it checked last time (it still
+// makes the check's allreduce with the other ranks, which may have changed), and the reduction
+// skips the dtype, layout and binding checks. Anything else (a new gradient from backward,
+// set_grad, a parameter added) takes the full path.
+//
 // Fallback. The packed path runs unchanged when the option is off (gradients_in_buffer, or
 // KUSARI_MN_GRADIENTS_IN_BUFFER=0); when the gradients do not share one floating dtype (mixed
 // dtypes travel in one buffer of the widest); when allreduce_grad_dtype casts them to another wire
@@ -96,8 +106,8 @@ int64_t GradientBuffer::plan(const std::vector<int64_t>& sizes, int64_t align, i
   return round_up(std::max<int64_t>(at, 1), multiple);
 }
 
-std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype, Device device,
-                                         int64_t align_bytes, int64_t multiple) {
+bool GradientBuffer::matches(const NamedParams& params, Dtype dtype, Device device,
+                             int64_t align_bytes, int64_t multiple) const {
   bool same = flat_.defined() && dtype == dtype_ && device == device_ &&
               align_bytes == align_bytes_ && multiple == multiple_ && params.size() == ids_.size();
   for (size_t i = 0; same && i < params.size(); ++i) {
@@ -106,7 +116,23 @@ std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype,
     same = !ids_[i].owner_before(impl) && !impl.owner_before(ids_[i]) &&
            shapes_[i] == impl->data.shape();
   }
-  if (!same) {
+  return same;
+}
+
+bool GradientBuffer::in_place(const NamedParams& params) const {
+  if (!flat_.defined() || params.size() != view_vars_.size()) return false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& impl = params[i].second.impl_ptr();
+    if (impl->grad != view_vars_[i] || ids_[i].owner_before(impl) || impl.owner_before(ids_[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype, Device device,
+                                         int64_t align_bytes, int64_t multiple) {
+  if (!matches(params, dtype, device, align_bytes, multiple)) {
     std::vector<int64_t> sizes;
     std::vector<const kusari::detail::VariableImpl*> keep;
     sizes.reserve(params.size());
@@ -141,9 +167,10 @@ std::vector<size_t> GradientBuffer::bind(const NamedParams& params, Dtype dtype,
   }
   std::vector<size_t> to_copy;
   for (size_t i = 0; i < params.size(); ++i) {
-    Parameter p = params[i].second;  // a handle to the same parameter
-    if (!p.impl().grad_buffer.same_view(views_[i])) p.set_grad_buffer(views_[i]);
-    if (!p.impl().grad_in_buffer()) to_copy.push_back(i);
+    // (No handle is copied unless a binding changes: this runs for every parameter each step.)
+    const kusari::detail::VariableImpl& im = params[i].second.impl();
+    if (!im.grad_buffer.same_view(views_[i])) Parameter(params[i].second).set_grad_buffer(views_[i]);
+    if (!im.grad_in_buffer()) to_copy.push_back(i);
   }
   return to_copy;
 }

@@ -44,12 +44,26 @@ class GradientBuffer {
   /// host's side).
   std::vector<size_t> bind(const NamedParams& params, Dtype dtype, Device device,
                            int64_t align_bytes, int64_t multiple);
+  /// True when bind() with these arguments would keep the current buffer (its size is then
+  /// flat().size(), with no planning).
+  bool matches(const NamedParams& params, Dtype dtype, Device device, int64_t align_bytes,
+               int64_t multiple) const;
   /// Copies the gradient of params[i] into view(i) and makes view(i) its gradient.
   void adopt(const NamedParams& params, size_t i) const;
   /// Makes view(i) the gradient of params[i] (after the caller copied the gradient into it).
   /// The gradient Variable of each segment is made once per layout, so this is a pointer
   /// assignment (it runs for every parameter each step).
   void use_segment(const NamedParams& params, size_t i) const;
+
+  /// True when the gradient of every parameter of `params` is still the Variable of its segment
+  /// that the last bind() or use_segment() handed it, for the parameters of the current layout in
+  /// its order: the layout holds and nothing needs copying. This is the check of every step, so
+  /// it reads one pointer of each parameter and nothing of its arrays (Note [Gradients in the
+  /// reduction buffer], "Every step").
+  bool in_place(const NamedParams& params) const;
+  /// The dtype and device of the buffer (while bound()).
+  Dtype dtype() const { return dtype_; }
+  Device device() const { return device_; }
 
   /// The whole buffer (undefined before the first bind).
   const Array& flat() const { return flat_; }

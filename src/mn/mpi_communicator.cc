@@ -76,6 +76,12 @@ intptr_t MpiCommunicator::mpi_comm_handle() const {
 
 void MpiCommunicator::finalize() {
   gradient_buffer_.release();
+  walk_key_.clear();
+  all_params_.clear();
+  reduce_list_.clear();
+  reduce_mask_.clear();
+  checked_ = Checked();
+  in_place_ = false;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -88,59 +94,46 @@ void MpiCommunicator::finalize() {
 // Every rank must reduce the same parameters, in the same order, with the same shapes; a rank
 // whose model differs (a parameter without a gradient, another shape) would make the collective
 // mix unrelated numbers or wait forever. Parameters go in sorted path order; with zero_fill a
-// missing gradient becomes zeros. Each reduction first checks, with one small allreduce, that
-// all ranks agree on the number of gradients and elements and on a hash of their shapes and
-// dtypes in order and of the gradients_in_buffer option (the gradients in the reduction buffer lay out aligned segments, so two ranks
-// whose gradients merely add up to the same number of elements would reduce buffers of
-// different lengths); debug mode, or a disagreement, compares every parameter's path, shape and
+// missing gradient becomes zeros. This runs every step, so the sorted list (paths included) is
+// kept while a walk of the model without paths finds the same parameters in the same order, and
+// the list handed out is kept while the same ones have gradients: a step costs a walk, a look at
+// each gradient, the hash below and the check's allreduce, and makes no string or list; when
+// every gradient is still its segment of the reduction buffer, even the look and the hash are
+// skipped (Note [Gradients in the reduction buffer], "Every step"). The communicator holds the
+// parameters of that list until a reduction of another model, or finalize(). Each reduction
+// first checks, with one small allreduce, that all ranks agree on the number of gradients and
+// elements and on a hash of their shapes and dtypes in order and of the gradients_in_buffer
+// option (the gradients in the reduction buffer lay out aligned segments, so two ranks whose
+// gradients merely add up to the same number of elements would reduce buffers of different
+// lengths); debug mode, or a disagreement, compares every parameter's path, shape and
 // dtype against rank 0 and names the first difference. All ranks reach the same verdict, so all
 // raise together instead of one hanging.
-std::vector<std::pair<std::string, Parameter>> MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
-  auto params = model.namedparams(false);
-  // Sorted path order; the permutation is kept while the model lists the same parameters under
-  // the same paths (this runs every step).
-  bool same_order = params.size() == order_key_.size();
-  for (size_t i = 0; same_order && i < params.size(); ++i) {
-    same_order = params[i].second.impl_ptr().get() == order_key_[i].first && params[i].first == order_key_[i].second;
+NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
+  // The model's parameters in traversal order, without paths; the sorted list (with paths) is
+  // made again only when they are not the ones it was made from. all_params_ holds the
+  // parameters, so an address in walk_key_ cannot belong to another parameter meanwhile.
+  walk_.clear();
+  model.for_each_param([&](const Parameter& p) { walk_.push_back(p.impl_ptr().get()); }, false);
+  if (walk_ != walk_key_) {
+    all_params_ = model.namedparams(false);
+    std::sort(all_params_.begin(), all_params_.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    walk_key_ = walk_;
+    reduce_list_.clear();
+    reduce_mask_.clear();
+    checked_ = Checked();
   }
-  if (!same_order) {
-    order_.resize(params.size());
-    for (size_t i = 0; i < params.size(); ++i) order_[i] = i;
-    std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) { return params[a].first < params[b].first; });
-    order_key_.clear();
-    for (const auto& [path, p] : params) order_key_.emplace_back(p.impl_ptr().get(), path);
+  // Every gradient still the segment of the reduction buffer that the last reduction installed:
+  // the list, sizes and hash of that reduction hold, and no array is looked at (Note [Gradients
+  // in the reduction buffer], "Every step"). The check with the other ranks still runs.
+  in_place_ = !debug_ && checked_.valid && reduce_list_.size() == all_params_.size() &&
+              gradient_buffer_.in_place(reduce_list_);
+  if (!in_place_) {
+    checked_ = check_gradients(zero_fill);
   }
-  std::vector<std::pair<std::string, Parameter>> out;
-  out.reserve(params.size());
-  int64_t elements = 0;
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over (ndim, dims..., dtype) of each gradient
-  auto mix = [&](int64_t v) {
-    hash ^= static_cast<uint64_t>(v);
-    hash *= 1099511628211ull;
-  };
-  for (size_t index : order_) {
-    auto& [path, p] = params[index];
-    // (Through the impl: this runs every step, and Variable::grad() copies the array handle.)
-    const auto& grad = p.impl().grad;
-    if (!grad || !grad->data.defined()) {
-      if (!zero_fill) continue;
-      p.zerograd();
-    } else if (!grad->data.is_contiguous()) {
-      p.set_grad(grad->data.copy());
-    }
-    elements += p.size();
-    mix(p.ndim());
-    for (int64_t d : p.shape()) mix(d);
-    mix(static_cast<int64_t>(p.impl().grad->data.dtype()));
-    out.emplace_back(std::move(path), std::move(p));
-  }
-  // Ranks that lay the buffer out differently (gradients_in_buffer on some ranks only, e.g.
-  // KUSARI_MN_GRADIENTS_IN_BUFFER set for some processes) would reduce buffers of different
-  // lengths, which hangs: that is a disagreement too.
-  mix(options_.gradients_in_buffer ? 1 : 0);
-  const int64_t n = static_cast<int64_t>(out.size());
-  const int64_t h = static_cast<int64_t>(hash >> 2);  // non-negative, so that -h does not overflow
-  int64_t check[6] = {n, -n, elements, -elements, h, -h};
+  NamedParams& out = reduce_list_;
+  int64_t check[6] = {checked_.count, -checked_.count, checked_.elements, -checked_.elements,
+                      checked_.hash, -checked_.hash};
   allreduce_host(check, 6, Dtype::kInt64, ReduceOp::kMax, comm_);
   const bool agree = check[0] == -check[1] && check[2] == -check[3] && check[4] == -check[5];
   if (debug_ || !agree) {
@@ -178,6 +171,56 @@ std::vector<std::pair<std::string, Parameter>> MpiCommunicator::gradients_to_red
   return out;
 }
 
+MpiCommunicator::Checked MpiCommunicator::check_gradients(bool zero_fill) {
+  // Which parameters of all_params_ have a gradient (zero_fill gives the others zeros); the list
+  // handed out (reduce_list_) is made again only when that set changes.
+  mask_.assign(all_params_.size(), 0);
+  for (size_t i = 0; i < all_params_.size(); ++i) {
+    Parameter& p = all_params_[i].second;
+    // (Through the impl: this runs every step, and Variable::grad() copies the array handle.)
+    const auto& grad = p.impl().grad;
+    if (!grad || !grad->data.defined()) {
+      if (!zero_fill) continue;
+      p.zerograd();
+    } else if (!grad->data.is_contiguous()) {
+      p.set_grad(grad->data.copy());
+    }
+    mask_[i] = 1;
+  }
+  if (mask_ != reduce_mask_ || reduce_list_.empty()) {
+    reduce_list_.clear();
+    for (size_t i = 0; i < all_params_.size(); ++i) {
+      if (mask_[i]) reduce_list_.push_back(all_params_[i]);
+    }
+    reduce_mask_ = mask_;
+  }
+  const NamedParams& out = reduce_list_;
+  int64_t elements = 0;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over (ndim, dims..., dtype) of each gradient
+  auto mix = [&](int64_t v) {
+    hash ^= static_cast<uint64_t>(v);
+    hash *= 1099511628211ull;
+  };
+  for (const auto& [path, p] : out) {
+    const kusari::detail::VariableImpl& im = p.impl();
+    const Shape& shape = im.data.shape();
+    elements += im.data.size();
+    mix(static_cast<int64_t>(shape.size()));
+    for (int64_t d : shape) mix(d);
+    mix(static_cast<int64_t>(im.grad->data.dtype()));
+  }
+  // Ranks that lay the buffer out differently (gradients_in_buffer on some ranks only, e.g.
+  // KUSARI_MN_GRADIENTS_IN_BUFFER set for some processes) would reduce buffers of different
+  // lengths, which hangs: that is a disagreement too.
+  mix(options_.gradients_in_buffer ? 1 : 0);
+  Checked c;
+  c.count = static_cast<int64_t>(out.size());
+  c.elements = elements;
+  c.hash = static_cast<int64_t>(hash >> 2);  // non-negative, so that -hash does not overflow
+  c.valid = true;
+  return c;
+}
+
 void MpiCommunicator::check_finite_after_reduce(const std::vector<std::pair<std::string, Parameter>>& params) {
   if (!debug_) return;
   for (const auto& [path, p] : params) {
@@ -189,17 +232,19 @@ void MpiCommunicator::check_finite_after_reduce(const std::vector<std::pair<std:
 }
 
 bool MpiCommunicator::host_mean_grad_in_buffer(const NamedParams& params, bool communicate) {
-  const std::optional<Dtype> dtype =
-      options_.gradients_in_buffer ? common_gradient_dtype(params, Device::cpu()) : std::nullopt;
-  if (!dtype || (options_.allreduce_grad_dtype && *options_.allreduce_grad_dtype != *dtype)) {
-    gradient_buffer_.release();
-    return false;
+  if (!in_place_) {  // (in place: the buffer was bound for these gradients, which are still in it)
+    const std::optional<Dtype> dtype =
+        options_.gradients_in_buffer ? common_gradient_dtype(params, Device::cpu()) : std::nullopt;
+    if (!dtype || (options_.allreduce_grad_dtype && *options_.allreduce_grad_dtype != *dtype)) {
+      gradient_buffer_.release();
+      return false;
+    }
+    // Segments on 64-byte (cache line) boundaries; no padding.
+    for (size_t i : gradient_buffer_.bind(params, *dtype, Device::cpu(), 64, 1)) gradient_buffer_.adopt(params, i);
   }
-  // Segments on 64-byte (cache line) boundaries; no padding.
-  for (size_t i : gradient_buffer_.bind(params, *dtype, Device::cpu(), 64, 1)) gradient_buffer_.adopt(params, i);
   if (communicate) {
     Array flat = gradient_buffer_.flat();
-    allreduce_host(flat.raw_data(), flat.size(), *dtype, ReduceOp::kSum, comm_);
+    allreduce_host(flat.raw_data(), flat.size(), gradient_buffer_.dtype(), ReduceOp::kSum, comm_);
     multiply_to(flat, 1.0 / size_);
   }
   return true;
@@ -248,7 +293,7 @@ std::map<Dtype, std::vector<std::pair<std::string, Parameter>>> by_dtype(
 }  // namespace
 
 void NaiveCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
-  auto params = gradients_to_reduce(model, zero_fill);
+  NamedParams& params = gradients_to_reduce(model, zero_fill);
   for (auto& [path, p] : params) {
     Array g = p.grad();
     allreduce_inplace(g, ReduceOp::kMean);
@@ -257,7 +302,7 @@ void NaiveCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
 }
 
 void FlatCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
-  auto params = gradients_to_reduce(model, zero_fill);
+  NamedParams& params = gradients_to_reduce(model, zero_fill);
   if (params.empty()) return;
   if (host_mean_grad_in_buffer(params, /*communicate=*/true)) {
     check_finite_after_reduce(params);
@@ -273,7 +318,7 @@ void FlatCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
 }
 
 void DummyCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
-  auto params = gradients_to_reduce(model, zero_fill);
+  NamedParams& params = gradients_to_reduce(model, zero_fill);
   if (params.empty() || host_mean_grad_in_buffer(params, /*communicate=*/false)) return;
   for (auto& [dtype, group] : by_dtype(params)) {
     const Dtype wire = options_.allreduce_grad_dtype.value_or(dtype);

@@ -25,9 +25,14 @@ class MpiCommunicator : public Communicator {
   MPI_Comm inter_comm() const { return inter_comm_; }
 
  protected:
-  /// The parameters to reduce in sorted path order, with zero_fill applied; checks them across
-  /// ranks in debug mode. See Note [Gradient sets].
-  std::vector<std::pair<std::string, Parameter>> gradients_to_reduce(Link& model, bool zero_fill);
+  /// The parameters to reduce in sorted path order, with zero_fill applied, checked across ranks
+  /// (Note [Gradient sets]). The list is the communicator's own and stays valid until the next
+  /// call; copy it to keep it longer.
+  NamedParams& gradients_to_reduce(Link& model, bool zero_fill);
+  /// True when the last gradients_to_reduce found every gradient still in its segment of
+  /// gradient_buffer(), as the last reduction left it (GradientBuffer::in_place): the layout,
+  /// dtype and device of the buffer hold, and the reduction need not look at the arrays.
+  bool gradients_in_place() const { return in_place_; }
   /// In debug mode, raises "parameters diverged" when a reduced gradient is not finite.
   void check_finite_after_reduce(const std::vector<std::pair<std::string, Parameter>>& params);
   bool debug() const { return debug_; }
@@ -42,10 +47,22 @@ class MpiCommunicator : public Communicator {
 
  private:
   GradientBuffer gradient_buffer_;
-  /// gradients_to_reduce's sorted order of the model's parameter list, and the list it is for
-  /// (each parameter's state and path; the state pointer alone could be reused by a new one).
-  std::vector<size_t> order_;
-  std::vector<std::pair<const void*, std::string>> order_key_;
+  /// gradients_to_reduce's lists, kept while the model lists the same parameters: the model's
+  /// parameters (their states, in traversal order) the sorted list was made from, that list, and
+  /// the list of those with a gradient it last handed out (with its mask over the sorted list).
+  std::vector<const void*> walk_, walk_key_;
+  NamedParams all_params_, reduce_list_;
+  std::vector<char> mask_, reduce_mask_;
+  /// What the check across ranks compares for reduce_list_ (Note [Gradient sets]).
+  struct Checked {
+    int64_t count = 0, elements = 0, hash = 0;
+    bool valid = false;
+  };
+  /// Applies zero_fill to all_params_, makes reduce_list_ those with a gradient, and returns what
+  /// the check compares for it.
+  Checked check_gradients(bool zero_fill);
+  Checked checked_;
+  bool in_place_ = false;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm intra_comm_ = MPI_COMM_NULL;
   MPI_Comm inter_comm_ = MPI_COMM_NULL;

@@ -689,6 +689,12 @@ void NcclCommunicator::queue_gradient_pipeline(const ChunkPlan& plan, Array& buf
 bool NcclCommunicator::mean_grad_in_buffer(
     const std::vector<std::pair<std::string, Parameter>>& params, const char* what) {
   GradientBuffer& gb = gradient_buffer();
+  if (gradients_in_place() && gb.device() == Device::cuda(device_)) {
+    // Every gradient is still its segment (Note [Gradients in the reduction buffer], "Every
+    // step"): the buffer was laid out, checked and bound for them, so reduce it.
+    reduce_gradient_buffer(gb.flat(), what);
+    return true;
+  }
   const Device gpu = Device::cuda(device_);
   const std::optional<Dtype> dtype =
       options_.gradients_in_buffer ? common_gradient_dtype(params, gpu) : std::nullopt;
@@ -699,11 +705,16 @@ bool NcclCommunicator::mean_grad_in_buffer(
   // Segments on 256-byte boundaries, as the memory pool aligns arrays.
   constexpr int64_t kAlignBytes = 256;
   const int64_t item = static_cast<int64_t>(itemsize(*dtype));
-  std::vector<int64_t> sizes, offsets;
-  sizes.reserve(params.size());
-  for (const auto& [path, p] : params) sizes.push_back(p.size());
-  const int64_t align = std::max<int64_t>(1, kAlignBytes / item);
-  const int64_t elements = GradientBuffer::plan(sizes, align, buffer_multiple(), &offsets);
+  int64_t elements = 0;
+  if (gb.matches(params, *dtype, gpu, kAlignBytes, buffer_multiple())) {
+    elements = gb.flat().size();  // (every step but the first: no planning)
+  } else {
+    std::vector<int64_t> sizes, offsets;
+    sizes.reserve(params.size());
+    for (const auto& [path, p] : params) sizes.push_back(p.size());
+    const int64_t align = std::max<int64_t>(1, kAlignBytes / item);
+    elements = GradientBuffer::plan(sizes, align, buffer_multiple(), &offsets);
+  }
   if (plan_chunks(elements, item, buffer_multiple(), chunk_bytes_).count != 1) {
     gb.release();
     return false;
@@ -726,22 +737,27 @@ bool NcclCommunicator::mean_grad_in_buffer(
     adopt_packer_.pack(gb.flat().raw_data(), compute);
     for (size_t i : to_copy) gb.use_segment(params, i);
   }
-  last_gradient_chunks_ = 1;
-  ensure_events(grad_events_, 1);
-  Array flat = gb.flat();
-  begin_op(grad_events_);
-  reduce_buffer(flat.raw_data(), flat.size(), *dtype, ReduceOp::kMean, what);  // mean or sum
-  end_op(grad_events_);  // the compute stream waits: backward and updates come after
-  if (!averages_on_wire(*dtype)) multiply_to(flat, 1.0 / size_);
-  wait_chunks(grad_events_, 1, what);
+  reduce_gradient_buffer(gb.flat(), what);
   return true;
 }
 
+void NcclCommunicator::reduce_gradient_buffer(Array flat, const char* what) {
+  last_gradient_chunks_ = 1;
+  ensure_events(grad_events_, 1);
+  begin_op(grad_events_);
+  reduce_buffer(flat.raw_data(), flat.size(), flat.dtype(), ReduceOp::kMean, what);  // mean or sum
+  end_op(grad_events_);  // the compute stream waits: backward and updates come after
+  if (!averages_on_wire(flat.dtype())) multiply_to(flat, 1.0 / size_);
+  wait_chunks(grad_events_, 1, what);
+}
+
 void NcclCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
-  auto params = gradients_to_reduce(model, zero_fill);
+  NamedParams& params = gradients_to_reduce(model, zero_fill);
   if (params.empty()) return;
   const char* what = "multi_node_mean_grad";
-  ensure_nccl(gradient_device(params, what), what);
+  // (Gradients in place are segments of the buffer, all on its device.)
+  ensure_nccl(gradients_in_place() ? gradient_buffer().device() : gradient_device(params, what),
+              what);
   // Note [Gradients in the reduction buffer] (gradient_buffer.cc): no pack and no unpack.
   if (mean_grad_in_buffer(params, what)) {
     check_finite_after_reduce(params);
@@ -775,7 +791,7 @@ void NcclCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
 void NcclCommunicator::start_mean_grad(Link& model, bool zero_fill) {
   KUSARI_CHECK(in_flight_.size() < 2, CommunicatorError, name(),
                ": start_mean_grad: two reductions are already in flight; finish one first");
-  auto params = gradients_to_reduce(model, zero_fill);
+  NamedParams params = gradients_to_reduce(model, zero_fill);
   const char* what = "multi_node_mean_grad (double buffering)";
   InFlight f;
   f.slot = next_slot_;

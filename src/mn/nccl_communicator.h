@@ -188,6 +188,9 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   /// must run instead. See Note [Gradients in the reduction buffer] in gradient_buffer.cc.
   bool mean_grad_in_buffer(const std::vector<std::pair<std::string, Parameter>>& params,
                            const char* what);
+  /// Queues the mean of the gradient buffer `flat` in place (one collective on the side stream,
+  /// which the compute stream then waits for), and waits for it under the timeout.
+  void reduce_gradient_buffer(Array flat, const char* what);
   /// world_, intra_ and inter_ (aborted together on a failure).
   std::array<ncclComm_t*, 3> nccl_comms() { return {&world_, &intra_, &inter_}; }
   /// Releases the NCCL communicators (finalize + destroy, bounded by the deadline; abort on

@@ -118,6 +118,74 @@ TEST_P(MeanGradTest, SixteenBitGradientsAreReducedInTheirDtype) {
   }
 }
 
+/// Two children registered out of path order ("b" before "a"), so that the reduction's sorted
+/// order differs from the traversal order.
+class TwoChildren : public Chain {
+ public:
+  TwoChildren() {
+    b = add_link("b", std::make_shared<links::Linear>(3, 2));
+    a = add_link("a", std::make_shared<links::Linear>(2, 4));
+  }
+  std::shared_ptr<links::Linear> b, a;
+};
+
+TEST_P(MeanGradTest, ParameterListFollowsTheModel) {
+  // The communicator keeps the sorted parameter list between calls (Note [Gradient sets]): a
+  // replaced parameter, another model, and a parameter without a gradient must each be seen.
+  auto comm = create_communicator(GetParam());
+  const int r = comm->rank(), s = comm->size();
+  const bool reduces = GetParam() != "dummy";
+  // Gradient of rank r for the k-th parameter: r + k (mean (s - 1) / 2 + k).
+  auto fill = [&](Link& model, double k0) {
+    double k = k0;
+    for (auto& [path, p] : model.namedparams()) p.set_grad(Array::full(p.shape(), r + k++, float32));
+  };
+  auto check = [&](Link& model, double k0, const char* step) {
+    double k = k0;
+    for (auto& [path, p] : model.namedparams()) {
+      const double expected = (reduces ? (s - 1) / 2.0 : r) + k++;
+      ASSERT_TRUE(p.grad().defined()) << step << " " << path;
+      EXPECT_TRUE(ArraysClose(p.grad(), Array::full(p.shape(), expected, float32), 0, 0))
+          << GetParam() << " " << step << " " << path;
+    }
+  };
+  TwoChildren first, second;
+  fill(first, 0);
+  comm->multi_node_mean_grad(first);
+  check(first, 0, "first model");
+  fill(first, 5);
+  comm->multi_node_mean_grad(first);
+  check(first, 5, "the same model again");
+  // A parameter replaced under the same path, with another shape.
+  Parameter old_w = first.a->W;
+  first.a->add_param("W", Parameter(Array::zeros({3, 3}, float32)));
+  fill(first, 10);
+  comm->multi_node_mean_grad(first);
+  check(first, 10, "after replacing /a/W");
+  EXPECT_EQ(old_w.grad().shape(), (Shape{4, 2})) << "the replaced parameter is left alone";
+  // Another model through the same communicator, then the first again.
+  fill(second, 20);
+  comm->multi_node_mean_grad(second);
+  check(second, 20, "second model");
+  fill(first, 30);
+  comm->multi_node_mean_grad(first);
+  check(first, 30, "first model again");
+  // /b/b without a gradient on every rank (zero_fill off): skipped, the others reduced.
+  fill(first, 40);
+  first.b->b.cleargrad();
+  comm->multi_node_mean_grad(first, false);
+  EXPECT_FALSE(first.b->b.grad().defined());
+  const double mean = reduces ? (s - 1) / 2.0 : r;
+  EXPECT_TRUE(ArraysClose(first.b->W.grad(), Array::full({2, 3}, mean + 40, float32), 0, 0)) << GetParam();
+  const Parameter new_w = first.namedparams()[2].second;  // /a/W, replaced above
+  EXPECT_TRUE(ArraysClose(new_w.grad(), Array::full({3, 3}, mean + 42, float32), 0, 0)) << GetParam();
+  EXPECT_TRUE(ArraysClose(first.a->b.grad(), Array::full({4}, mean + 43, float32), 0, 0)) << GetParam();
+  // And back to every gradient.
+  fill(first, 50);
+  comm->multi_node_mean_grad(first);
+  check(first, 50, "every gradient again");
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, MeanGradTest, ::testing::Values("naive", "flat", "dummy"));
 
 TEST(DataParallelTest, BcastDataCopiesRankZerosParameters) {

@@ -351,6 +351,43 @@ TEST(GradientsInBufferTest, OptionDifferingAcrossRanksIsReportedNotHung) {
   }
 }
 
+TEST(GradientsInBufferTest, StepsInPlaceStillReduceAndCheckAcrossRanks) {
+  // Note [Gradients in the reduction buffer], "Every step": gradients that are still their
+  // segments skip the per-array checks, but are reduced, and a change on one rank is still caught.
+  auto comm = create_communicator("flat");
+  const int r = comm->rank(), s = comm->size();
+  Uneven model;
+  set_patterns(model, r);
+  comm->multi_node_mean_grad(model);
+  ASSERT_TRUE(gradients_in_one_buffer(model));
+  for (int step = 1; step < 4; ++step) {
+    // Written into the segments in place: the gradients stay the segments.
+    int i = 0;
+    for (auto& [path, p] : model.namedparams()) {
+      Array g = p.grad();
+      g.assign(pattern(p.shape(), i++, r + step));
+    }
+    comm->multi_node_mean_grad(model);
+    EXPECT_TRUE(gradients_in_one_buffer(model));
+    i = 0;
+    for (auto& [path, p] : model.namedparams()) {
+      Array expected = pattern(p.shape(), i++, 0) + (s - 1) / 2.0 + step;
+      EXPECT_TRUE(ArraysClose(p.grad(), expected, 0, 0)) << "step " << step << " " << path;
+    }
+  }
+  // Rank 1 adds a parameter; the others are in place and take the short path: all must raise.
+  if (r == 1) {
+    model.add_param("q", Parameter(Array::zeros({2}, float32)));
+    model.namedparams().back().second.set_grad(Array::ones({2}, float32));
+  }
+  try {
+    comm->multi_node_mean_grad(model);
+    ADD_FAILURE() << "expected CommunicatorError on rank " << r;
+  } catch (const CommunicatorError& e) {
+    EXPECT_NE(std::string(e.what()).find("/q"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GradientsInBufferTest, DummyKeepsGradientsWithoutReducing) {
   auto comm = create_communicator("dummy");
   const int r = comm->rank();

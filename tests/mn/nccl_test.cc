@@ -473,6 +473,61 @@ TEST_P(NcclKindTest, GradientsInTheBufferEqualPacked) {
   for (auto& [path, p] : a.namedparams()) EXPECT_FALSE(p.grad_buffer().defined()) << path;
 }
 
+// Note [Gradients in the reduction buffer], "Every step": gradients that are still their
+// segments take the short path, which still reduces, and a change on one rank is still caught
+// before any collective is queued (the communicator stays usable).
+TEST_P(NcclKindTest, StepsInPlaceStillReduceAndCheckAcrossRanks) {
+  auto comm = make_kind();
+  const int r = comm->rank(), s = comm->size();
+  Uneven model;
+  model.to_device(my_gpu());
+  Parameter extra(Array::ones({2}, float32, my_gpu()));
+  const Array extra_grad = Array::ones({2}, float32, my_gpu());
+  set_gradients(model, r, float32, my_gpu());
+  comm->multi_node_mean_grad(model);
+  ASSERT_TRUE(gradients_in_one_buffer(model));
+  for (int step = 1; step < 4; ++step) {
+    int i = 0;
+    for (auto& [path, p] : model.namedparams()) {
+      Array g = p.grad();  // written into its segment: the gradient stays the segment
+      g.assign(gradient_pattern(p.shape(), i++, r + step, float32).to_device(my_gpu()));
+    }
+    comm->multi_node_mean_grad(model);
+    EXPECT_TRUE(gradients_in_one_buffer(model)) << comm->name() << " step " << step;
+    i = 0;
+    for (auto& [path, p] : model.namedparams()) {
+      const Array expected = gradient_pattern(p.shape(), i++, step, float64) + (s - 1) / 2.0;
+      EXPECT_TRUE(ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6,
+                              1e-6))
+          << comm->name() << " step " << step << " " << path;
+    }
+  }
+  // Rank 1 adds a parameter while the others are in place: every rank raises, none hangs. (Its
+  // arrays were made on every rank before the steps, so that only the registration differs.)
+  if (r == 1) {
+    model.add_param("q", extra);
+    extra.set_grad(extra_grad);
+  }
+  try {
+    comm->multi_node_mean_grad(model);
+    ADD_FAILURE() << "expected CommunicatorError on rank " << r;
+  } catch (const CommunicatorError& e) {
+    EXPECT_NE(std::string(e.what()).find("/q"), std::string::npos) << e.what();
+  }
+  // Nothing was queued, so the communicator still works once the models agree again.
+  set_gradients(model, r, float32, my_gpu());
+  if (r == 1) model.namedparams().back().second.cleargrad();
+  comm->multi_node_mean_grad(model, /*zero_fill=*/false);
+  int i = 0;
+  for (auto& [path, p] : model.namedparams()) {
+    if (path == "/q") continue;
+    const Array expected = gradient_pattern(p.shape(), i++, 0, float64) + (s - 1) / 2.0;
+    EXPECT_TRUE(
+        ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6, 1e-6))
+        << comm->name() << " after the error " << path;
+  }
+}
+
 TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
   check_double_buffering(make_kind());
 }

@@ -69,6 +69,9 @@ class Link : public Serializable {
   /// (path, parameter) for this link and all descendants, e.g. ("/l1/W", W).
   std::vector<std::pair<std::string, Parameter>> namedparams(bool include_uninit = true) const;
   std::vector<Parameter> params(bool include_uninit = true) const;
+  /// Calls `fn` on each parameter of this link and its descendants, in namedparams() order,
+  /// without making their paths (for code that runs every step).
+  void for_each_param(const std::function<void(const Parameter&)>& fn, bool include_uninit = true) const;
   /// (path, link) for this link ("/") and all descendants.
   std::vector<std::pair<std::string, Link*>> namedlinks(bool skipself = false);
   /// (path, persistent) for this link and all descendants.
