@@ -141,10 +141,13 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
     for (auto& [path, p] : out) sig << path << " " << p.shape() << " " << dtype_name(p.dtype()) << "\n";
     Writer w;
     w.put_string(sig.str());
+    w.put_string(gradient_settings());
     std::vector<Bytes> all = allgather_obj(w.take());
-    const std::string ref = Reader(all[0]).get_string();
+    Reader first(all[0]);
+    const std::string ref = first.get_string(), ref_settings = first.get_string();
     for (int r = 1; r < size_; ++r) {
-      const std::string other = Reader(all[static_cast<size_t>(r)]).get_string();
+      Reader from(all[static_cast<size_t>(r)]);
+      const std::string other = from.get_string(), other_settings = from.get_string();
       if (other != ref) {
         // First differing line.
         std::istringstream a(ref), b(other);
@@ -162,13 +165,24 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
                      " (models must have the same parameters with the same shapes on every rank; parameters ",
                      "without a gradient need zero_fill=true)");
       }
+      if (other_settings != ref_settings) {
+        KUSARI_THROW(CommunicatorError, name(), ": multi_node_mean_grad: the ranks' parameters match, but their ",
+                     "communicator settings differ, so they would send gradients of different layouts: rank 0 has '",
+                     ref_settings, "' but rank ", r, " has '", other_settings,
+                     "' (give every process the same options and environment: KUSARI_MN_GRADIENTS_IN_BUFFER and ",
+                     "KUSARI_MN_CHUNK_BYTES included)");
+      }
     }
-    KUSARI_CHECK(agree, CommunicatorError,
-                 "multi_node_mean_grad: the ranks disagree on the gradients to reduce: their parameters match, so "
-                 "their communicator options differ (gradients_in_buffer, or KUSARI_MN_GRADIENTS_IN_BUFFER set for "
-                 "some processes only); give every process the same setting");
+    // (Not reached while the hash covers only what the signatures and settings above compare.)
+    KUSARI_CHECK(agree, CommunicatorError, name(), ": multi_node_mean_grad: the ranks disagree on the gradients to ",
+                 "reduce, but their parameters and settings match");
   }
   return out;
+}
+
+std::string MpiCommunicator::gradient_settings() const {
+  return kusari::detail::concat("gradients_in_buffer ", options_.gradients_in_buffer ? "on" : "off", ", allreduce_grad_dtype ",
+                options_.allreduce_grad_dtype ? dtype_name(*options_.allreduce_grad_dtype) : "unset");
 }
 
 MpiCommunicator::Checked MpiCommunicator::check_gradients(bool zero_fill) {
@@ -209,10 +223,11 @@ MpiCommunicator::Checked MpiCommunicator::check_gradients(bool zero_fill) {
     for (int64_t d : shape) mix(d);
     mix(static_cast<int64_t>(im.grad->data.dtype()));
   }
-  // Ranks that lay the buffer out differently (gradients_in_buffer on some ranks only, e.g.
-  // KUSARI_MN_GRADIENTS_IN_BUFFER set for some processes) would reduce buffers of different
-  // lengths, which hangs: that is a disagreement too.
-  mix(options_.gradients_in_buffer ? 1 : 0);
+  // Ranks whose settings lay the gradients out or send them differently (gradients_in_buffer on
+  // some ranks only, e.g. KUSARI_MN_GRADIENTS_IN_BUFFER set for some processes; another wire dtype;
+  // another chunk size on NCCL) would reduce buffers of different lengths or types, which hangs:
+  // that is a disagreement too.
+  for (char ch : gradient_settings()) mix(static_cast<unsigned char>(ch));
   Checked c;
   c.count = static_cast<int64_t>(out.size());
   c.elements = elements;

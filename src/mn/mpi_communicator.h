@@ -29,6 +29,10 @@ class MpiCommunicator : public Communicator {
   /// (Note [Gradient sets]). The list is the communicator's own and stays valid until the next
   /// call; copy it to keep it longer.
   NamedParams& gradients_to_reduce(Link& model, bool zero_fill);
+  /// The settings that decide how this communicator lays out and sends gradients, e.g.
+  /// "gradients_in_buffer on, allreduce_grad_dtype unset"; every rank must have the same (they
+  /// are part of the check of Note [Gradient sets]). Kinds with more such settings append theirs.
+  virtual std::string gradient_settings() const;
   /// True when the last gradients_to_reduce found every gradient still in its segment of
   /// gradient_buffer(), as the last reduction left it (GradientBuffer::in_place): the layout,
   /// dtype and device of the buffer hold, and the reduction need not look at the arrays.

@@ -595,6 +595,11 @@ void NcclCommunicator::release_nccl() noexcept {
 
 // --- gradients -----------------------------------------------------------------------------------
 
+std::string NcclCommunicator::gradient_settings() const {
+  return concat(MpiCommunicator::gradient_settings(), ", KUSARI_MN_CHUNK_BYTES ",
+                chunk_bytes_name(chunk_bytes_));
+}
+
 Device NcclCommunicator::gradient_device(
     const std::vector<std::pair<std::string, Parameter>>& params, const char* what) {
   const Device d = params.front().second.grad().device();

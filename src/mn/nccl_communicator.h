@@ -43,6 +43,9 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   /// through MPI as in every communicator.
   void allreduce_inplace(Array& x, ReduceOp op) override;
   void finalize() override;
+  /// The base settings and the gradient chunk size (KUSARI_MN_CHUNK_BYTES), which decides
+  /// between the buffer and the pipeline.
+  std::string gradient_settings() const override;
 
   void start_mean_grad(Link& model, bool zero_fill) override;
   bool finish_mean_grad(Link& model) override;

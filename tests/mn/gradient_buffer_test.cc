@@ -347,7 +347,34 @@ TEST(GradientsInBufferTest, OptionDifferingAcrossRanksIsReportedNotHung) {
     comm->multi_node_mean_grad(model);
     ADD_FAILURE() << "expected CommunicatorError on rank " << comm->rank();
   } catch (const CommunicatorError& e) {
-    EXPECT_NE(std::string(e.what()).find("gradients_in_buffer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gradients_in_buffer off"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gradients_in_buffer on"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GradientsInBufferTest, WireDtypeDifferingAcrossRanksIsReportedNotHung) {
+  // A float16 wire on one rank only: MPI would sum buffers of different types and lengths.
+  CommunicatorOptions options;
+  auto world = create_communicator("flat");
+  const int r = world->rank();
+  if (r == 1) options.allreduce_grad_dtype = float16;
+  world.reset();
+  auto comm = create_communicator("flat", options);
+  Uneven model;
+  set_patterns(model, r);
+  for (int attempt = 0; attempt < 2; ++attempt) {  // the second with the list and check cached
+    try {
+      comm->multi_node_mean_grad(model);
+      ADD_FAILURE() << "expected CommunicatorError on rank " << r;
+    } catch (const CommunicatorError& e) {
+      EXPECT_NE(std::string(e.what()).find("allreduce_grad_dtype float16"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("allreduce_grad_dtype unset"), std::string::npos) << e.what();
+    }
+  }
+  // The gradients were left alone.
+  int i = 0;
+  for (auto& [path, p] : model.namedparams()) {
+    EXPECT_TRUE(ArraysClose(p.grad(), pattern(p.shape(), i++, r), 0, 0)) << path;
   }
 }
 

@@ -720,6 +720,25 @@ TEST(NcclTest, RejectsABadChunkSetting) {
   EXPECT_EQ(gradient_chunks(*comm), 0);
 }
 
+// Ranks with different chunk settings would choose different paths (the buffer or the pipeline)
+// and queue collectives of different lengths: the check before any collective reports it (so no
+// GPU is needed: the model stays on the CPU, and the check comes before the device's).
+TEST(NcclTest, ChunkSettingDifferingAcrossRanksIsReportedBeforeAnyCollective) {
+  if (!kHaveNccl) GTEST_SKIP() << "this kusari was built without CUDA and NCCL";
+  auto world = create_communicator("flat");
+  const int r = world->rank();
+  auto comm = make_comm("pure_nccl", 0, {}, r == 1 ? "8M" : "off");
+  Uneven model;
+  set_gradients(model, r, float32, Device::cpu());
+  try {
+    comm->multi_node_mean_grad(model);
+    ADD_FAILURE() << "expected CommunicatorError on rank " << r;
+  } catch (const CommunicatorError& e) {
+    EXPECT_NE(std::string(e.what()).find("KUSARI_MN_CHUNK_BYTES 8MiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("KUSARI_MN_CHUNK_BYTES off"), std::string::npos) << e.what();
+  }
+}
+
 // --- chunk planning (no GPU needed) --------------------------------------------------------------
 
 TEST(GradientChunksTest, ParsesSettings) {
