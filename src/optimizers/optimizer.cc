@@ -196,7 +196,8 @@ void Optimizer::loss_scaling(int64_t interval, std::optional<double> scale) {
 // With loss_scaling() and no fixed scale, the loss is multiplied by a scale (initially 2^16)
 // before backward. If any gradient then holds Inf or NaN (float16 overflow), the step is skipped
 // and the scale halved; after `interval` good steps in a row it is doubled. All ranks of a
-// data-parallel job see the same averaged gradients, so they decide alike.
+// data-parallel job see the same averaged gradients, so they decide alike. The scale and the
+// count of good steps are saved with the optimizer (serialize), unlike Chainer.
 bool Optimizer::adjust_loss_scale(std::vector<ParamState>& states) {
   // One count of non-finite values over all gradients, read once (one device synchronisation).
   Array bad;
@@ -277,6 +278,14 @@ std::vector<std::string> Optimizer::hyperparam_names() const {
 void Optimizer::serialize(Serializer& s) {
   s("t", t_);
   s("epoch", epoch_);
+  // Dynamic loss scaling's state (Note [Dynamic loss scaling]), so that a resumed float16 run
+  // goes on with the scale it had instead of overflowing its way down from 2^16 again. Saved
+  // only while dynamic scaling is on, so other snapshots keep Chainer's layout; a snapshot
+  // without it (Chainer's, or saved without scaling) leaves the scale as configured.
+  if (dynamic_loss_scaling_ && s.contains("loss_scale") && s.contains("loss_scale_good_steps")) {
+    s("loss_scale", loss_scale_);
+    s("loss_scale_good_steps", good_steps_);
+  }
   if (!target_) return;
   // Parameters without data yet: see Note [Loading lazy states].
   for (auto& [path, p] : target_->namedparams(true)) {

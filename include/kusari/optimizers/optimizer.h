@@ -120,7 +120,8 @@ class Optimizer : public Serializable {
   /// use_fp32_update).
   virtual void use_fp32_update(bool flag = true) { fp32_update_ = flag; }
 
-  /// Saves or loads t, epoch and the per-parameter states ("l1/W/m", ...), Chainer's layout.
+  /// Saves or loads t, epoch and the per-parameter states ("l1/W/m", ...), Chainer's layout;
+  /// with dynamic loss scaling also "loss_scale" and "loss_scale_good_steps".
   void serialize(Serializer& serializer) override;
   /// The optimizer's class name ("Adam", ...), used in messages.
   virtual const char* type_name() const = 0;
