@@ -117,8 +117,7 @@ void BatchNormalization::initialize(const Shape& shape) {
 }
 
 void BatchNormalization::to_dtype(Dtype dtype) {
-  KUSARI_CHECK(is_floating(dtype), DtypeError, describe(), "::to_dtype: a link's parameters need a floating dtype ",
-               "(float16, bfloat16, float32 or float64), got ", dtype_name(dtype));
+  check_link_dtype(dtype);
   dtype_ = is_half_precision(dtype) ? float32 : dtype;
   convert_dtype(dtype_);
 }

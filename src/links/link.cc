@@ -189,9 +189,13 @@ std::string Link::describe() const {
   return name_.empty() ? std::string(type_name()) : std::string(type_name()) + " '" + name_ + "'";
 }
 
-void Link::to_dtype(Dtype dtype) {
+void Link::check_link_dtype(Dtype dtype) const {
   KUSARI_CHECK(is_floating(dtype), DtypeError, describe(), "::to_dtype: a link's parameters need a floating dtype ",
                "(float16, bfloat16, float32 or float64), got ", dtype_name(dtype));
+}
+
+void Link::to_dtype(Dtype dtype) {
+  check_link_dtype(dtype);
   convert_dtype(dtype);
 }
 

@@ -227,7 +227,12 @@ MpiCommunicator::Checked MpiCommunicator::check_gradients(bool zero_fill) {
   // some ranks only, e.g. KUSARI_MN_GRADIENTS_IN_BUFFER set for some processes; another wire dtype;
   // another chunk size on NCCL) would reduce buffers of different lengths or types, which hangs:
   // that is a disagreement too.
-  for (char ch : gradient_settings()) mix(static_cast<unsigned char>(ch));
+  if (!settings_hash_) {  // (constant for the communicator: hashed once, not every step)
+    uint64_t h = 1469598103934665603ull;
+    for (char ch : gradient_settings()) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+    settings_hash_ = h;
+  }
+  mix(static_cast<int64_t>(*settings_hash_));
   Checked c;
   c.count = static_cast<int64_t>(out.size());
   c.elements = elements;
@@ -246,14 +251,20 @@ void MpiCommunicator::check_finite_after_reduce(const std::vector<std::pair<std:
   }
 }
 
+std::optional<Dtype> MpiCommunicator::buffer_dtype(const NamedParams& params, Device device) {
+  const std::optional<Dtype> dtype =
+      options_.gradients_in_buffer ? common_gradient_dtype(params, device) : std::nullopt;
+  if (!dtype || (options_.allreduce_grad_dtype && *options_.allreduce_grad_dtype != *dtype)) {
+    gradient_buffer_.release();
+    return std::nullopt;
+  }
+  return dtype;
+}
+
 bool MpiCommunicator::host_mean_grad_in_buffer(const NamedParams& params, bool communicate) {
   if (!in_place_) {  // (in place: the buffer was bound for these gradients, which are still in it)
-    const std::optional<Dtype> dtype =
-        options_.gradients_in_buffer ? common_gradient_dtype(params, Device::cpu()) : std::nullopt;
-    if (!dtype || (options_.allreduce_grad_dtype && *options_.allreduce_grad_dtype != *dtype)) {
-      gradient_buffer_.release();
-      return false;
-    }
+    const std::optional<Dtype> dtype = buffer_dtype(params, Device::cpu());
+    if (!dtype) return false;
     // Segments on 64-byte (cache line) boundaries; no padding.
     for (size_t i : gradient_buffer_.bind(params, *dtype, Device::cpu(), 64, 1)) gradient_buffer_.adopt(params, i);
   }

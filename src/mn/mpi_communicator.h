@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,10 @@ class MpiCommunicator : public Communicator {
   /// allreduce; returns false (releasing the buffer) when the packed path must run instead. See
   /// Note [Gradients in the reduction buffer] in gradient_buffer.cc.
   bool host_mean_grad_in_buffer(const NamedParams& params, bool communicate);
+  /// The dtype of the gradient buffer for `params` on `device` when their gradients can live in
+  /// one (options().gradients_in_buffer, one floating dtype there, not cast on the wire); else
+  /// nullopt, with the buffer released (its parameters unbound), so that the packed path runs.
+  std::optional<Dtype> buffer_dtype(const NamedParams& params, Device device);
   /// The flat buffer the gradients live in (Note [Gradients in the reduction buffer]).
   GradientBuffer& gradient_buffer() { return gradient_buffer_; }
 
@@ -67,6 +72,8 @@ class MpiCommunicator : public Communicator {
   Checked check_gradients(bool zero_fill);
   Checked checked_;
   bool in_place_ = false;
+  /// A hash of gradient_settings(), made at the first check.
+  std::optional<uint64_t> settings_hash_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm intra_comm_ = MPI_COMM_NULL;
   MPI_Comm inter_comm_ = MPI_COMM_NULL;

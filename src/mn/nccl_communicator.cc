@@ -701,12 +701,8 @@ bool NcclCommunicator::mean_grad_in_buffer(
     return true;
   }
   const Device gpu = Device::cuda(device_);
-  const std::optional<Dtype> dtype =
-      options_.gradients_in_buffer ? common_gradient_dtype(params, gpu) : std::nullopt;
-  if (!dtype || (options_.allreduce_grad_dtype && *options_.allreduce_grad_dtype != *dtype)) {
-    gb.release();
-    return false;
-  }
+  const std::optional<Dtype> dtype = buffer_dtype(params, gpu);
+  if (!dtype) return false;
   // Segments on 256-byte boundaries, as the memory pool aligns arrays.
   constexpr int64_t kAlignBytes = 256;
   const int64_t item = static_cast<int64_t>(itemsize(*dtype));

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <exception>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kusari/config.h"
@@ -14,6 +17,27 @@
 #include "kusari/core/routines.h"
 
 namespace kusari::testing {
+
+/// Success when `fn` throws an `E` whose message contains every one of `parts`; otherwise a
+/// failure saying what was thrown instead, or that nothing was. For the error-message tests:
+///   EXPECT_TRUE(ThrowsWith<ValueError>([&] { f(bad); }, {"f:", "expected"}));
+template <typename E, typename F>
+::testing::AssertionResult ThrowsWith(F&& fn, std::initializer_list<std::string_view> parts) {
+  try {
+    fn();
+  } catch (const E& e) {
+    const std::string what = e.what();
+    for (std::string_view part : parts) {
+      if (what.find(part) == std::string::npos) {
+        return ::testing::AssertionFailure() << "the message lacks '" << part << "': " << what;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "another exception was thrown: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "nothing was thrown";
+}
 
 /// The devices a parameterised test runs on: CPU, plus cuda:0 in a CUDA build (skipped at run
 /// time with a message when no GPU is present).

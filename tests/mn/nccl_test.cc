@@ -28,6 +28,7 @@ namespace kusari::mn {
 namespace {
 
 using testing::ArraysClose;
+using testing::ThrowsWith;
 
 constexpr bool kHaveNccl = KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL;
 
@@ -508,12 +509,8 @@ TEST_P(NcclKindTest, StepsInPlaceStillReduceAndCheckAcrossRanks) {
     model.add_param("q", extra);
     extra.set_grad(extra_grad);
   }
-  try {
-    comm->multi_node_mean_grad(model);
-    ADD_FAILURE() << "expected CommunicatorError on rank " << r;
-  } catch (const CommunicatorError& e) {
-    EXPECT_NE(std::string(e.what()).find("/q"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(ThrowsWith<CommunicatorError>([&] { comm->multi_node_mean_grad(model); }, {"/q"}))
+      << "rank " << r;
   // Nothing was queued, so the communicator still works once the models agree again.
   set_gradients(model, r, float32, my_gpu());
   if (r == 1) model.namedparams().back().second.cleargrad();
@@ -692,12 +689,7 @@ TEST(NcclTest, CpuModelsGoThroughMpiOrAreRefused) {
   Array x = Array::full({4}, r, float32);
   EXPECT_TRUE(ArraysClose(comm->allreduce(x), Array::full({4}, s * (s - 1) / 2.0, float32)));
   set_gradients(model, r, float32, Device::cpu());
-  try {
-    comm->multi_node_mean_grad(model);
-    ADD_FAILURE() << "expected CommunicatorError";
-  } catch (const CommunicatorError& e) {
-    EXPECT_NE(std::string(e.what()).find("GPU"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(ThrowsWith<CommunicatorError>([&] { comm->multi_node_mean_grad(model); }, {"GPU"}));
 }
 
 TEST(NcclTest, RejectsAnIntegerWireDtype) {
@@ -709,12 +701,8 @@ TEST(NcclTest, RejectsAnIntegerWireDtype) {
 
 TEST(NcclTest, RejectsABadChunkSetting) {
   if (!kHaveNccl) GTEST_SKIP() << "this kusari was built without CUDA and NCCL";
-  try {
-    make_comm("pure_nccl", 0, {}, "lots");
-    ADD_FAILURE() << "expected ValueError";
-  } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("KUSARI_MN_CHUNK_BYTES"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { make_comm("pure_nccl", 0, {}, "lots"); },
+                                     {"KUSARI_MN_CHUNK_BYTES"}));
   auto comm = make_comm("pure_nccl", 0, {}, "8M");  // no GPU needed until the first operation
   EXPECT_EQ(gradient_chunk_setting(*comm), "8MiB");
   EXPECT_EQ(gradient_chunks(*comm), 0);
@@ -730,13 +718,10 @@ TEST(NcclTest, ChunkSettingDifferingAcrossRanksIsReportedBeforeAnyCollective) {
   auto comm = make_comm("pure_nccl", 0, {}, r == 1 ? "8M" : "off");
   Uneven model;
   set_gradients(model, r, float32, Device::cpu());
-  try {
-    comm->multi_node_mean_grad(model);
-    ADD_FAILURE() << "expected CommunicatorError on rank " << r;
-  } catch (const CommunicatorError& e) {
-    EXPECT_NE(std::string(e.what()).find("KUSARI_MN_CHUNK_BYTES 8MiB"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("KUSARI_MN_CHUNK_BYTES off"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(
+      ThrowsWith<CommunicatorError>([&] { comm->multi_node_mean_grad(model); },
+                                    {"KUSARI_MN_CHUNK_BYTES 8MiB", "KUSARI_MN_CHUNK_BYTES off"}))
+      << "rank " << r;
 }
 
 // --- chunk planning (no GPU needed) --------------------------------------------------------------
@@ -970,12 +955,7 @@ TEST(NcclTest, TimeoutAbortsAndNamesTheOperation) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_LT(elapsed, 30.0);
     // The communicator refuses further NCCL work, naming the first failure.
-    try {
-      comm->allreduce_inplace(x);
-      ADD_FAILURE() << "expected CommunicatorError";
-    } catch (const CommunicatorError& e) {
-      EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
-    }
+    EXPECT_TRUE(ThrowsWith<CommunicatorError>([&] { comm->allreduce_inplace(x); }, {"aborted"}));
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(5));
   }

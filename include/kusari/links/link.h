@@ -117,6 +117,8 @@ class Link : public Serializable {
   virtual const char* type_name() const { return "Link"; }
   /// "Linear 'l1'" (the type and, below the root, the name), for error messages.
   std::string describe() const;
+  /// Throws DtypeError naming the link unless `dtype` is floating (the check of to_dtype()).
+  void check_link_dtype(Dtype dtype) const;
   /// to_dtype() for this link's own parameters and persistents, and the children's to_dtype().
   void convert_dtype(Dtype dtype);
 

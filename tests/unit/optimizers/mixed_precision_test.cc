@@ -73,46 +73,43 @@ TEST_P(MixedPrecisionTest, DynamicLossScalingSkipsOverflowingSteps) {
 
 TEST_P(MixedPrecisionTest, DynamicLossScaleIsSavedAndLoaded) {
   auto link = std::make_shared<OneParam>(Array::ones({2}, float16, device()));
-  optimizers::SGD opt(0.01);
-  opt.setup(link);
-  opt.loss_scaling(3);
+  // An SGD on `link` with loss_scaling(3, scale), loaded from `saved` when given.
+  auto make = [&](std::optional<double> scale, const NamedArrays* saved) {
+    auto opt = std::make_unique<optimizers::SGD>(0.01);
+    opt->setup(link);
+    opt->loss_scaling(3, scale);
+    if (saved) NpzDeserializer(*saved).load(*opt);
+    return opt;
+  };
+  auto saved_from = [](Optimizer& opt) {
+    DictionarySerializer saver;
+    saver.save(opt);
+    return saver.target();
+  };
   Array x = Array::full({2}, 4.0, float16, device());
   auto lossfun = [&]() { return F::sum(F::mul(Variable(x), link->p)); };
-  for (int i = 0; i < 5; ++i) opt.update(lossfun);  // three overflows (scale 8192), then 2 good steps
-  ASSERT_DOUBLE_EQ(opt.loss_scale(), 8192.0);
-  DictionarySerializer saver;
-  saver.save(opt);
+  auto opt = make(std::nullopt, nullptr);
+  for (int i = 0; i < 5; ++i)
+    opt->update(lossfun);  // three overflows (scale 8192), then 2 good steps
+  ASSERT_DOUBLE_EQ(opt->loss_scale(), 8192.0);
+  const NamedArrays saved = saved_from(*opt);
   // A fresh optimizer with dynamic scaling goes on from the saved state: one more good step
   // completes the interval of 3 and doubles the scale.
-  optimizers::SGD resumed(0.01);
-  resumed.setup(link);
-  resumed.loss_scaling(3);
-  NpzDeserializer loader(saver.target());
-  loader.load(resumed);
-  EXPECT_DOUBLE_EQ(resumed.loss_scale(), 8192.0);
-  resumed.update(lossfun);
-  EXPECT_DOUBLE_EQ(resumed.loss_scale(), 16384.0);
-  // A fixed scale is kept as configured; without scaling nothing is saved (Chainer's layout).
-  optimizers::SGD fixed(0.01);
-  fixed.setup(link);
-  fixed.loss_scaling(3, 128.0);
-  NpzDeserializer loader2(saver.target());
-  loader2.load(fixed);
-  EXPECT_DOUBLE_EQ(fixed.loss_scale(), 128.0);
+  auto resumed = make(std::nullopt, &saved);
+  EXPECT_DOUBLE_EQ(resumed->loss_scale(), 8192.0);
+  resumed->update(lossfun);
+  EXPECT_DOUBLE_EQ(resumed->loss_scale(), 16384.0);
+  // A fixed scale is kept as configured.
+  EXPECT_DOUBLE_EQ(make(128.0, &saved)->loss_scale(), 128.0);
+  // Without scaling nothing is saved (Chainer's layout) ...
   optimizers::SGD plain(0.01);
   plain.setup(link);
-  DictionarySerializer plain_saver;
-  plain_saver.save(plain);
-  for (const auto& [key, value] : plain_saver.target()) {
+  const NamedArrays plain_saved = saved_from(plain);
+  for (const auto& [key, value] : plain_saved) {
     EXPECT_EQ(key.find("loss_scale"), std::string::npos) << key;
   }
-  // A snapshot without the keys (saved without scaling) leaves a dynamic scale at its start.
-  optimizers::SGD from_plain(0.01);
-  from_plain.setup(link);
-  from_plain.loss_scaling(3);
-  NpzDeserializer loader3(plain_saver.target());
-  loader3.load(from_plain);
-  EXPECT_DOUBLE_EQ(from_plain.loss_scale(), 65536.0);
+  // ... and a snapshot without the keys leaves a dynamic scale at its start.
+  EXPECT_DOUBLE_EQ(make(std::nullopt, &plain_saved)->loss_scale(), 65536.0);
 }
 
 TEST_P(MixedPrecisionTest, LossScaleIsUndoneInFloat32UnderMasterWeights) {
