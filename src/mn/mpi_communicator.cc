@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <sstream>
 
@@ -128,14 +129,30 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
   // in the reduction buffer], "Every step"). The check with the other ranks still runs.
   in_place_ = !debug_ && checked_.valid && reduce_list_.size() == all_params_.size() &&
               gradient_buffer_.in_place(reduce_list_);
+  // A failure here joins the check (Note [A failure on one rank]): 2 when the list could not
+  // be made, 1 when it was made (and can still be compared) but this rank's own checks failed.
+  std::exception_ptr failure;
+  int64_t failed = 0;
+  Checked mine = in_place_ ? checked_ : Checked();
   if (!in_place_) {
-    checked_ = check_gradients(zero_fill);
+    try {
+      mine = check_gradients(zero_fill);
+      check_gradients_here(reduce_list_);
+    } catch (...) {
+      failure = std::current_exception();
+      failed = mine.valid ? 1 : 2;
+    }
+    checked_ = failure ? Checked() : mine;  // (checked afresh next time)
   }
   NamedParams& out = reduce_list_;
-  int64_t check[6] = {checked_.count, -checked_.count, checked_.elements, -checked_.elements,
-                      checked_.hash, -checked_.hash};
-  allreduce_host(check, 6, Dtype::kInt64, ReduceOp::kMax, comm_);
+  int64_t check[7] = {mine.count, -mine.count, mine.elements, -mine.elements,
+                      mine.hash,  -mine.hash,  failed};
+  allreduce_host(check, 7, Dtype::kInt64, ReduceOp::kMax, comm_);
   const bool agree = check[0] == -check[1] && check[2] == -check[3] && check[4] == -check[5];
+  // Ranks whose models or settings differ are told so first; that may be the cause.
+  if (check[6] == 2 || (check[6] == 1 && agree)) {
+    raise_failure_of_a_rank(failure, "multi_node_mean_grad");
+  }
   if (debug_ || !agree) {
     std::ostringstream sig;
     for (auto& [path, p] : out) sig << path << " " << p.shape() << " " << dtype_name(p.dtype()) << "\n";
@@ -178,6 +195,43 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
                  "reduce, but their parameters and settings match");
   }
   return out;
+}
+
+// Note [A failure on one rank]
+// Work that one rank does alone before a collective can fail on that rank only: zero_fill's
+// zeros or a gradient's contiguous copy running out of memory, a gradient on the wrong device.
+// Were that rank to raise at once, the others would wait in the collective forever (MPI has no
+// timeout), and a program that catches the error would hang instead of ending. So the failure
+// joins the collective the other ranks are already in: gradients_to_reduce's check carries a
+// "failed" flag; when any rank set it, every rank gathers the failures' messages, the failing
+// ranks raise their own error (type and message kept) and the others a CommunicatorError naming
+// the first failing rank and quoting its message. When the failure came after the list was
+// made (a kind's own check, check_gradients_here) and the ranks' lists or settings disagree, the
+// disagreement is reported instead: it is the likelier cause, and its report names both ranks.
+// The communicator stays usable: nothing was queued, and the next reduction checks afresh.
+void MpiCommunicator::raise_failure_of_a_rank(std::exception_ptr failure, const char* what) {
+  std::string message;
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+      message = "an exception that is not a std::exception";
+    }
+  }
+  Writer w;
+  w.put_string(message);
+  std::vector<Bytes> all = allgather_obj(w.take());  // (every rank: the flag told them all)
+  if (failure) std::rethrow_exception(failure);
+  for (int r = 0; r < size_; ++r) {
+    const std::string theirs = Reader(all[static_cast<size_t>(r)]).get_string();
+    if (theirs.empty()) continue;
+    KUSARI_THROW(CommunicatorError, name(), ": ", what, ": rank ", r,
+                 " failed while preparing its gradients, so no rank reduces them: ", theirs);
+  }
+  KUSARI_THROW(CommunicatorError, name(), ": ", what,
+               ": a rank failed while preparing its gradients, but did not say why");
 }
 
 std::string MpiCommunicator::gradient_settings() const {

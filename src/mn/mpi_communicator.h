@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,11 @@ class MpiCommunicator : public Communicator {
   /// (Note [Gradient sets]). The list is the communicator's own and stays valid until the next
   /// call; copy it to keep it longer.
   NamedParams& gradients_to_reduce(Link& model, bool zero_fill);
+  /// This rank's own checks of the gradients to reduce, beyond Note [Gradient sets] (NCCL: all
+  /// on one GPU). gradients_to_reduce runs them before the check across ranks, so that what they
+  /// raise on one rank is raised on every rank (Note [A failure on one rank]); not run while the
+  /// gradients are in place, as nothing they look at has changed.
+  virtual void check_gradients_here(const NamedParams& params) { (void)params; }
   /// The settings that decide how this communicator lays out and sends gradients, e.g.
   /// "gradients_in_buffer on, allreduce_grad_dtype unset"; every rank must have the same (they
   /// are part of the check of Note [Gradient sets]). Kinds with more such settings append theirs.
@@ -71,6 +77,9 @@ class MpiCommunicator : public Communicator {
   /// the check compares for it.
   Checked check_gradients(bool zero_fill);
   Checked checked_;
+  /// Every rank's part when some rank's `failure` joined the check: raises that rank's error on
+  /// it and a CommunicatorError quoting it on the others (Note [A failure on one rank]).
+  [[noreturn]] void raise_failure_of_a_rank(std::exception_ptr failure, const char* what);
   bool in_place_ = false;
   /// A hash of gradient_settings(), made at the first check.
   std::optional<uint64_t> settings_hash_;

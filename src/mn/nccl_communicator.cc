@@ -600,9 +600,10 @@ std::string NcclCommunicator::gradient_settings() const {
                 chunk_bytes_name(chunk_bytes_));
 }
 
-Device NcclCommunicator::gradient_device(
-    const std::vector<std::pair<std::string, Parameter>>& params, const char* what) {
-  const Device d = params.front().second.grad().device();
+void NcclCommunicator::check_gradients_here(const NamedParams& params) {
+  if (params.empty()) return;
+  const char* what = "multi_node_mean_grad";
+  const Device d = params.front().second.impl().grad->data.device();
   for (const auto& [path, p] : params) {
     const Device here = p.impl().grad->data.device();  // (gradients_to_reduce gave each one)
     KUSARI_CHECK(here == d, DeviceError, name(), ": ", what, ": the gradient of ", path, " is on ",
@@ -612,9 +613,8 @@ Device NcclCommunicator::gradient_device(
   KUSARI_CHECK(d.is_cuda(), CommunicatorError, name(), ": ", what,
                " needs the model on a GPU, but its gradients are on ", d,
                " (move the model with to_device(Device::cuda(comm->intra_rank())), or use 'flat' "
-               "or 'naive' on ",
-               "the CPU)");
-  return d;
+               "or 'naive' on the CPU)");
+  gradients_device_ = d;
 }
 
 Dtype NcclCommunicator::wire_dtype(
@@ -756,9 +756,7 @@ void NcclCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
   NamedParams& params = gradients_to_reduce(model, zero_fill);
   if (params.empty()) return;
   const char* what = "multi_node_mean_grad";
-  // (Gradients in place are segments of the buffer, all on its device.)
-  ensure_nccl(gradients_in_place() ? gradient_buffer().device() : gradient_device(params, what),
-              what);
+  ensure_nccl(gradients_device_, what);
   // Note [Gradients in the reduction buffer] (gradient_buffer.cc): no pack and no unpack.
   if (mean_grad_in_buffer(params, what)) {
     check_finite_after_reduce(params);
@@ -799,7 +797,7 @@ void NcclCommunicator::start_mean_grad(Link& model, bool zero_fill) {
   if (!in_flight_.empty() && in_flight_.front().slot == f.slot) f.slot ^= 1;
   next_slot_ = f.slot ^ 1;
   if (!params.empty()) {
-    ensure_nccl(gradient_device(params, what), what);
+    ensure_nccl(gradients_device_, what);
     ChunkEvents& ev = slot_events_[static_cast<size_t>(f.slot)];
     Array& buffer = slot_buffers_[static_cast<size_t>(f.slot)];
     f.plan = prepare_gradients(params, buffer);

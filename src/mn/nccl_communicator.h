@@ -169,9 +169,12 @@ class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
   [[noreturn]] void abort_and_throw(const std::string& message);
   /// A non-empty message when an NCCL communicator reported an asynchronous error.
   std::string async_error();
-  /// The common GPU of the gradients, checked.
-  Device gradient_device(const std::vector<std::pair<std::string, Parameter>>& params,
-                         const char* what);
+  /// Checks that the gradients are on one GPU, before the check across ranks, and remembers it
+  /// in gradients_device_.
+  void check_gradients_here(const NamedParams& params) override;
+  /// The GPU of the gradients gradients_to_reduce last handed out (checked there, or unchanged
+  /// since: in place).
+  Device gradients_device_ = Device::cpu();
   /// Prepares the gradient pipeline for `params`: plans the chunks of the padded wire buffer,
   /// prepares grad_packer_ for them, grows `buffer` to hold them and queues the zeroing of the
   /// pad on the compute stream.

@@ -168,6 +168,34 @@ TEST_P(MeanGradTest, ParameterListFollowsTheModel) {
   step(first, 50, "every gradient again");
 }
 
+TEST_P(MeanGradTest, FailureOnOneRankIsRaisedOnEveryRank) {
+  // Note [A failure on one rank]: rank 1 cannot make zero_fill's zeros for its /big (a broadcast
+  // view of 2^46 float32 values: 256 TiB, more than an address space holds), so it fails while
+  // the others are already in the check. They must raise too, quoting it, not wait for rank 1.
+  auto comm = create_communicator(GetParam());
+  const int r = comm->rank(), s = comm->size();
+  Link model;
+  Parameter a = model.add_param("a", Parameter(Array::zeros({3}, float32)));
+  const int64_t big = r == 1 ? int64_t{1} << 46 : 4;
+  model.add_param("big", Parameter(Array::zeros({1}, float32).broadcast_to({big})));
+  a.set_grad(Array::full({3}, r, float32));
+  auto reduce = [&] { comm->multi_node_mean_grad(model, /*zero_fill=*/true); };
+  if (r == 1) {
+    EXPECT_TRUE(ThrowsWith<Error>(reduce, {"cpu: out of memory"}));
+  } else {
+    EXPECT_TRUE(ThrowsWith<CommunicatorError>(
+        reduce, {GetParam(), "multi_node_mean_grad: rank 1 failed while preparing its gradients",
+                 "cpu: out of memory"}));
+  }
+  // Nothing was queued: with rank 1's model mended, the next reduction works everywhere.
+  model.add_param("big", Parameter(Array::zeros({4}, float32)));
+  a.set_grad(Array::full({3}, r, float32));
+  reduce();
+  const double mean = GetParam() == "dummy" ? r : (s - 1) / 2.0;
+  EXPECT_TRUE(ArraysClose(a.grad(), Array::full({3}, mean, float32), 0, 0)) << GetParam();
+  EXPECT_TRUE(ArraysClose(model.namedparams()[1].second.grad(), Array::zeros({4}, float32), 0, 0));
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, MeanGradTest, ::testing::Values("naive", "flat", "dummy"));
 
 TEST(DataParallelTest, BcastDataCopiesRankZerosParameters) {

@@ -44,15 +44,20 @@ int world_size() {
   return s;
 }
 
-/// This process's rank among the processes of its (real) machine, and their number.
+/// This process's rank among the processes of its (real) machine, and their number. Found by a
+/// collective the first time (gpu_skip_reason, on every rank), then remembered, so that a test
+/// may call my_gpu() on one rank only: a collective there would wait for ranks that never join.
 std::pair<int, int> machine_rank_and_size() {
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &local);
-  int r = 0, s = 1;
-  MPI_Comm_rank(local, &r);
-  MPI_Comm_size(local, &s);
-  MPI_Comm_free(&local);
-  return {r, s};
+  static const std::pair<int, int> rank_and_size = [] {
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &local);
+    int r = 0, s = 1;
+    MPI_Comm_rank(local, &r);
+    MPI_Comm_size(local, &s);
+    MPI_Comm_free(&local);
+    return std::pair{r, s};
+  }();
+  return rank_and_size;
 }
 
 /// Why the GPU tests cannot run here (empty when they can). Decided together by all ranks, so
@@ -522,6 +527,34 @@ TEST_P(NcclKindTest, StepsInPlaceStillReduceAndCheckAcrossRanks) {
     EXPECT_TRUE(
         ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6, 1e-6))
         << comm->name() << " after the error " << path;
+  }
+}
+
+// Note [A failure on one rank]: rank 1's model is still on the CPU. It raises before any
+// collective, and so must the others, quoting it, instead of waiting for rank 1 in NCCL.
+TEST_P(NcclKindTest, ModelOffTheGpuOnOneRankIsRaisedOnEveryRank) {
+  auto comm = make_kind();
+  const int r = comm->rank(), s = comm->size();
+  Uneven model;
+  const Device mine = r == 1 ? Device::cpu() : my_gpu();
+  model.to_device(mine);
+  set_gradients(model, r, float32, mine);
+  auto reduce = [&] { comm->multi_node_mean_grad(model); };
+  if (r == 1) {
+    EXPECT_TRUE(ThrowsWith<CommunicatorError>(reduce, {"needs the model on a GPU"}));
+  } else {
+    EXPECT_TRUE(ThrowsWith<CommunicatorError>(
+        reduce, {"rank 1 failed while preparing its gradients", "needs the model on a GPU"}));
+  }
+  model.to_device(my_gpu());
+  set_gradients(model, r, float32, my_gpu());
+  reduce();
+  int i = 0;
+  for (auto& [path, p] : model.namedparams()) {
+    const Array expected = gradient_pattern(p.shape(), i++, 0, float64) + (s - 1) / 2.0;
+    EXPECT_TRUE(
+        ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6, 1e-6))
+        << comm->name() << " " << path;
   }
 }
 
