@@ -46,12 +46,8 @@ Array host_contiguous(const Array& x) { return x.to_device(Device::cpu()).contig
 void Communicator::bcast_data(Link& model) {
   auto params = model.namedparams(false);
   std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [path, p] : params) {
-    Array data = p.data();
-    Array host = host_contiguous(data);
-    detail::bcast_bytes(host.raw_data(), host.nbytes(), 0, comm_of(*this));
-    if (rank_ != 0) data.assign(host.to_device(data.device()));
-  }
+  detail::check_same_parameters(*this, params, "bcast_data", /*device_kind=*/false);
+  detail::bcast_parameters_over_mpi(*this, params);
 }
 
 // --- arrays ---------------------------------------------------------------------------------------

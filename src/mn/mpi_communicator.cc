@@ -165,21 +165,13 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
     for (int r = 1; r < size_; ++r) {
       Reader from(all[static_cast<size_t>(r)]);
       const std::string other = from.get_string(), other_settings = from.get_string();
-      if (other != ref) {
-        // First differing line.
-        std::istringstream a(ref), b(other);
-        std::string la, lb;
-        int line = 0;
-        while (true) {
-          bool ga = static_cast<bool>(std::getline(a, la)), gb = static_cast<bool>(std::getline(b, lb));
-          if (!ga) la = "(nothing)";
-          if (!gb) lb = "(nothing)";
-          if (la != lb || (!ga && !gb)) break;
-          ++line;
-        }
-        KUSARI_THROW(CommunicatorError, "multi_node_mean_grad: the ranks disagree on the gradients to reduce; ",
-                     "gradient #", line, " is '", la, "' on rank 0 but '", lb, "' on rank ", r,
-                     " (models must have the same parameters with the same shapes on every rank; parameters ",
+      if (const auto d = first_line_difference(ref, other)) {
+        KUSARI_THROW(CommunicatorError,
+                     "multi_node_mean_grad: the ranks disagree on the gradients to reduce; ",
+                     "gradient #", d->line, " is '", d->ref, "' on rank 0 but '", d->other,
+                     "' on rank ", r,
+                     " (models must have the same parameters with the same shapes on every rank; "
+                     "parameters ",
                      "without a gradient need zero_fill=true)");
       }
       if (other_settings != ref_settings) {
@@ -232,6 +224,74 @@ void MpiCommunicator::raise_failure_of_a_rank(std::exception_ptr failure, const 
   }
   KUSARI_THROW(CommunicatorError, name(), ": ", what,
                ": a rank failed while preparing its gradients, but did not say why");
+}
+
+std::optional<LineDifference> first_line_difference(const std::string& ref,
+                                                    const std::string& other) {
+  if (ref == other) return std::nullopt;
+  std::istringstream a(ref), b(other);
+  LineDifference d;
+  while (true) {
+    const bool ga = static_cast<bool>(std::getline(a, d.ref));
+    const bool gb = static_cast<bool>(std::getline(b, d.other));
+    if (!ga) d.ref = "(nothing)";
+    if (!gb) d.other = "(nothing)";
+    if (d.ref != d.other || (!ga && !gb)) return d;
+    ++d.line;
+  }
+}
+
+// Note [Same model]
+// bcast_data sends rank 0's parameters one by one (MPI) or packed in one buffer (NCCL) to the
+// other ranks, which receive into their own parameters. If a rank built another model (another
+// layer size from a mistyped option, a lazily initialized layer that has not run there, the model
+// left on the CPU on one rank only), the receives would not match the sends: MPI reports a
+// truncation at best, and at worst a rank waits forever or takes wrong values silently. So first
+// the ranks compare what they will send or receive, as PyTorch's DistributedDataParallel checks
+// the parameter shapes when it is made: one allreduce of a hash of the parameter list, and, only
+// when the hashes differ, a gather of the lists, so that every rank raises the same error naming
+// the first parameter that differs, on which ranks. multi_node_mean_grad makes the same check
+// every step in its own, cheaper way (Note [Gradient sets]).
+void check_same_parameters(Communicator& comm, const NamedParams& params, const char* what,
+                           bool device_kind, const std::string& extra) {
+  std::ostringstream sig;
+  for (const auto& [path, p] : params) {
+    sig << path << " " << p.shape() << " " << dtype_name(p.dtype());
+    if (device_kind) sig << " on " << (p.data().device().is_cuda() ? "a GPU" : "the CPU");
+    sig << "\n";
+  }
+  if (!extra.empty()) sig << extra << "\n";
+  const std::string mine = sig.str();
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (char ch : mine) hash = (hash ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  int64_t check[2] = {static_cast<int64_t>(hash >> 2), -static_cast<int64_t>(hash >> 2)};
+  allreduce_host(check, 2, Dtype::kInt64, ReduceOp::kMax, to_comm(comm.mpi_comm_handle()));
+  if (check[0] == -check[1]) return;
+  Writer w;
+  w.put_string(mine);
+  const std::vector<Bytes> all = comm.allgather_obj(w.take());
+  const std::string ref = Reader(all[0]).get_string();
+  for (int r = 1; r < comm.size(); ++r) {
+    if (const auto d =
+            first_line_difference(ref, Reader(all[static_cast<size_t>(r)]).get_string())) {
+      KUSARI_THROW(CommunicatorError, comm.name(), ": ", what, ": the ranks' models differ: item #",
+                   d->line, " is '", d->ref, "' on rank 0 but '", d->other, "' on rank ", r,
+                   " (build the same model on every rank, on the same kind of device, and run a "
+                   "lazily initialized layer on every rank before this)");
+    }
+  }
+  KUSARI_THROW(CommunicatorError, comm.name(), ": ", what,
+               ": the ranks' parameter lists hash differently but read the same");
+}
+
+void bcast_parameters_over_mpi(Communicator& comm, const NamedParams& params) {
+  const MPI_Comm c = to_comm(comm.mpi_comm_handle());
+  for (const auto& [path, p] : params) {
+    Array data = p.data();
+    Array host = data.to_device(Device::cpu()).contiguous();
+    bcast_bytes(host.raw_data(), host.nbytes(), 0, c);
+    if (comm.rank() != 0) data.assign(host.to_device(data.device()));
+  }
 }
 
 std::string MpiCommunicator::gradient_settings() const {

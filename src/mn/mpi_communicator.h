@@ -118,6 +118,25 @@ class DummyCommunicator : public MpiCommunicator {
   std::shared_ptr<Communicator> split(int color, int key) override;
 };
 
+/// The line where `other` first differs from `ref` (both one item per line): its index and the
+/// two lines, "(nothing)" past an end; nullopt when they are equal.
+struct LineDifference {
+  int line = 0;
+  std::string ref, other;
+};
+std::optional<LineDifference> first_line_difference(const std::string& ref,
+                                                    const std::string& other);
+
+/// Checks that every rank gives `what` the same parameters: paths, shapes and dtypes in order
+/// and, with `device_kind`, whether each is on the CPU or a GPU, plus the line `extra` (how this
+/// rank will send them). One small allreduce when they agree; otherwise every rank raises a
+/// CommunicatorError naming the first difference and the ranks (Note [Same model]).
+void check_same_parameters(Communicator& comm, const NamedParams& params, const char* what,
+                           bool device_kind, const std::string& extra = "");
+
+/// Copies rank 0's `params` to every rank through MPI, one parameter after another.
+void bcast_parameters_over_mpi(Communicator& comm, const NamedParams& params);
+
 /// Packs the gradients of `params` into one contiguous buffer of `dtype` on `device`
 /// (casting while packing) and unpacks it back, scaled.
 Array pack_gradients(const std::vector<std::pair<std::string, Parameter>>& params, Dtype dtype, Device device);

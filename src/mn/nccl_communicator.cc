@@ -873,12 +873,16 @@ void NcclCommunicator::bcast_data(Link& model) {
     dtypes.push_back(data.dtype());
   }
   // A model on the CPU (or of integer parameters) is broadcast through MPI like every
-  // communicator does. Every rank holds the same model, so every rank takes the same path.
+  // communicator does. The ranks check that they hold the same model, on the same kind of
+  // device, so that every rank takes the same path (Note [Same model]).
+  const char* what = "bcast_data";
+  check_same_parameters(*this, params, what, /*device_kind=*/true,
+                        gpu ? "sent over NCCL (every parameter floating, on one GPU)"
+                            : "sent over MPI (not every parameter floating, on one GPU)");
   if (!gpu || datas.empty()) {
-    Communicator::bcast_data(model);
+    bcast_parameters_over_mpi(*this, params);
     return;
   }
-  const char* what = "bcast_data";
   ensure_nccl(datas.front().device(), what);
   const Dtype wire = widest(dtypes);
   data_packer_.prepare(datas, wire, device_);

@@ -208,6 +208,32 @@ TEST(DataParallelTest, BcastDataCopiesRankZerosParameters) {
   EXPECT_TRUE(same_on_all_ranks(*comm, model.b.data()));
 }
 
+TEST(DataParallelTest, BcastDataOfDifferentModelsIsReportedNotHung) {
+  // Note [Same model]: a rank that built another model gets, on every rank, an error naming the
+  // first parameter that differs, instead of mismatched broadcasts.
+  for (const char* kind : {"naive", "flat"}) {
+    auto comm = create_communicator(kind);
+    const int r = comm->rank();
+    links::Linear wider(4, r == 1 ? 5 : 3);  // a mistyped layer size on rank 1
+    EXPECT_TRUE(ThrowsWith<CommunicatorError>(
+        [&] { comm->bcast_data(wider); },
+        {kind, "bcast_data: the ranks' models differ", "'/W (3, 4) float32' on rank 0",
+         "'/W (5, 4) float32' on rank 1"}))
+        << "rank " << r;
+    Link more;  // an extra parameter on rank 1
+    more.add_param("a", Parameter(Array::zeros({2}, float32)));
+    if (r == 1) more.add_param("b", Parameter(Array::zeros({2}, float32)));
+    EXPECT_TRUE(ThrowsWith<CommunicatorError>([&] { comm->bcast_data(more); },
+                                              {"'(nothing)' on rank 0 but '/b (2,) float32'"}))
+        << "rank " << r;
+    // Nothing was sent: the same model broadcasts as usual afterwards.
+    manual_seed(static_cast<uint64_t>(r));
+    links::Linear same(4, 3);
+    comm->bcast_data(same);
+    EXPECT_TRUE(same_on_all_ranks(*comm, same.W.data())) << kind;
+  }
+}
+
 TEST(DataParallelTest, MultiNodeOptimizerBroadcastsFirstThenAverages) {
   auto comm = create_communicator("flat");
   const int r = comm->rank(), s = comm->size();

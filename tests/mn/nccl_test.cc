@@ -558,6 +558,30 @@ TEST_P(NcclKindTest, ModelOffTheGpuOnOneRankIsRaisedOnEveryRank) {
   }
 }
 
+// Note [Same model]: rank 1's model is on the CPU, so it would broadcast through MPI while the
+// others use NCCL; every rank raises instead, naming the difference.
+TEST_P(NcclKindTest, BcastDataOfAModelOffTheGpuOnOneRankIsReported) {
+  auto comm = make_kind();
+  const int r = comm->rank();
+  Uneven model;
+  model.to_device(r == 1 ? Device::cpu() : my_gpu());
+  EXPECT_TRUE(ThrowsWith<CommunicatorError>(
+      [&] { comm->bcast_data(model); },
+      {"bcast_data: the ranks' models differ", "on a GPU' on rank 0", "on the CPU' on rank 1"}))
+      << "rank " << r;
+  model.to_device(my_gpu());
+  for (auto& [path, p] : model.namedparams()) {
+    Array data = p.data();
+    data.fill(r);
+  }
+  comm->bcast_data(model);
+  for (auto& [path, p] : model.namedparams()) {
+    EXPECT_TRUE(
+        ArraysClose(p.data().to_device(Device::cpu()), Array::zeros(p.shape(), p.dtype()), 0, 0))
+        << comm->name() << " " << path;
+  }
+}
+
 TEST_P(NcclKindTest, DoubleBufferingIsOneStepStale) {
   check_double_buffering(make_kind());
 }
