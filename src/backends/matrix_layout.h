@@ -42,4 +42,14 @@ inline MatrixOperand describe_matrix(const Array& a) {
   return m;
 }
 
+/// `a` as BLAS takes it: `a` itself when describe_matrix finds it usable, else a contiguous copy;
+/// `m` receives the description of the array returned.
+inline Array blas_operand(const Array& a, MatrixOperand& m) {
+  m = describe_matrix(a);
+  if (m.usable) return a;
+  Array copy = a.copy();
+  m = describe_matrix(copy);
+  return copy;
+}
+
 }  // namespace kusari::backends

@@ -28,16 +28,8 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
 
 template <typename T>
 void matmul_blas(const Array& a_in, const Array& b_in, Array& out) {
-  Array a = a_in, b = b_in;
-  backends::MatrixOperand ma = backends::describe_matrix(a), mb = backends::describe_matrix(b);
-  if (!ma.usable) {
-    a = a.copy();
-    ma = backends::describe_matrix(a);
-  }
-  if (!mb.usable) {
-    b = b.copy();
-    mb = backends::describe_matrix(b);
-  }
+  backends::MatrixOperand ma, mb;
+  const Array a = backends::blas_operand(a_in, ma), b = backends::blas_operand(b_in, mb);
   const int nd = out.ndim();
   const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a.shape()[nd - 1];
   if (m == 0 || n == 0) return;

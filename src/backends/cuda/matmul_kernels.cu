@@ -71,16 +71,8 @@ struct GemmTypes {
 };
 
 void matmul_cublas(const Array& a_in, const Array& b_in, Array& out) {
-  Array a = a_in, b = b_in;
-  backends::MatrixOperand ma = backends::describe_matrix(a), mb = backends::describe_matrix(b);
-  if (!ma.usable) {
-    a = a.copy();
-    ma = backends::describe_matrix(a);
-  }
-  if (!mb.usable) {
-    b = b.copy();
-    mb = backends::describe_matrix(b);
-  }
+  backends::MatrixOperand ma, mb;
+  const Array a = backends::blas_operand(a_in, ma), b = backends::blas_operand(b_in, mb);
   const int nd = out.ndim();
   const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a.shape()[nd - 1];
   const int device = out.device().index();
