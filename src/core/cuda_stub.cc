@@ -30,5 +30,21 @@ int64_t Graph::num_nodes() const { return 0; }
 void Graph::reset() {}
 bool is_capturing(Device) { return false; }
 
+struct ScalarReader::Impl {};
+ScalarReader::ScalarReader() = default;
+ScalarReader::~ScalarReader() = default;
+void ScalarReader::start(const Array& value) {
+  KUSARI_THROW(DeviceError, "cuda::ScalarReader::start: cannot read from ", value.device(),
+               ": this build of kusari has no CUDA support (configure with -DKUSARI_WITH_CUDA=ON)");
+}
+bool ScalarReader::pending() const {
+  return false;
+}
+int64_t ScalarReader::get() {
+  KUSARI_THROW(DeviceError,
+               "cuda::ScalarReader::get: nothing was started (this build of kusari "
+               "has no CUDA support)");
+}
+
 }  // namespace kusari::cuda
 #endif

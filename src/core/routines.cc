@@ -770,7 +770,8 @@ const char* update_rule_name(UpdateRule rule) {
 }
 
 void update_parameter(UpdateRule rule, Array& param, const Array& grad_in,
-                      const std::vector<Array*>& state, const std::vector<double>& hyper) {
+                      const std::vector<Array*>& state, const std::vector<double>& hyper,
+                      const Array* skip) {
   const std::string fn_str = std::string("update_parameter (") + update_rule_name(rule) + ")";
   const char* fn = fn_str.c_str();
   // How many hyperparameters and state arrays the rule takes; see Note [Update rule layouts].
@@ -825,11 +826,19 @@ void update_parameter(UpdateRule rule, Array& param, const Array& grad_in,
                  ") must be contiguous to be updated in place");
     views.push_back(s);  // a view of the same memory
   }
+  if (skip) {
+    check_defined(fn, *skip);
+    KUSARI_CHECK(skip->size() == 1 && skip->dtype() == Dtype::kInt64 && skip->is_contiguous() &&
+                     skip->device() == param.device(),
+                 ValueError, fn, ": the skip flag must be one int64 on ", param.device(),
+                 ", got shape ", skip->shape(), " ", dtype_name(skip->dtype()), " on ",
+                 skip->device());
+  }
   if (param.size() == 0) return;
   const Array grad = grad_in.contiguous();
   KUSARI_KERNEL(param.device(), update_parameter)
   (rule, param, grad, views.data(), static_cast<int>(views.size()), hyper.data(),
-   static_cast<int>(hyper.size()));
+   static_cast<int>(hyper.size()), skip);
 }
 
 // --- comparisons ---------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ void AdaGrad::init_state(ParamState& s) {
 
 void AdaGrad::update_one(ParamState& s) {
   Array p = s.param.data();  // a handle to the parameter's memory
-  update_parameter(UpdateRule::kAdaGrad, p, s.param.grad(), {&s.get("h")}, {lr(), eps()});
+  update_parameter(UpdateRule::kAdaGrad, p, s.param.grad(), {&s.get("h")}, {lr(), eps()},
+                   skip_flag());
 }
 
 }  // namespace kusari::optimizers

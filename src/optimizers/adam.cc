@@ -57,9 +57,10 @@ void Adam::update_one(ParamState& s) {
   std::vector<Array*> state{&s.get("m"), &s.get("v")};
   if (ams) state.push_back(&s.get("vhat"));
   Array p = data;  // a handle to the parameter's memory
-  update_parameter(UpdateRule::kAdam, p, s.param.grad(), state,
-                   {bias_corrected_alpha(s.t), beta1(), beta2(), e, eta(), weight_decay_rate(),
-                    ams ? 1.0 : 0.0});
+  update_parameter(
+      UpdateRule::kAdam, p, s.param.grad(), state,
+      {bias_corrected_alpha(s.t), beta1(), beta2(), e, eta(), weight_decay_rate(), ams ? 1.0 : 0.0},
+      skip_flag());
 }
 
 }  // namespace kusari::optimizers

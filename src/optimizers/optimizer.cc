@@ -35,6 +35,7 @@ void ParamState::add(const std::string& name, Array value) {
 void Optimizer::setup(std::shared_ptr<Link> target) {
   KUSARI_CHECK(target, ValueError, type_name(), "::setup: the target link is null");
   target_ = std::move(target);
+  settle_loss_scale();  // (a step of the previous target)
   states_.clear();
   pending_.clear();
   t_ = 0;
@@ -43,6 +44,7 @@ void Optimizer::setup(std::shared_ptr<Link> target) {
 
 std::vector<ParamState>& Optimizer::param_states() {
   KUSARI_CHECK(target_, ValueError, type_name(), ": call setup(link) before using the optimizer");
+  settle_loss_scale();  // (its list of stepped states indexes states_ as it is)
   auto named = target_->namedparams(false);
   std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   bool same = named.size() == states_.size();
@@ -120,7 +122,7 @@ void Optimizer::call_hooks(OptimizerHook::Timing timing) {
 }
 
 void Optimizer::update() {
-  std::vector<ParamState>& states = param_states();
+  std::vector<ParamState>& states = param_states();  // (settles the previous step's verdict)
   // Undo a loss scale (the leaves remember the factor their gradient was computed with). With
   // float32 master weights a 16-bit gradient is widened to float32 first: unscaled in float16,
   // the small gradients that loss scaling saved from underflow would underflow again. The hooks
@@ -138,11 +140,24 @@ void Optimizer::update() {
       s.param.impl().loss_scale = 1.0;
     }
   }
-  if (dynamic_loss_scaling_ && !adjust_loss_scale(states)) return;
+  skip_ = Array();  // (in case an earlier update() threw half-way)
+  if (dynamic_loss_scaling_) {
+    bool one_device = true;
+    Array bad = count_nonfinite(states, &one_device);
+    if (bad.defined() && one_device && hooks_.empty() && skips_on_device()) {
+      skip_ = std::move(bad);  // decided on the device, learnt later
+    } else if (!loss_scale_verdict(bad.defined() ? bad.item<int64_t>() : 0)) {
+      target_->cleargrads();
+      return;
+    }
+  }
   call_hooks(OptimizerHook::Timing::kPre);
   ++t_;  // before the updates: see Note [Optimizer step order]
-  for (ParamState& s : states) {
+  std::vector<size_t> stepped;
+  for (size_t i = 0; i < states.size(); ++i) {
+    ParamState& s = states[i];
     if (!s.param.impl().update_enabled || !s.param.grad().defined()) continue;
+    if (skip_.defined()) stepped.push_back(i);
     const bool fp32_master = uses_master(s);
     Parameter real = s.param;
     if (fp32_master) {
@@ -180,6 +195,17 @@ void Optimizer::update() {
     const Array grad = s.param.grad();
     if (grad.defined() && grad.dtype() != s.param.dtype()) s.param.set_grad(grad.astype(s.param.dtype()));
   }
+  if (skip_.defined()) {
+    verdict_.pending = true;
+    verdict_.on_gpu = skip_.device().is_cuda();
+    if (verdict_.on_gpu) {
+      reader_.start(skip_);  // queued behind the count, before work queued later
+    } else {
+      verdict_.count = skip_.item<int64_t>();  // (nothing to wait for on the CPU)
+    }
+    verdict_.stepped = std::move(stepped);
+    skip_ = Array();
+  }
   call_hooks(OptimizerHook::Timing::kPost);
 }
 
@@ -198,19 +224,42 @@ void Optimizer::loss_scaling(int64_t interval, std::optional<double> scale) {
 // and the scale halved; after `interval` good steps in a row it is doubled. All ranks of a
 // data-parallel job see the same averaged gradients, so they decide alike. The scale and the
 // count of good steps are saved with the optimizer (serialize), unlike Chainer.
-bool Optimizer::adjust_loss_scale(std::vector<ParamState>& states) {
-  // One count of non-finite values over all gradients, read once (one device synchronisation).
+//
+// Whether a step overflowed is a count on the GPU. Reading it before the updates (item()) would
+// make the host wait for the whole backward every step, and the GPU then idles while the host
+// queues the next step: on one GPU that made float16 training of the MNIST MLP 1.65x slower than
+// float32 (docs/benchmarks.md, "Mixed precision on GPUs"). So when every update goes through the
+// fused update kernels (skips_on_device()), the gradients are on one device and no hook would see
+// them, the count itself is the kernels' skip flag: an overflowing step leaves every parameter and
+// state untouched on the device. The host queues the updates at once as if the step were good,
+// queues a read of the count into pinned memory right behind it (cuda::ScalarReader), and takes the
+// verdict later: before the next backward needs the scale (loss_scale(), update(lossfun)), or when
+// t(), param_states() or serialize() is asked. By then the count has long arrived, and the GPU has
+// the updates and the next forward queued while the host waits for it. A skipped step is then taken
+// back from the counts: t and the step count of each parameter it stepped are decremented (Adam's
+// bias correction uses them), and the scale is halved. The parameters, states, counts and scales
+// are those of the synchronous order in every step; only the gradients of an overflowing step are
+// left as they were (the next backward clears them), instead of cleared at once. Otherwise (a
+// hook, a custom update, gradients on several devices) the count is read before the updates.
+Array Optimizer::count_nonfinite(std::vector<ParamState>& states, bool* one_device) const {
   Array bad;
   for (ParamState& s : states) {
-    if (!s.param.grad().defined()) continue;
-    Array b = sum(logical_not(isfinite(s.param.grad())));
-    bad = bad.defined() ? bad + b.to_device(bad.device()) : b;
+    const Array& g = s.param.grad();
+    if (!g.defined()) continue;
+    Array b = sum(logical_not(isfinite(g)));
+    if (bad.defined() && b.device() != bad.device()) {
+      *one_device = false;
+      b = b.to_device(bad.device());
+    }
+    bad = bad.defined() ? bad + b : b;
   }
-  const bool finite = !bad.defined() || bad.item<int64_t>() == 0;
-  if (!finite) {
+  return bad.defined() ? bad.astype(Dtype::kInt64) : bad;
+}
+
+bool Optimizer::loss_scale_verdict(int64_t bad) {
+  if (bad != 0) {
     loss_scale_ = std::max(1.0, loss_scale_ / 2);
     good_steps_ = 0;
-    target_->cleargrads();
     return false;
   }
   if (++good_steps_ >= loss_scale_interval_) {
@@ -220,10 +269,24 @@ bool Optimizer::adjust_loss_scale(std::vector<ParamState>& states) {
   return true;
 }
 
+void Optimizer::settle_loss_scale() const {
+  if (!verdict_.pending) return;
+  auto& self = const_cast<Optimizer&>(*this);
+  Verdict& v = self.verdict_;
+  v.pending = false;
+  const int64_t bad = v.on_gpu ? self.reader_.get() : v.count;
+  if (!self.loss_scale_verdict(bad)) {
+    --self.t_;
+    for (size_t i : v.stepped) --self.states_[i].t;
+  }
+  v.stepped.clear();
+}
+
 void Optimizer::update(const std::function<Variable()>& lossfun) {
   KUSARI_CHECK(target_, ValueError, type_name(), ": call setup(link) before update");
   Variable loss = lossfun();
   target_->cleargrads();
+  settle_loss_scale();  // (the last step's verdict decides this backward's scale)
   BackwardOptions options;
   if (loss_scale_ != 1.0) options.loss_scale = loss_scale_;
   loss.backward(options);
@@ -276,6 +339,7 @@ std::vector<std::string> Optimizer::hyperparam_names() const {
 }
 
 void Optimizer::serialize(Serializer& s) {
+  settle_loss_scale();
   s("t", t_);
   s("epoch", epoch_);
   // Dynamic loss scaling's state (Note [Dynamic loss scaling]), so that a resumed float16 run

@@ -23,7 +23,7 @@ void RMSprop::update_one(ParamState& s) {
                dtype_name(data.dtype()), " parameters");
   Array p = data;  // a handle to the parameter's memory
   update_parameter(UpdateRule::kRmsprop, p, s.param.grad(), {&s.get("ms")},
-                   {lr(), alpha(), e, eps_inside_sqrt() ? 1.0 : 0.0});
+                   {lr(), alpha(), e, eps_inside_sqrt() ? 1.0 : 0.0}, skip_flag());
 }
 
 }  // namespace kusari::optimizers

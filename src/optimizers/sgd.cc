@@ -10,7 +10,7 @@ SGD::SGD(double lr) {
 
 void SGD::update_one(ParamState& s) {
   Array p = s.param.data();  // a handle to the parameter's memory
-  update_parameter(UpdateRule::kSgd, p, s.param.grad(), {}, {lr()});
+  update_parameter(UpdateRule::kSgd, p, s.param.grad(), {}, {lr()}, skip_flag());
 }
 
 MomentumSGD::MomentumSGD(double lr, double momentum) {
@@ -24,7 +24,8 @@ void MomentumSGD::init_state(ParamState& s) {
 
 void MomentumSGD::update_one(ParamState& s) {
   Array p = s.param.data();
-  update_parameter(UpdateRule::kMomentumSgd, p, s.param.grad(), {&s.get("v")}, {lr(), momentum()});
+  update_parameter(UpdateRule::kMomentumSgd, p, s.param.grad(), {&s.get("v")}, {lr(), momentum()},
+                   skip_flag());
 }
 
 NesterovAG::NesterovAG(double lr, double momentum) {
@@ -38,7 +39,8 @@ void NesterovAG::init_state(ParamState& s) {
 
 void NesterovAG::update_one(ParamState& s) {
   Array p = s.param.data();
-  update_parameter(UpdateRule::kNesterov, p, s.param.grad(), {&s.get("v")}, {lr(), momentum()});
+  update_parameter(UpdateRule::kNesterov, p, s.param.grad(), {&s.get("v")}, {lr(), momentum()},
+                   skip_flag());
 }
 
 }  // namespace kusari::optimizers

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 
+#include "kusari/core/array.h"
 #include "kusari/core/device.h"
 
 namespace kusari::cuda {
@@ -96,5 +97,29 @@ class Graph {
 
 /// True while `device` (a CUDA device) is recording a Graph.
 bool is_capturing(Device device);
+
+/// Reads an int64 that GPU work computes without waiting for the work queued after it. start()
+/// queues the copy of `value` into pinned host memory on the compute stream, right behind the
+/// work that computes it, and records an event; get() waits for that event only, so kernels
+/// queued after start() keep the GPU busy meanwhile (item() would wait for all of them). The
+/// optimizer reads its float16 overflow count this way (Note [Dynamic loss scaling]).
+class ScalarReader {
+ public:
+  ScalarReader();
+  ~ScalarReader();
+  ScalarReader(const ScalarReader&) = delete;
+  ScalarReader& operator=(const ScalarReader&) = delete;
+
+  /// Queues the read of `value`: one int64 on a CUDA device (DeviceError during a capture).
+  void start(const Array& value);
+  /// True between start() and get().
+  bool pending() const;
+  /// The value start() queued the read of, once it has arrived (waits for it).
+  int64_t get();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace kusari::cuda

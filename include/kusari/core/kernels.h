@@ -199,8 +199,12 @@ struct KernelTable {
   ///   kRmsprop      ms = alpha ms + (1 - alpha) g^2;
   ///                 p -= lr g / (sqrt(ms) + eps), or lr g / sqrt(ms + eps) with eps_inside_sqrt
   ///   kAdaGrad      h += g^2;  p -= lr g / (sqrt(h) + eps)
-  void (*update_parameter)(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
-                           const double* hyper, int n_hyper) = nullptr;
+  ///
+  /// With `skip` (one int64, on the parameter's device; may be null), nothing is written when
+  /// *skip is nonzero at the time the kernel runs.
+  void (*update_parameter)(UpdateRule rule, Array& param, const Array& grad, Array* state,
+                           int n_state, const double* hyper, int n_hyper,
+                           const Array* skip) = nullptr;
 };
 
 }  // namespace kusari

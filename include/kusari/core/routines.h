@@ -150,8 +150,12 @@ Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Poo
 /// the rule's hyperparameters in `hyper` (layouts and formulas: Note [Update rule layouts] in
 /// kusari/core/kernels.h). param, grad and every state array must be on one device and have one
 /// floating dtype and one shape; param and the states must be contiguous (grad is copied when not).
+/// With `skip` (a one-element int64 array on the parameter's device), the step is taken only
+/// where *skip is 0, decided on the device when the kernel runs: a nonzero count leaves param and
+/// state untouched, without the host reading it (Note [Dynamic loss scaling]).
 void update_parameter(UpdateRule rule, Array& param, const Array& grad,
-                      const std::vector<Array*>& state, const std::vector<double>& hyper);
+                      const std::vector<Array*>& state, const std::vector<double>& hyper,
+                      const Array* skip = nullptr);
 /// The rule's name for messages ("Adam", "MomentumSGD", ...).
 const char* update_rule_name(UpdateRule rule);
 

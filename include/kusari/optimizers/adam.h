@@ -81,6 +81,7 @@ class Adam : public Optimizer {
  protected:
   void init_state(ParamState& state) override;
   void update_one(ParamState& state) override;
+  bool skips_on_device() const override { return true; }
 };
 
 /// AdamW: Adam with decoupled weight decay (Chainer's AdamW, a special case of Adam; the same

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "kusari/core/cuda.h"
 #include "kusari/links/link.h"
 #include "kusari/serializers/serializer.h"
 
@@ -89,8 +90,12 @@ class Optimizer : public Serializable {
 
   /// Called by iterators' epoch boundaries through the updater.
   virtual void new_epoch() { ++epoch_; }
-  /// Number of update() calls so far (see Note [Optimizer step order]).
-  virtual int64_t t() const { return t_; }
+  /// Number of update() calls so far (see Note [Optimizer step order]); a step that dynamic loss
+  /// scaling skipped does not count.
+  virtual int64_t t() const {
+    settle_loss_scale();
+    return t_;
+  }
   /// Number of new_epoch() calls so far.
   virtual int64_t epoch() const { return epoch_; }
 
@@ -111,8 +116,11 @@ class Optimizer : public Serializable {
 
   /// Loss scale used by update(lossfun) (1 = none); gradients are divided by it before hooks.
   virtual void set_loss_scale(double scale) { loss_scale_ = scale; }
-  /// The loss scale used by update(lossfun).
-  virtual double loss_scale() const { return loss_scale_; }
+  /// The loss scale used by update(lossfun) (with dynamic scaling: for the next backward).
+  virtual double loss_scale() const {
+    settle_loss_scale();
+    return loss_scale_;
+  }
   /// Loss scaling for float16 training (Chainer's loss_scaling): a fixed `scale`, or, without
   /// one, dynamic scaling (see Note [Dynamic loss scaling]).
   virtual void loss_scaling(int64_t interval = 1000, std::optional<double> scale = std::nullopt);
@@ -133,6 +141,14 @@ class Optimizer : public Serializable {
   virtual void init_state(ParamState& state) {}
   /// Applies one step to one parameter whose gradient is present.
   virtual void update_one(ParamState& state) = 0;
+  /// True when update_one applies every step through kusari::update_parameter with
+  /// skip_flag(): dynamic loss scaling then skips an overflowing step on the device and learns
+  /// of it later, instead of reading the overflow count before the updates (Note [Dynamic loss
+  /// scaling]). The built-in optimizers do; an optimizer that computes its step otherwise keeps
+  /// the default, false, and is checked before its updates.
+  virtual bool skips_on_device() const { return false; }
+  /// During update(): the flag to pass to kusari::update_parameter (null when none).
+  const Array* skip_flag() const { return skip_.defined() ? &skip_ : nullptr; }
   /// Calls the hooks of the given timing in registration order.
   void call_hooks(OptimizerHook::Timing timing);
   /// Moves a state loaded for `s`'s parameter before it had data into `s` (if there is one).
@@ -159,8 +175,27 @@ class Optimizer : public Serializable {
   int64_t good_steps_ = 0;
 
  private:
-  /// Dynamic loss scaling: false (and the scale lowered) when the step must be skipped.
-  bool adjust_loss_scale(std::vector<ParamState>& states);
+  /// Dynamic loss scaling: the number of non-finite gradient values (an int64 on the gradients'
+  /// device, not read), undefined when no gradient is present; `one_device`: all on one device.
+  Array count_nonfinite(std::vector<ParamState>& states, bool* one_device) const;
+  /// Dynamic loss scaling's verdict on a step with `bad` non-finite gradient values: lowers the
+  /// scale (false: skip the step) or counts a good step (true).
+  bool loss_scale_verdict(int64_t bad);
+  /// Takes the verdict on the last update() whose overflow count is still being read, if any:
+  /// undoes its step counts when it overflowed (Note [Dynamic loss scaling]). Logically const:
+  /// the step was already decided on the device, this only learns how.
+  void settle_loss_scale() const;
+  /// The update() whose verdict is pending: the overflow count it passed as skip_flag() (read
+  /// through `reader_` on a GPU, or known at once on the CPU), and the states it stepped.
+  struct Verdict {
+    bool pending = false;
+    bool on_gpu = false;
+    int64_t count = 0;
+    std::vector<size_t> stepped;
+  };
+  Verdict verdict_;
+  cuda::ScalarReader reader_;
+  Array skip_;
 };
 
 }  // namespace kusari

@@ -33,6 +33,7 @@ class RMSprop : public Optimizer {
  protected:
   void init_state(ParamState& state) override;
   void update_one(ParamState& state) override;
+  bool skips_on_device() const override { return true; }
 };
 
 }  // namespace kusari::optimizers

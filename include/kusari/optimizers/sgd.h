@@ -17,6 +17,7 @@ class SGD : public Optimizer {
 
  protected:
   void update_one(ParamState& state) override;
+  bool skips_on_device() const override { return true; }
 };
 
 /// SGD with classical momentum: v = momentum v - lr g; p += v. Hyperparameters: "lr",
@@ -37,6 +38,7 @@ class MomentumSGD : public Optimizer {
  protected:
   void init_state(ParamState& state) override;
   void update_one(ParamState& state) override;
+  bool skips_on_device() const override { return true; }
 };
 
 /// Nesterov's accelerated gradient in Chainer's form: v = momentum v - lr g;
@@ -57,6 +59,7 @@ class NesterovAG : public Optimizer {
  protected:
   void init_state(ParamState& state) override;
   void update_one(ParamState& state) override;
+  bool skips_on_device() const override { return true; }
 };
 
 }  // namespace kusari::optimizers

@@ -206,9 +206,10 @@ void update_typed(UpdateRule rule, Array& param, const Array& grad, Array* state
 }
 
 void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
-                      const double* hyper, int n_hyper) {
+                      const double* hyper, int n_hyper, const Array* skip) {
   // kusari::update_parameter (the routine) checked the counts, shapes, dtypes and layout.
   if (param.size() == 0) return;
+  if (skip && *static_cast<const int64_t*>(skip->raw_data()) != 0) return;
   switch (param.dtype()) {
     case Dtype::kFloat16:
       return update_typed<Half>(rule, param, grad, state, hyper);

@@ -420,6 +420,71 @@ cudaStream_t compute_stream(int device) {
   return state(device).stream;
 }
 
+// --- ScalarReader
+// ----------------------------------------------------------------------------------
+
+struct ScalarReader::Impl {
+  int device = -1;
+  int64_t* host = nullptr;  // pinned, so that the copy is asynchronous
+  cudaEvent_t arrived = nullptr;
+  bool pending = false;
+
+  ~Impl() { release(); }
+  void release() noexcept {
+    if (device < 0) return;
+    if (arrived) {
+      if (cudaEventSynchronize(arrived) != cudaSuccess) cudaGetLastError();
+      cudaEventDestroy(arrived);
+    }
+    if (host) cudaFreeHost(host);
+    host = nullptr;
+    arrived = nullptr;
+    pending = false;
+    device = -1;
+  }
+};
+
+ScalarReader::ScalarReader() : impl_(std::make_unique<Impl>()) {}
+ScalarReader::~ScalarReader() = default;
+
+void ScalarReader::start(const Array& value) {
+  KUSARI_CHECK(value.device().is_cuda() && value.size() == 1 && value.dtype() == Dtype::kInt64,
+               DeviceError, "cuda::ScalarReader::start: expected one int64 on a CUDA device, got ",
+               value.shape(), " ", dtype_name(value.dtype()), " on ", value.device());
+  const int d = value.device().index();
+  check_not_capturing(d, "cuda::ScalarReader::start (a read on the host)",
+                      "nothing runs during a capture; read after replay()");
+  Impl& im = *impl_;
+  if (im.device != d) {  // (events and streams belong to one device)
+    im.release();
+    set_device(d);
+    KUSARI_CUDA_CHECK(
+        cudaHostAlloc(reinterpret_cast<void**>(&im.host), sizeof(int64_t), cudaHostAllocDefault));
+    KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(&im.arrived, cudaEventDisableTiming));
+    im.device = d;
+  } else if (im.pending) {
+    KUSARI_CUDA_CHECK(cudaEventSynchronize(im.arrived));  // (the host buffer is reused)
+  }
+  set_device(d);
+  cudaStream_t stream = compute_stream(d);
+  KUSARI_CUDA_CHECK(
+      cudaMemcpyAsync(im.host, value.raw_data(), sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+  KUSARI_CUDA_CHECK(cudaEventRecord(im.arrived, stream));
+  im.pending = true;
+}
+
+bool ScalarReader::pending() const {
+  return impl_->pending;
+}
+
+int64_t ScalarReader::get() {
+  Impl& im = *impl_;
+  KUSARI_CHECK(im.pending, ValueError, "cuda::ScalarReader::get: no read was started");
+  KUSARI_CUDA_CHECK(cudaEventSynchronize(im.arrived));
+  im.pending = false;
+  return *im.host;
+}
+
 int sm_count(int device) {
   return state(device).sm_count;
 }

@@ -27,11 +27,12 @@ __device__ __forceinline__ C nan_max(C a, C b) {
   return (b != b || b > a) ? b : a;
 }
 
-// p, g, s0, s1, s2 (n,) contiguous: one step of the rule per element.
+// p, g, s0, s1, s2 (n,) contiguous: one step of the rule per element; none when *skip != 0.
 template <typename T>
 __global__ void update_kernel(int64_t n, T* p, const T* g, T* s0, T* s1, T* s2,
-                              UpdateConstants<compute_t<T>> k) {
+                              UpdateConstants<compute_t<T>> k, const int64_t* skip) {
   using C = compute_t<T>;
+  if (skip != nullptr && *skip != 0) return;
   for (int64_t i = grid_start(); i < n; i += grid_step()) {
     const C gi = to_compute(g[i]);
     switch (k.rule) {
@@ -136,7 +137,7 @@ UpdateConstants<C> update_constants(UpdateRule rule, const double* h) {
 }  // namespace
 
 void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
-                      const double* hyper, int n_hyper) {
+                      const double* hyper, int n_hyper, const Array* skip) {
   // kusari::update_parameter (the routine) checked the counts, shapes, dtypes and layout.
   const int64_t n = param.size();
   if (n == 0) return;
@@ -147,7 +148,8 @@ void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* s
     auto st = [&](int k) { return k < n_state ? static_cast<T*>(state[k].raw_data()) : nullptr; };
     update_kernel<T><<<grid_for(n, device), kBlockSize, 0, stream>>>(
         n, static_cast<T*>(param.raw_data()), static_cast<const T*>(grad.raw_data()), st(0), st(1),
-        st(2), update_constants<compute_t<T>>(rule, hyper));
+        st(2), update_constants<compute_t<T>>(rule, hyper),
+        skip ? static_cast<const int64_t*>(skip->raw_data()) : nullptr);
   });
   KUSARI_CUDA_CHECK_LAUNCH();
 }

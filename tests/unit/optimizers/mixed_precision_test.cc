@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kusari/functions.h"
+#include "kusari/optimizers/adam.h"
 #include "kusari/optimizers/hooks.h"
 #include "kusari/optimizers/sgd.h"
 #include "kusari/serializers/npz.h"
@@ -69,6 +70,58 @@ TEST_P(MixedPrecisionTest, DynamicLossScalingSkipsOverflowingSteps) {
   EXPECT_THROW(opt.loss_scaling(0), ValueError);
   opt.loss_scaling(10, 128.0);
   EXPECT_DOUBLE_EQ(opt.loss_scale(), 128.0);
+}
+
+/// Adam whose dynamic loss scaling reads the overflow count before its updates (the order every
+/// optimizer without skips_on_device() takes).
+class AdamCheckingFirst : public optimizers::Adam {
+ protected:
+  bool skips_on_device() const override { return false; }
+};
+
+TEST_P(MixedPrecisionTest, VerdictLearntAfterTheUpdatesMatchesCheckingFirst) {
+  // Note [Dynamic loss scaling]: the built-in optimizers skip an overflowing step on the device
+  // and learn of it later. Steps, counts (Adam's bias correction uses them), master weights,
+  // moments and scales must be those of checking first, through overflows and scale changes.
+  auto make = [&](std::unique_ptr<Optimizer> opt) {
+    auto link = std::make_shared<OneParam>(Array::full({3}, 0.5, float16, device()));
+    opt->setup(link);
+    opt->use_fp32_update();
+    opt->loss_scaling(2);
+    return std::pair{link, std::move(opt)};
+  };
+  auto [link_a, later] = make(std::make_unique<optimizers::Adam>());
+  auto [link_b, first] = make(std::make_unique<AdamCheckingFirst>());
+  // x * scale overflows float16 (above 65504) for x = 4 at 2^16 and 2^15, and for x = 1000
+  // at the scales reached later; 0.5 fits.
+  const std::vector<double> xs = {4, 4, 0.5, 0.5, 0.5, 1000, 0.5, 0.5, 0.5, 1000, 1000, 0.5};
+  for (size_t k = 0; k < xs.size(); ++k) {
+    SCOPED_TRACE("step " + std::to_string(k) + ", x = " + std::to_string(xs[k]));
+    for (auto* run : {&link_a, &link_b}) {
+      Optimizer& opt = run == &link_a ? *later : *first;
+      Array x = Array::full({3}, xs[k], float16, device());
+      Parameter p = (*run)->p;
+      opt.update([&] { return F::sum(F::mul(Variable(x), p)); });
+    }
+    EXPECT_EQ(later->loss_scale(), first->loss_scale());
+    EXPECT_EQ(later->t(), first->t());
+    ParamState& a = later->param_states()[0];
+    ParamState& b = first->param_states()[0];
+    EXPECT_EQ(a.t, b.t);
+    EXPECT_TRUE(testing::ArraysClose(link_a->p.data(), link_b->p.data(), 0, 0));
+    // (A first step skipped on the device has made the state, zeros and the parameter's copy,
+    // which checking first makes at the first good step with the same values.)
+    for (const char* name : {"master", "m", "v"}) {
+      if (!b.find(name)) continue;
+      ASSERT_TRUE(a.find(name)) << name;
+      EXPECT_TRUE(testing::ArraysClose(a.get(name), b.get(name), 0, 0)) << name;
+    }
+  }
+  // Skipped: steps 0 and 1 (4 x 2^16, 4 x 2^15), 5 (1000 x 2^15), 9 and 10 (1000 x 2^15,
+  // 1000 x 2^14); the scale doubled after steps 3 and 7.
+  EXPECT_EQ(later->t(), 7);
+  EXPECT_EQ(later->param_states()[0].t, 7);
+  EXPECT_EQ(later->loss_scale(), 8192.0);
 }
 
 TEST_P(MixedPrecisionTest, DynamicLossScaleIsSavedAndLoaded) {

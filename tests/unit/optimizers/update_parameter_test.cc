@@ -2,6 +2,8 @@
 // references of every rule, for each floating dtype, on small and large (multi-threaded) arrays.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 #include <functional>
 #include <string>
@@ -215,6 +217,36 @@ TEST_P(UpdateParameterTest, NonContiguousGradientIsAccepted) {
   update_parameter(UpdateRule::kSgd, p, g, {}, {1.0});
   EXPECT_TRUE(testing::ArraysClose(
       p, make({0, 2 - 3, 3 - 5, 4 - 2, 5 - 4, 6 - 6}, float32).reshape({2, 3})));
+}
+
+TEST_P(UpdateParameterTest, SkipFlagDecidesOnTheDevice) {
+  // Note [Dynamic loss scaling]: a nonzero count leaves the parameter and its state untouched; a
+  // zero count gives the step taken without a flag.
+  auto step = [&](const Array* skip, Array& p, Array& m, Array& v) {
+    update_parameter(UpdateRule::kAdam, p, make({1.0, -2.0, 0.5}, float32), {&m, &v},
+                     {adam_alpha_t(0.1, 0.9, 0.999, 1), 0.9, 0.999, 1e-8, 1.0, 0.0, 0.0}, skip);
+  };
+  auto fresh = [&] {
+    return std::tuple{make({1, 2, 3}, float32), Array::zeros({3}, float32, device()),
+                      Array::zeros({3}, float32, device())};
+  };
+  auto [p0, m0, v0] = fresh();
+  step(nullptr, p0, m0, v0);
+  const Array skip = Array::full({}, 2, int64, device()), take = Array::zeros({}, int64, device());
+  auto [p1, m1, v1] = fresh();
+  step(&skip, p1, m1, v1);
+  EXPECT_TRUE(testing::ArraysClose(p1, make({1, 2, 3}, float32), 0, 0));
+  EXPECT_TRUE(testing::ArraysClose(m1, Array::zeros({3}, float32, device()), 0, 0));
+  EXPECT_TRUE(testing::ArraysClose(v1, Array::zeros({3}, float32, device()), 0, 0));
+  auto [p2, m2, v2] = fresh();
+  step(&take, p2, m2, v2);
+  EXPECT_TRUE(testing::ArraysClose(p2, p0, 0, 0));
+  EXPECT_TRUE(testing::ArraysClose(m2, m0, 0, 0));
+  EXPECT_TRUE(testing::ArraysClose(v2, v0, 0, 0));
+  // The flag must be one int64 on the parameter's device.
+  const Array wrong = Array::zeros({}, int32, device());
+  EXPECT_TRUE(testing::ThrowsWith<ValueError>([&] { step(&wrong, p2, m2, v2); },
+                                              {"update_parameter (Adam)", "skip flag", "int32"}));
 }
 
 TEST_P(UpdateParameterTest, EmptyArraysAreANoOp) {
