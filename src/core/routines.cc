@@ -841,6 +841,25 @@ void update_parameter(UpdateRule rule, Array& param, const Array& grad_in,
    static_cast<int>(hyper.size()), skip);
 }
 
+Array count_nonfinite(const std::vector<Array>& arrays) {
+  const char* fn = "count_nonfinite";
+  KUSARI_CHECK(!arrays.empty(), ValueError, fn, ": no arrays were given");
+  const Device device = arrays.front().device();
+  std::vector<Array> inputs;
+  inputs.reserve(arrays.size());
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    const Array& a = arrays[i];
+    check_defined(fn, a);
+    check_floating(fn, a);
+    KUSARI_CHECK(a.device() == device, DeviceError, fn, ": array ", i, " is on ", a.device(),
+                 " but array 0 is on ", device, " (count each device's arrays apart)");
+    if (a.size() > 0) inputs.push_back(a.contiguous());
+  }
+  Array out = Array::empty({}, Dtype::kInt64, device);
+  KUSARI_KERNEL(device, count_nonfinite)(inputs.data(), static_cast<int>(inputs.size()), out);
+  return out;
+}
+
 // --- comparisons ---------------------------------------------------------------------------------
 
 bool allclose(const Array& a, const Array& b, double rtol, double atol, bool equal_nan) {

@@ -143,7 +143,7 @@ void Optimizer::update() {
   skip_ = Array();  // (in case an earlier update() threw half-way)
   if (dynamic_loss_scaling_) {
     bool one_device = true;
-    Array bad = count_nonfinite(states, &one_device);
+    Array bad = overflow_count(states, &one_device);
     if (bad.defined() && one_device && hooks_.empty() && skips_on_device()) {
       skip_ = std::move(bad);  // decided on the device, learnt later
     } else if (!loss_scale_verdict(bad.defined() ? bad.item<int64_t>() : 0)) {
@@ -241,19 +241,22 @@ void Optimizer::loss_scaling(int64_t interval, std::optional<double> scale) {
 // are those of the synchronous order in every step; only the gradients of an overflowing step are
 // left as they were (the next backward clears them), instead of cleared at once. Otherwise (a
 // hook, a custom update, gradients on several devices) the count is read before the updates.
-Array Optimizer::count_nonfinite(std::vector<ParamState>& states, bool* one_device) const {
-  Array bad;
+Array Optimizer::overflow_count(std::vector<ParamState>& states, bool* one_device) const {
+  std::vector<Array> grads;
   for (ParamState& s : states) {
     const Array& g = s.param.grad();
     if (!g.defined()) continue;
-    Array b = sum(logical_not(isfinite(g)));
-    if (bad.defined() && b.device() != bad.device()) {
-      *one_device = false;
-      b = b.to_device(bad.device());
-    }
+    if (!grads.empty() && g.device() != grads.front().device()) *one_device = false;
+    grads.push_back(g);
+  }
+  if (grads.empty()) return Array();
+  if (*one_device) return count_nonfinite(grads);  // (one pass, a launch per 48 gradients)
+  Array bad;
+  for (const Array& g : grads) {
+    Array b = count_nonfinite({g}).to_device(grads.front().device());
     bad = bad.defined() ? bad + b : b;
   }
-  return bad.defined() ? bad.astype(Dtype::kInt64) : bad;
+  return bad;
 }
 
 bool Optimizer::loss_scale_verdict(int64_t bad) {

@@ -205,6 +205,9 @@ struct KernelTable {
   void (*update_parameter)(UpdateRule rule, Array& param, const Array& grad, Array* state,
                            int n_state, const double* hyper, int n_hyper,
                            const Array* skip) = nullptr;
+  /// out (one int64) = the number of Inf and NaN values in the n contiguous floating arrays
+  /// (all on out's device), in one pass; on a GPU a few launches for all of them.
+  void (*count_nonfinite)(const Array* arrays, int n, Array& out) = nullptr;
 };
 
 }  // namespace kusari

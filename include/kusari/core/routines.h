@@ -156,6 +156,11 @@ Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Poo
 void update_parameter(UpdateRule rule, Array& param, const Array& grad,
                       const std::vector<Array*>& state, const std::vector<double>& hyper,
                       const Array* skip = nullptr);
+/// The number of Inf and NaN values in all of `arrays` (floating, on one device, of any shapes
+/// and floating dtypes), as one int64 on that device, not read back: one pass over the memory,
+/// and on a GPU one launch per dtype for up to 48 arrays (dynamic loss scaling counts a model's
+/// gradients with it, Note [Dynamic loss scaling]).
+Array count_nonfinite(const std::vector<Array>& arrays);
 /// The rule's name for messages ("Adam", "MomentumSGD", ...).
 const char* update_rule_name(UpdateRule rule);
 

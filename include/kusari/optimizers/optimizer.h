@@ -177,7 +177,7 @@ class Optimizer : public Serializable {
  private:
   /// Dynamic loss scaling: the number of non-finite gradient values (an int64 on the gradients'
   /// device, not read), undefined when no gradient is present; `one_device`: all on one device.
-  Array count_nonfinite(std::vector<ParamState>& states, bool* one_device) const;
+  Array overflow_count(std::vector<ParamState>& states, bool* one_device) const;
   /// Dynamic loss scaling's verdict on a step with `bad` non-finite gradient values: lowers the
   /// scale (false: skip the step) or counts a good step (true).
   bool loss_scale_verdict(int64_t bad);

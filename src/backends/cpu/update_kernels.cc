@@ -225,10 +225,27 @@ void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* s
   }
 }
 
+void count_nonfinite(const Array* arrays, int n, Array& out) {
+  int64_t bad = 0;
+  for (int k = 0; k < n; ++k) {
+    const Array& a = arrays[k];
+    visit_floating_dtype(a.dtype(), "count_nonfinite", [&](auto tag) {
+      using T = decltype(tag);
+      const T* p = static_cast<const T*>(a.raw_data());
+      const int64_t m = a.size();
+      int64_t here = 0;
+      for (int64_t i = 0; i < m; ++i) here += std::isfinite(static_cast<C<T>>(p[i])) ? 0 : 1;
+      bad += here;
+    });
+  }
+  *static_cast<int64_t*>(out.raw_data()) = bad;
+}
+
 }  // namespace
 
 void register_update_kernels(KernelTable& table) {
   table.update_parameter = &update_parameter;
+  table.count_nonfinite = &count_nonfinite;
 }
 
 }  // namespace kusari::cpu

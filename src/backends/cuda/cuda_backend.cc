@@ -315,6 +315,7 @@ class CudaBackend final : public Backend {
     kernels_.pool2d_forward = &cuda::pool2d_forward;
     kernels_.pool2d_backward = &cuda::pool2d_backward;
     kernels_.update_parameter = &cuda::update_parameter;
+    kernels_.count_nonfinite = &cuda::count_nonfinite;
   }
 
   DeviceType type() const override { return DeviceType::kCUDA; }

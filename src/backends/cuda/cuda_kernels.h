@@ -47,5 +47,6 @@ void pool2d_backward(const Array& x, const Array& y, const Array& gy, const Pool
 // update_kernels.cu
 void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
                       const double* hyper, int n_hyper, const Array* skip);
+void count_nonfinite(const Array* arrays, int n, Array& out);
 
 }  // namespace kusari::cuda

@@ -88,6 +88,32 @@ __global__ void update_kernel(int64_t n, T* p, const T* g, T* s0, T* s1, T* s2,
   }
 }
 
+// Note [Counting over many arrays]
+// Dynamic loss scaling counts the non-finite values of every gradient each step; a reduction per
+// array would be several launches per parameter. One launch takes up to kMaxArrays arrays of one
+// dtype, their pointers and sizes passed by value in the kernel's arguments: blockIdx.y picks the
+// array, the blocks along x stride over it, and each warp adds its count to the total with one
+// atomic, only when it found something (a finite step costs no atomics).
+constexpr int kMaxArrays = 48;
+
+struct ArrayList {
+  const void* data[kMaxArrays];
+  int64_t size[kMaxArrays];
+};
+
+template <typename T>
+__global__ void count_nonfinite_kernel(ArrayList list, unsigned long long* out) {
+  const T* p = static_cast<const T*>(list.data[blockIdx.y]);
+  const int64_t n = list.size[blockIdx.y];
+  unsigned long long bad = 0;
+  for (int64_t i = grid_start(); i < n; i += grid_step()) {
+    const auto v = to_compute(p[i]);
+    bad += (dmath::isnan(v) || dmath::isinf(v)) ? 1 : 0;
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) bad += __shfl_down_sync(0xffffffffu, bad, offset);
+  if ((threadIdx.x & 31) == 0 && bad != 0) atomicAdd(out, bad);
+}
+
 // --- launchers -----------------------------------------------------------------------------------
 
 /// The constants of one step, converted from double exactly as the CPU kernels convert them.
@@ -152,6 +178,37 @@ void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* s
         skip ? static_cast<const int64_t*>(skip->raw_data()) : nullptr);
   });
   KUSARI_CUDA_CHECK_LAUNCH();
+}
+
+void count_nonfinite(const Array* arrays, int n, Array& out) {
+  const int device = out.device().index();
+  cudaStream_t stream = prepare(out);
+  auto* total = static_cast<unsigned long long*>(out.raw_data());
+  KUSARI_CUDA_CHECK(cudaMemsetAsync(total, 0, sizeof(unsigned long long), stream));
+  for (Dtype dtype : {Dtype::kFloat16, Dtype::kBFloat16, Dtype::kFloat32, Dtype::kFloat64}) {
+    ArrayList list{};
+    int count = 0;
+    int64_t longest = 0;
+    auto launch = [&] {
+      if (count == 0) return;
+      visit_floating_dtype(dtype, "count_nonfinite", [&](auto tag) {
+        using T = device_t<decltype(tag)>;
+        const dim3 grid(grid_for(longest, device), static_cast<unsigned>(count));
+        count_nonfinite_kernel<T><<<grid, kBlockSize, 0, stream>>>(list, total);
+      });
+      KUSARI_CUDA_CHECK_LAUNCH();
+      count = 0;
+      longest = 0;
+    };
+    for (int k = 0; k < n; ++k) {
+      if (arrays[k].dtype() != dtype) continue;
+      list.data[count] = arrays[k].raw_data();
+      list.size[count] = arrays[k].size();
+      longest = std::max(longest, arrays[k].size());
+      if (++count == kMaxArrays) launch();
+    }
+    launch();
+  }
 }
 
 }  // namespace kusari::cuda

@@ -2,6 +2,7 @@
 // references of every rule, for each floating dtype, on small and large (multi-threaded) arrays.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <tuple>
 
 #include <cmath>
@@ -247,6 +248,42 @@ TEST_P(UpdateParameterTest, SkipFlagDecidesOnTheDevice) {
   const Array wrong = Array::zeros({}, int32, device());
   EXPECT_TRUE(testing::ThrowsWith<ValueError>([&] { step(&wrong, p2, m2, v2); },
                                               {"update_parameter (Adam)", "skip flag", "int32"}));
+}
+
+TEST_P(UpdateParameterTest, CountNonfiniteCountsAcrossManyArraysAndDtypes) {
+  // Note [Counting over many arrays]: more arrays than one launch takes (48), four dtypes, a
+  // large array, an empty one and a non-contiguous view.
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<Array> arrays;
+  int64_t expected = 0;
+  const Dtype dtypes[] = {float16, bfloat16, float32, float64};
+  for (int k = 0; k < 120; ++k) {
+    std::vector<double> v(static_cast<size_t>(2 + k % 7), 0.5 * k);
+    if (k % 5 == 0) v[0] = inf, ++expected;
+    if (k % 11 == 0) v.back() = k % 2 ? -inf : nan, ++expected;
+    arrays.push_back(make(v, dtypes[k % 4]));
+  }
+  Array big = Array::full({100003}, 1.0, float32, device());
+  Array hit = big.at({Slice(99990, 99993)});
+  hit.fill(nan);
+  expected += 3;
+  arrays.push_back(big);
+  arrays.push_back(Array::zeros({0}, float16, device()));
+  Array wide = make({1, inf, 3, 4, nan, 6}, float32).reshape({3, 2}).transpose();
+  ASSERT_FALSE(wide.is_contiguous());
+  arrays.push_back(wide);
+  expected += 2;
+  const Array count = count_nonfinite(arrays);
+  EXPECT_EQ(count.device(), device());
+  EXPECT_EQ(count.dtype(), int64);
+  EXPECT_EQ(count.item<int64_t>(), expected);
+  EXPECT_EQ(count_nonfinite({make({1, 2, 3}, float16)}).item<int64_t>(), 0);
+  // Large finite float16 values are finite: 65504 is float16's largest.
+  EXPECT_EQ(count_nonfinite({make({65504, -65504}, float16)}).item<int64_t>(), 0);
+  EXPECT_TRUE(testing::ThrowsWith<DtypeError>(
+      [&] { count_nonfinite({Array::zeros({2}, int32, device())}); }, {"count_nonfinite"}));
+  EXPECT_TRUE(testing::ThrowsWith<ValueError>([&] { count_nonfinite({}); }, {"no arrays"}));
 }
 
 TEST_P(UpdateParameterTest, EmptyArraysAreANoOp) {
