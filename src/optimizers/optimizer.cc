@@ -225,13 +225,16 @@ void Optimizer::loss_scaling(int64_t interval, std::optional<double> scale) {
 // data-parallel job see the same averaged gradients, so they decide alike. The scale and the
 // count of good steps are saved with the optimizer (serialize), unlike Chainer.
 //
-// Whether a step overflowed is a count on the GPU. Reading it before the updates (item()) would
-// make the host wait for the whole backward every step, and the GPU then idles while the host
-// queues the next step: on one GPU that made float16 training of the MNIST MLP 1.65x slower than
-// float32 (docs/benchmarks.md, "Mixed precision on GPUs"). So when every update goes through the
-// fused update kernels (skips_on_device()), the gradients are on one device and no hook would see
-// them, the count itself is the kernels' skip flag: an overflowing step leaves every parameter and
-// state untouched on the device. The host queues the updates at once as if the step were good,
+// Whether a step overflowed is a count on the GPU (count_nonfinite over all gradients). Reading
+// it before the updates (item()) makes the host wait for the whole backward every step, and the
+// GPU then idles while the host queues the next step: a step costs the host's time plus the
+// GPU's instead of the larger of the two (PyTorch's GradScaler reads it so in step()). For a
+// host-bound model the GPU's queue is short and this costs little (docs/benchmarks.md, "Mixed
+// precision on GPUs"); for a model whose GPU time per step is comparable to the host's it costs
+// up to half the throughput. So when every update goes through the fused update kernels
+// (skips_on_device()), the gradients are on one device and no hook would see them, the count
+// itself is the kernels' skip flag: an overflowing step leaves every parameter and state
+// untouched on the device. The host queues the updates at once as if the step were good,
 // queues a read of the count into pinned memory right behind it (cuda::ScalarReader), and takes the
 // verdict later: before the next backward needs the scale (loss_scale(), update(lossfun)), or when
 // t(), param_states() or serialize() is asked. By then the count has long arrived, and the GPU has
