@@ -1,7 +1,8 @@
 """PyTorch peer of bench/gpu_mlp_step.cc: the same training step on one GPU, eager; with forward
 and backward captured in a CUDA graph (torch.cuda.graph) and Adam run eagerly after each
 replay; and, when --compile is given and it works, with torch.compile (default mode and
-"reduce-overhead")."""
+"reduce-overhead"). With --dtype float16, the mixed-precision step eagerly: autocast(float16)
+and GradScaler (float32 parameters, float16 computation, dynamic loss scaling)."""
 import argparse
 import time
 
@@ -32,11 +33,27 @@ def main():
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     args = p.parse_args()
     dev = torch.device("cuda", args.device)
     torch.cuda.set_device(dev)
     x = torch.rand(100, 784, device=dev)
     t = (torch.arange(100, device=dev) % 10)
+
+    if args.dtype == "float16":
+        model, opt = make(dev)
+        scaler = torch.amp.GradScaler("cuda")
+
+        def amp_step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = F.cross_entropy(model(x), t)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+
+        print("RESULT eager_ms", bench(amp_step, args.steps))
+        return
 
     model, opt = make(dev)
 
