@@ -43,6 +43,15 @@ Array host_contiguous(const Array& x) { return x.to_device(Device::cpu()).contig
 
 // --- models ------------------------------------------------------------------------------------
 
+void detail::bcast_parameters_over_mpi(Communicator& comm, const NamedParams& params) {
+  for (const auto& [path, p] : params) {
+    Array data = p.data();
+    Array host = host_contiguous(data);
+    detail::bcast_bytes(host.raw_data(), host.nbytes(), 0, comm_of(comm));
+    if (comm.rank() != 0) data.assign(host.to_device(data.device()));
+  }
+}
+
 void Communicator::bcast_data(Link& model) {
   auto params = model.namedparams(false);
   std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

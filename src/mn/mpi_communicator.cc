@@ -5,12 +5,27 @@
 #include <exception>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "kusari/core/routines.h"
 #include "mn/mpi_util.h"
 #include "mn/object_codec.h"
 
 namespace kusari::mn::detail {
+
+namespace {
+
+// FNV-1a, for the hashes the ranks compare (one allreduce instead of whole lists).
+constexpr uint64_t kFnvBasis = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+uint64_t fnv1a(std::string_view text) {
+  uint64_t hash = kFnvBasis;
+  for (char ch : text) hash = (hash ^ static_cast<unsigned char>(ch)) * kFnvPrime;
+  return hash;
+}
+
+}  // namespace
 
 // Note [Topology]
 // Ranks are grouped into hosts by processor name; hosts are ordered by their smallest rank and
@@ -262,8 +277,7 @@ void check_same_parameters(Communicator& comm, const NamedParams& params, const 
   }
   if (!extra.empty()) sig << extra << "\n";
   const std::string mine = sig.str();
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (char ch : mine) hash = (hash ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  const uint64_t hash = fnv1a(mine);
   int64_t check[2] = {static_cast<int64_t>(hash >> 2), -static_cast<int64_t>(hash >> 2)};
   allreduce_host(check, 2, Dtype::kInt64, ReduceOp::kMax, to_comm(comm.mpi_comm_handle()));
   if (check[0] == -check[1]) return;
@@ -282,16 +296,6 @@ void check_same_parameters(Communicator& comm, const NamedParams& params, const 
   }
   KUSARI_THROW(CommunicatorError, comm.name(), ": ", what,
                ": the ranks' parameter lists hash differently but read the same");
-}
-
-void bcast_parameters_over_mpi(Communicator& comm, const NamedParams& params) {
-  const MPI_Comm c = to_comm(comm.mpi_comm_handle());
-  for (const auto& [path, p] : params) {
-    Array data = p.data();
-    Array host = data.to_device(Device::cpu()).contiguous();
-    bcast_bytes(host.raw_data(), host.nbytes(), 0, c);
-    if (comm.rank() != 0) data.assign(host.to_device(data.device()));
-  }
 }
 
 std::string MpiCommunicator::gradient_settings() const {
@@ -324,10 +328,10 @@ MpiCommunicator::Checked MpiCommunicator::check_gradients(bool zero_fill) {
   }
   const NamedParams& out = reduce_list_;
   int64_t elements = 0;
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over (ndim, dims..., dtype) of each gradient
+  uint64_t hash = kFnvBasis;  // FNV-1a over (ndim, dims..., dtype) of each gradient
   auto mix = [&](int64_t v) {
     hash ^= static_cast<uint64_t>(v);
-    hash *= 1099511628211ull;
+    hash *= kFnvPrime;
   };
   for (const auto& [path, p] : out) {
     const kusari::detail::VariableImpl& im = p.impl();
@@ -342,9 +346,7 @@ MpiCommunicator::Checked MpiCommunicator::check_gradients(bool zero_fill) {
   // another chunk size on NCCL) would reduce buffers of different lengths or types, which hangs:
   // that is a disagreement too.
   if (!settings_hash_) {  // (constant for the communicator: hashed once, not every step)
-    uint64_t h = 1469598103934665603ull;
-    for (char ch : gradient_settings()) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-    settings_hash_ = h;
+    settings_hash_ = fnv1a(gradient_settings());
   }
   mix(static_cast<int64_t>(*settings_hash_));
   Checked c;

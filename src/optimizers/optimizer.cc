@@ -140,7 +140,8 @@ void Optimizer::update() {
       s.param.impl().loss_scale = 1.0;
     }
   }
-  skip_ = Array();  // (in case an earlier update() threw half-way)
+  skip_ = Array();  // (in case an earlier update() threw half-way; the verdict was taken)
+  verdict_.stepped.clear();
   if (dynamic_loss_scaling_) {
     bool one_device = true;
     Array bad = overflow_count(states, &one_device);
@@ -153,11 +154,10 @@ void Optimizer::update() {
   }
   call_hooks(OptimizerHook::Timing::kPre);
   ++t_;  // before the updates: see Note [Optimizer step order]
-  std::vector<size_t> stepped;
   for (size_t i = 0; i < states.size(); ++i) {
     ParamState& s = states[i];
     if (!s.param.impl().update_enabled || !s.param.grad().defined()) continue;
-    if (skip_.defined()) stepped.push_back(i);
+    if (skip_.defined()) verdict_.stepped.push_back(i);  // (empty: the last verdict was taken)
     const bool fp32_master = uses_master(s);
     Parameter real = s.param;
     if (fp32_master) {
@@ -203,7 +203,6 @@ void Optimizer::update() {
     } else {
       verdict_.count = skip_.item<int64_t>();  // (nothing to wait for on the CPU)
     }
-    verdict_.stepped = std::move(stepped);
     skip_ = Array();
   }
   call_hooks(OptimizerHook::Timing::kPost);

@@ -10,24 +10,15 @@
 #include "kusari/functions.h"
 #include "kusari/links/linear.h"
 #include "kusari/mn.h"
+#include "mn_test_util.h"
 #include "test_util.h"
 
 namespace kusari::mn {
 namespace {
 
+using test::world_rank;
+using test::world_size;
 using testing::ArraysClose;
-
-int world_rank() {
-  int r;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int s;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 Bytes bytes_of(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string string_of(const Bytes& b) { return std::string(b.begin(), b.end()); }

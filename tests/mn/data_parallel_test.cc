@@ -10,12 +10,15 @@
 #include "kusari/links/linear.h"
 #include "kusari/mn.h"
 #include "kusari/optimizers/sgd.h"
+#include "mn_test_util.h"
 #include "test_util.h"
 
 namespace kusari::mn {
 namespace {
 
 namespace F = functions;
+using test::Plain;
+using test::TwoLazyLayers;
 using testing::ArraysClose;
 using testing::ThrowsWith;
 
@@ -27,15 +30,6 @@ bool same_on_all_ranks(Communicator& comm, const Array& a) {
   }
   return true;
 }
-
-class Plain : public Optimizer {
- public:
-  Plain() { declare_hyperparam("lr", 0.1); }
-  const char* type_name() const override { return "Plain"; }
-
- protected:
-  void update_one(ParamState& s) override { s.param.set_data(s.param.data() - s.param.grad() * hyperparam("lr")); }
-};
 
 class MeanGradTest : public ::testing::TestWithParam<std::string> {};
 
@@ -288,15 +282,6 @@ TEST(DataParallelTest, MixedPrecisionStepsAgreeAcrossRanks) {
     EXPECT_TRUE(ArraysClose(model->W.data().astype(float32), expected, d == float16 ? 2e-3 : 1e-2, 1e-2));
   }
 }
-
-class TwoLazyLayers : public Chain {
- public:
-  TwoLazyLayers() {
-    l1 = add_link("l1", std::make_shared<links::Linear>(3));
-    l2 = add_link("l2", std::make_shared<links::Linear>(2));
-  }
-  std::shared_ptr<links::Linear> l1, l2;
-};
 
 TEST(DataParallelTest, NewLazyParameterTriggersAnotherBroadcast) {
   auto comm = create_communicator("naive");

@@ -12,12 +12,15 @@
 #include "kusari/links/linear.h"
 #include "kusari/mn.h"
 #include "mn/gradient_buffer.h"
+#include "mn_test_util.h"
 #include "test_util.h"
 
 namespace kusari::mn {
 namespace {
 
 namespace F = functions;
+using test::Plain;
+using test::TwoLazyLayers;
 using testing::ArraysClose;
 using testing::ThrowsWith;
 
@@ -191,15 +194,6 @@ TEST(GradientsInBufferTest, ZeroFillAndParametersWithoutGradients) {
   EXPECT_TRUE(gradients_in_one_buffer(model));
   EXPECT_TRUE(ArraysClose(model.b.grad(), Array::full({2}, 2.0, float32)));
 }
-
-class TwoLazyLayers : public Chain {
- public:
-  TwoLazyLayers() {
-    l1 = add_link("l1", std::make_shared<links::Linear>(3));
-    l2 = add_link("l2", std::make_shared<links::Linear>(2));
-  }
-  std::shared_ptr<links::Linear> l1, l2;
-};
 
 TEST(GradientsInBufferTest, ParameterSetChangeRebinds) {
   auto comm = create_communicator("flat");
@@ -408,15 +402,6 @@ TEST(GradientsInBufferTest, DummyKeepsGradientsWithoutReducing) {
     EXPECT_TRUE(ArraysClose(p.grad(), pattern(p.shape(), i++, r), 0, 0)) << path;
   }
 }
-
-class Plain : public Optimizer {
- public:
-  Plain() { declare_hyperparam("lr", 0.1); }
-  const char* type_name() const override { return "Plain"; }
-
- protected:
-  void update_one(ParamState& s) override { s.param.set_data(s.param.data() - s.param.grad() * hyperparam("lr")); }
-};
 
 TEST(GradientsInBufferTest, MultiNodeOptimizerTrainsAlikeOnAndOff) {
   std::vector<std::shared_ptr<links::Linear>> models;

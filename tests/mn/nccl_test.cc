@@ -22,27 +22,18 @@
 #include "mn/chunk_plan.h"
 #include "mn/mean_grad_pipeline.h"
 #include "mn/nccl_wait.h"
+#include "mn_test_util.h"
 #include "test_util.h"
 
 namespace kusari::mn {
 namespace {
 
+using test::world_rank;
+using test::world_size;
 using testing::ArraysClose;
 using testing::ThrowsWith;
 
 constexpr bool kHaveNccl = KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL;
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
 
 /// This process's rank among the processes of its (real) machine, and their number. Found by a
 /// collective the first time (gpu_skip_reason, on every rank), then remembered, so that a test
@@ -185,6 +176,21 @@ void set_gradients(Link& model, int rank, Dtype dtype, Device device) {
   int i = 0;
   for (auto& [path, p] : model.namedparams()) {
     p.set_grad(gradient_pattern(p.shape(), i++, rank, dtype).to_device(device));
+  }
+}
+
+/// Checks that each gradient of `model` but `skip` is the mean over `size` ranks of the patterns
+/// set_gradients(model, rank + step, ...) gave each rank: the pattern of `step` plus
+/// (size - 1) / 2. `what` labels the failures.
+void expect_mean_of_patterns(Link& model, int step, int size, const std::string& what,
+                             const std::string& skip = "") {
+  int i = 0;
+  for (auto& [path, p] : model.namedparams()) {
+    if (path == skip) continue;
+    const Array expected = gradient_pattern(p.shape(), i++, step, float64) + (size - 1) / 2.0;
+    EXPECT_TRUE(
+        ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6, 1e-6))
+        << what << " " << path;
   }
 }
 
@@ -449,14 +455,8 @@ TEST_P(NcclKindTest, GradientsInTheBufferEqualPacked) {
     EXPECT_FALSE(a.namedparams().front().second.grad_in_buffer()) << "backward adopts its gradients";
     on->multi_node_mean_grad(a);
     EXPECT_TRUE(gradients_in_one_buffer(a)) << on->name() << " step " << step;
-    i = 0;
-    for (auto& [path, p] : a.namedparams()) {
-      EXPECT_EQ(p.grad().storage(), storage) << path;
-      const Array expected = gradient_pattern(p.shape(), i++, step, float64) + (s - 1) / 2.0;
-      EXPECT_TRUE(ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6,
-                              1e-6))
-          << on->name() << " step " << step << " " << path;
-    }
+    for (auto& [path, p] : a.namedparams()) EXPECT_EQ(p.grad().storage(), storage) << path;
+    expect_mean_of_patterns(a, step, s, std::string(on->name()) + " step " + std::to_string(step));
   }
   // A new parameter: a new layout, every gradient moves into the new buffer.
   a.add_param("p9", Parameter(Array::zeros({33}, float32, my_gpu())));
@@ -464,13 +464,7 @@ TEST_P(NcclKindTest, GradientsInTheBufferEqualPacked) {
   on->multi_node_mean_grad(a);
   EXPECT_TRUE(gradients_in_one_buffer(a));
   EXPECT_NE(a.namedparams().front().second.grad().storage(), storage);
-  int i = 0;
-  for (auto& [path, p] : a.namedparams()) {
-    const Array expected = gradient_pattern(p.shape(), i++, 0, float64) + (s - 1) / 2.0;
-    EXPECT_TRUE(
-        ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6, 1e-6))
-        << on->name() << " new layout " << path;
-  }
+  expect_mean_of_patterns(a, 0, s, std::string(on->name()) + " new layout");
   // Mixed dtypes fall back to packing and release the buffer (the parameters are unbound).
   a.namedparams()[0].second.set_data(a.namedparams()[0].second.data().astype(float64));
   set_gradients(a, r, float32, my_gpu());
@@ -500,13 +494,8 @@ TEST_P(NcclKindTest, StepsInPlaceStillReduceAndCheckAcrossRanks) {
     }
     comm->multi_node_mean_grad(model);
     EXPECT_TRUE(gradients_in_one_buffer(model)) << comm->name() << " step " << step;
-    i = 0;
-    for (auto& [path, p] : model.namedparams()) {
-      const Array expected = gradient_pattern(p.shape(), i++, step, float64) + (s - 1) / 2.0;
-      EXPECT_TRUE(ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6,
-                              1e-6))
-          << comm->name() << " step " << step << " " << path;
-    }
+    expect_mean_of_patterns(model, step, s,
+                            std::string(comm->name()) + " step " + std::to_string(step));
   }
   // Rank 1 adds a parameter while the others are in place: every rank raises, none hangs. (Its
   // arrays were made on every rank before the steps, so that only the registration differs.)
@@ -520,14 +509,7 @@ TEST_P(NcclKindTest, StepsInPlaceStillReduceAndCheckAcrossRanks) {
   set_gradients(model, r, float32, my_gpu());
   if (r == 1) model.namedparams().back().second.cleargrad();
   comm->multi_node_mean_grad(model, /*zero_fill=*/false);
-  int i = 0;
-  for (auto& [path, p] : model.namedparams()) {
-    if (path == "/q") continue;
-    const Array expected = gradient_pattern(p.shape(), i++, 0, float64) + (s - 1) / 2.0;
-    EXPECT_TRUE(
-        ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6, 1e-6))
-        << comm->name() << " after the error " << path;
-  }
+  expect_mean_of_patterns(model, 0, s, std::string(comm->name()) + " after the error", "/q");
 }
 
 // Note [A failure on one rank]: rank 1's model is still on the CPU. It raises before any
@@ -549,13 +531,7 @@ TEST_P(NcclKindTest, ModelOffTheGpuOnOneRankIsRaisedOnEveryRank) {
   model.to_device(my_gpu());
   set_gradients(model, r, float32, my_gpu());
   reduce();
-  int i = 0;
-  for (auto& [path, p] : model.namedparams()) {
-    const Array expected = gradient_pattern(p.shape(), i++, 0, float64) + (s - 1) / 2.0;
-    EXPECT_TRUE(
-        ArraysClose(p.grad().to_device(Device::cpu()).astype(float64), expected, 1e-6, 1e-6))
-        << comm->name() << " " << path;
-  }
+  expect_mean_of_patterns(model, 0, s, comm->name());
 }
 
 // Note [Same model]: rank 1's model is on the CPU, so it would broadcast through MPI while the

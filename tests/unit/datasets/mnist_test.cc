@@ -21,24 +21,7 @@ namespace fs = std::filesystem;
 
 const char* const kFashionDir = "/usr/share/datasets/fashion-mnist";
 
-// Asserts that `fn` throws ErrorType whose message contains every one of `parts`.
-template <typename ErrorType, typename F>
-::testing::AssertionResult ThrowsWith(F&& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const ErrorType& e) {
-    const std::string what = e.what();
-    for (const std::string& p : parts) {
-      if (what.find(p) == std::string::npos) {
-        return ::testing::AssertionFailure() << "message lacks '" << p << "': " << what;
-      }
-    }
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw another exception type: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
+using testing::ThrowsWith;
 
 // ---------------------------------------------------------------------------------------------
 // The real Fashion-MNIST files.
