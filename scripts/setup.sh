@@ -24,7 +24,7 @@ done
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libopenblas-dev libdnnl-dev
+  libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
   libgtest-dev
   openmpi-bin libopenmpi-dev
   zlib1g-dev libpng-dev
