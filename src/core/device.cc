@@ -4,10 +4,7 @@
 #include <string>
 
 #include "backends/cpu/cpu_backend.h"
-#include "kusari/config.h"
-#if KUSARI_HAVE_CUDA
-#include "backends/cuda/cuda_backend.h"
-#endif
+#include "core/cuda_runtime.h"
 
 namespace kusari {
 
@@ -44,23 +41,14 @@ Backend& get_backend(DeviceType type) {
     case DeviceType::kCPU:
       return cpu::cpu_backend();
     case DeviceType::kCUDA:
-#if KUSARI_HAVE_CUDA
-      return cuda::cuda_backend();
-#else
-      KUSARI_THROW(DeviceError,
-                   "this kusari was built without CUDA, so CUDA devices are unavailable; rebuild with a CUDA "
-                   "toolkit present (cmake -DKUSARI_WITH_CUDA=ON)");
-#endif
+      return cuda::require_runtime("CUDA devices").backend();
   }
   KUSARI_THROW(DeviceError, "unknown device type ", static_cast<int>(type));
 }
 
 int cuda_device_count() {
-#if KUSARI_HAVE_CUDA
-  return cuda::cuda_device_count();
-#else
-  return 0;
-#endif
+  cuda::Runtime* runtime = cuda::runtime();
+  return runtime ? runtime->device_count() : 0;
 }
 
 bool cuda_available() { return cuda_device_count() > 0; }

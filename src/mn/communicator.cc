@@ -9,6 +9,7 @@
 #include "kusari/core/routines.h"
 #include "mn/mpi_communicator.h"
 #include "mn/mpi_util.h"
+#include "mn/nccl_library.h"
 #include "mn/object_codec.h"
 
 namespace kusari::mn {
@@ -254,11 +255,6 @@ std::vector<std::string> communicator_names() {
   return {"naive", "flat", "dummy", "pure_nccl", "non_cuda_aware", "hierarchical", "two_dimensional", "single_node"};
 }
 
-namespace detail {
-std::shared_ptr<Communicator> create_nccl_communicator(const std::string& name, MPI_Comm comm,
-                                                       const CommunicatorOptions& options);
-}  // namespace detail
-
 std::shared_ptr<Communicator> create_communicator(const std::string& name, intptr_t mpi_comm,
                                                   const CommunicatorOptions& options) {
   detail::ensure_mpi_initialized();
@@ -269,12 +265,11 @@ std::shared_ptr<Communicator> create_communicator(const std::string& name, intpt
   const std::vector<std::string> gpu = {"pure_nccl", "non_cuda_aware", "hierarchical", "two_dimensional",
                                         "single_node"};
   if (std::find(gpu.begin(), gpu.end(), name) != gpu.end()) {
-#if KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL
-    return detail::create_nccl_communicator(name, comm, options);
-#else
-    KUSARI_THROW(CommunicatorError, "create_communicator: '", name,
-                 "' needs CUDA and NCCL, but this kusari was built without them; on CPU use 'naive' or 'flat'");
-#endif
+    std::string why;
+    const detail::NcclLibrary* nccl = detail::nccl_library(&why);
+    KUSARI_CHECK(nccl != nullptr, CommunicatorError, "create_communicator: '", name,
+                 "' needs CUDA and NCCL, but ", why, "; on CPU use 'naive' or 'flat'");
+    return nccl->create(name, comm, options);
   }
   std::ostringstream names;
   auto all = communicator_names();

@@ -90,8 +90,10 @@ class Graph {
   /// in flight).
   void reset();
 
- private:
+  /// The implementation, provided by the CUDA library (Note [The CUDA library is loaded]).
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 
@@ -117,8 +119,10 @@ class ScalarReader {
   /// The value start() queued the read of, once it has arrived (waits for it).
   int64_t get();
 
- private:
+  /// The implementation, provided by the CUDA library.
   struct Impl;
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

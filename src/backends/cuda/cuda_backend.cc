@@ -34,6 +34,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/memory_pool.h"
+#include "core/cuda_runtime.h"
 #include "kusari/core/cuda.h"
 #include "kusari/core/error.h"
 
@@ -345,14 +346,6 @@ class CudaBackend final : public Backend {
   }
 };
 
-std::atomic<bool>& tf32_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* env = std::getenv("KUSARI_ALLOW_TF32");
-    return env != nullptr && std::string_view(env) == "1";
-  }()};
-  return flag;
-}
-
 }  // namespace
 
 // --- errors --------------------------------------------------------------------------------------
@@ -424,67 +417,64 @@ cudaStream_t compute_stream(int device) {
 // --- ScalarReader
 // ----------------------------------------------------------------------------------
 
-struct ScalarReader::Impl {
-  int device = -1;
-  int64_t* host = nullptr;  // pinned, so that the copy is asynchronous
-  cudaEvent_t arrived = nullptr;
-  bool pending = false;
+namespace {
 
-  ~Impl() { release(); }
-  void release() noexcept {
-    if (device < 0) return;
-    if (arrived) {
-      if (cudaEventSynchronize(arrived) != cudaSuccess) cudaGetLastError();
-      cudaEventDestroy(arrived);
+// A pending read of one int64 (the implementation behind cuda::ScalarReader).
+class CudaScalarReader final : public ScalarReader::Impl {
+ public:
+  ~CudaScalarReader() override { release(); }
+
+  void start(const Array& value) override {
+    const int d = value.device().index();
+    check_not_capturing(d, "cuda::ScalarReader::start (a read on the host)",
+                        "nothing runs during a capture; read after replay()");
+    if (device_ != d) {  // (events and streams belong to one device)
+      release();
+      set_device(d);
+      KUSARI_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_), sizeof(int64_t), cudaHostAllocDefault));
+      KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(&arrived_, cudaEventDisableTiming));
+      device_ = d;
+    } else if (pending_) {
+      KUSARI_CUDA_CHECK(cudaEventSynchronize(arrived_));  // (the host buffer is reused)
     }
-    if (host) cudaFreeHost(host);
-    host = nullptr;
-    arrived = nullptr;
-    pending = false;
-    device = -1;
+    set_device(d);
+    cudaStream_t stream = compute_stream(d);
+    KUSARI_CUDA_CHECK(cudaMemcpyAsync(host_, value.raw_data(), sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+    KUSARI_CUDA_CHECK(cudaEventRecord(arrived_, stream));
+    pending_ = true;
   }
+
+  bool pending() const override { return pending_; }
+
+  int64_t get() override {
+    KUSARI_CUDA_CHECK(cudaEventSynchronize(arrived_));
+    pending_ = false;
+    return *host_;
+  }
+
+ private:
+  void release() noexcept {
+    if (device_ < 0) return;
+    if (arrived_) {
+      if (cudaEventSynchronize(arrived_) != cudaSuccess) cudaGetLastError();
+      cudaEventDestroy(arrived_);
+    }
+    if (host_) cudaFreeHost(host_);
+    host_ = nullptr;
+    arrived_ = nullptr;
+    pending_ = false;
+    device_ = -1;
+  }
+
+  int device_ = -1;
+  int64_t* host_ = nullptr;  // pinned, so that the copy is asynchronous
+  cudaEvent_t arrived_ = nullptr;
+  bool pending_ = false;
 };
 
-ScalarReader::ScalarReader() : impl_(std::make_unique<Impl>()) {}
-ScalarReader::~ScalarReader() = default;
+}  // namespace
 
-void ScalarReader::start(const Array& value) {
-  KUSARI_CHECK(value.device().is_cuda() && value.size() == 1 && value.dtype() == Dtype::kInt64,
-               DeviceError, "cuda::ScalarReader::start: expected one int64 on a CUDA device, got ",
-               value.shape(), " ", dtype_name(value.dtype()), " on ", value.device());
-  const int d = value.device().index();
-  check_not_capturing(d, "cuda::ScalarReader::start (a read on the host)",
-                      "nothing runs during a capture; read after replay()");
-  Impl& im = *impl_;
-  if (im.device != d) {  // (events and streams belong to one device)
-    im.release();
-    set_device(d);
-    KUSARI_CUDA_CHECK(
-        cudaHostAlloc(reinterpret_cast<void**>(&im.host), sizeof(int64_t), cudaHostAllocDefault));
-    KUSARI_CUDA_CHECK(cudaEventCreateWithFlags(&im.arrived, cudaEventDisableTiming));
-    im.device = d;
-  } else if (im.pending) {
-    KUSARI_CUDA_CHECK(cudaEventSynchronize(im.arrived));  // (the host buffer is reused)
-  }
-  set_device(d);
-  cudaStream_t stream = compute_stream(d);
-  KUSARI_CUDA_CHECK(
-      cudaMemcpyAsync(im.host, value.raw_data(), sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
-  KUSARI_CUDA_CHECK(cudaEventRecord(im.arrived, stream));
-  im.pending = true;
-}
-
-bool ScalarReader::pending() const {
-  return impl_->pending;
-}
-
-int64_t ScalarReader::get() {
-  Impl& im = *impl_;
-  KUSARI_CHECK(im.pending, ValueError, "cuda::ScalarReader::get: no read was started");
-  KUSARI_CUDA_CHECK(cudaEventSynchronize(im.arrived));
-  im.pending = false;
-  return *im.host;
-}
+std::unique_ptr<ScalarReader::Impl> make_scalar_reader() { return std::make_unique<CudaScalarReader>(); }
 
 int sm_count(int device) {
   return state(device).sm_count;
@@ -585,23 +575,13 @@ Backend& cuda_backend() {
   return *backend;
 }
 
-// --- public utilities (kusari/core/cuda.h) -------------------------------------------------------
-
-MemoryStats memory_stats(int device) {
-  check_device_index(device, "memory_stats");
+MemoryStats pool_memory_stats(int device) {
+  check_device_index(device, "cuda::memory_stats");
   return memory_pool().stats(device);
 }
 
-void empty_cache() {
+void pool_empty_cache() {
   for (int d = 0; d < cuda_device_count(); ++d) memory_pool().release_cached(d);
-}
-
-void set_allow_tf32(bool allow) {
-  tf32_flag().store(allow, std::memory_order_relaxed);
-}
-
-bool allow_tf32() {
-  return tf32_flag().load(std::memory_order_relaxed);
 }
 
 }  // namespace kusari::cuda

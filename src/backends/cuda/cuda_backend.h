@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "core/cuda_runtime.h"
 #include "kusari/core/device.h"
 
 namespace kusari::cuda {
@@ -69,6 +70,13 @@ struct ErrorWords {
   bool fetch(int64_t* value);
 };
 ErrorWords error_words(int device);
+
+/// The implementations behind kusari/core/cuda.h, handed to the core by the library's entry
+/// point (plugin.cc; Note [The CUDA library is loaded]).
+std::unique_ptr<Graph::Impl> make_graph();
+std::unique_ptr<ScalarReader::Impl> make_scalar_reader();
+MemoryStats pool_memory_stats(int device);
+void pool_empty_cache();
 
 }  // namespace kusari::cuda
 

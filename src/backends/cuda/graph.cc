@@ -39,54 +39,59 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/memory_pool.h"
+#include "core/cuda_runtime.h"
 #include "kusari/core/cuda.h"
 #include "kusari/core/error.h"
 
 namespace kusari::cuda {
 
-struct Graph::Impl {
-  int device = -1;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  size_t nodes = 0;
-  std::shared_ptr<MemoryPool::PrivatePool> memory;
+namespace {
 
-  ~Impl() { release(); }
+// A recorded graph of one device (the implementation behind cuda::Graph).
+class CudaGraph final : public Graph::Impl {
+ public:
+  ~CudaGraph() override { release(); }
 
+  void capture(Device device, const std::function<void()>& fn) override;
+  void replay() override;
+  bool captured() const override { return exec_ != nullptr; }
+  Device device() const override { return Device::cuda(device_); }
+  int64_t num_nodes() const override { return static_cast<int64_t>(nodes_); }
+  void reset() override { release(); }
+
+ private:
   void release() noexcept {
-    if (device < 0) return;
+    if (device_ < 0) return;
     // Replays in flight may still use the graph's memory: let them finish before it returns to
     // the device's pool. (Never throws: it also runs from the destructor.)
     cudaError_t status = cudaSuccess;
-    if (exec) {
-      status = cudaStreamSynchronize(compute_stream(device));
-      cudaGraphExecDestroy(exec);
+    if (exec_) {
+      status = cudaStreamSynchronize(compute_stream(device_));
+      cudaGraphExecDestroy(exec_);
     }
-    if (graph) cudaGraphDestroy(graph);
+    if (graph_) cudaGraphDestroy(graph_);
     if (status != cudaSuccess) cudaGetLastError();
-    memory_pool().release_private(device, memory);
-    memory.reset();
-    exec = nullptr;
-    graph = nullptr;
-    nodes = 0;
-    device = -1;
+    memory_pool().release_private(device_, memory_);
+    memory_.reset();
+    exec_ = nullptr;
+    graph_ = nullptr;
+    nodes_ = 0;
+    device_ = -1;
   }
+
+  int device_ = -1;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  size_t nodes_ = 0;
+  std::shared_ptr<MemoryPool::PrivatePool> memory_;
 };
 
-Graph::Graph() : impl_(std::make_unique<Impl>()) {}
-Graph::~Graph() = default;
-Graph::Graph(Graph&& other) noexcept = default;
-Graph& Graph::operator=(Graph&& other) noexcept = default;
-
-void Graph::capture(Device device, const std::function<void()>& fn) {
-  KUSARI_CHECK(device.is_cuda(), DeviceError, "cuda::Graph::capture: ", device,
-               " is not a CUDA device (graphs record the work of a GPU)");
+void CudaGraph::capture(Device device, const std::function<void()>& fn) {
   const int d = device.index();
   check_device_index(d, "cuda::Graph::capture");
   KUSARI_CHECK(!capturing(d), DeviceError, "cuda::Graph::capture: cuda:", d,
                " is already capturing a graph (captures do not nest)");
-  if (!impl_) impl_ = std::make_unique<Impl>();
-  impl_->release();
+  release();
   set_device(d);
   cudaStream_t stream = compute_stream(d);
   // Errors of earlier eager work surface here, not as a failed capture.
@@ -130,37 +135,21 @@ void Graph::capture(Device device, const std::function<void()>& fn) {
     memory_pool().release_private(d, memory);
     check_cuda(status, "cudaGraphInstantiate", __FILE__, __LINE__);
   }
-  impl_->device = d;
-  impl_->graph = graph;
-  impl_->exec = exec;
-  impl_->nodes = nodes;
-  impl_->memory = std::move(memory);
+  device_ = d;
+  graph_ = graph;
+  exec_ = exec;
+  nodes_ = nodes;
+  memory_ = std::move(memory);
 }
 
-void Graph::replay() {
-  KUSARI_CHECK(captured(), DeviceError, "cuda::Graph::replay: nothing has been captured");
-  const int d = impl_->device;
-  check_not_capturing(d, "replaying a graph", "graphs do not nest");
-  set_device(d);
-  KUSARI_CUDA_CHECK(cudaGraphLaunch(impl_->exec, compute_stream(d)));
+void CudaGraph::replay() {
+  check_not_capturing(device_, "replaying a graph", "graphs do not nest");
+  set_device(device_);
+  KUSARI_CUDA_CHECK(cudaGraphLaunch(exec_, compute_stream(device_)));
 }
 
-bool Graph::captured() const { return impl_ && impl_->exec != nullptr; }
+}  // namespace
 
-Device Graph::device() const {
-  KUSARI_CHECK(captured(), DeviceError, "cuda::Graph::device: nothing has been captured");
-  return Device::cuda(impl_->device);
-}
-
-int64_t Graph::num_nodes() const { return impl_ ? static_cast<int64_t>(impl_->nodes) : 0; }
-
-void Graph::reset() {
-  if (impl_) impl_->release();
-}
-
-bool is_capturing(Device device) {
-  if (!device.is_cuda() || device.index() < 0 || device.index() >= cuda_device_count()) return false;
-  return capturing(device.index());
-}
+std::unique_ptr<Graph::Impl> make_graph() { return std::make_unique<CudaGraph>(); }
 
 }  // namespace kusari::cuda

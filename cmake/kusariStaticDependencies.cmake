@@ -1,0 +1,15 @@
+# The libraries a static kusari links into the program, found again for the program's build
+# (included by kusariConfig.cmake only when kusari was built with -DBUILD_SHARED_LIBS=OFF).
+include(CMakeFindDependencyMacro)
+find_dependency(nlohmann_json 3)
+find_package(OpenMP QUIET COMPONENTS CXX)
+find_package(dnnl CONFIG QUIET)
+find_package(ZLIB QUIET)
+find_package(PNG QUIET)
+find_package(PkgConfig QUIET)
+if(kusari_WITH_MPI)
+  find_dependency(MPI COMPONENTS CXX)
+endif()
+if(kusari_WITH_CUDA)
+  find_dependency(CUDAToolkit)
+endif()

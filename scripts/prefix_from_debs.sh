@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds kusari on a machine where packages cannot be installed (no root, no network: a
+# supercomputer's compute node, a locked-down GPU host), from Debian packages carried there.
+#
+# On a machine with Debian's archive:
+#   scripts/prefix_from_debs.sh download <dir>     fetch the .deb files kusari's build needs
+#                                                  beyond a CUDA toolkit, MPI, CMake and a compiler
+# On the build machine:
+#   scripts/prefix_from_debs.sh unpack <dir> <prefix>
+#                                                  unpack them into <prefix> (no root needed) and
+#                                                  print the CMake arguments that use it, e.g.
+#   cmake -S . -B build $(scripts/prefix_from_debs.sh unpack debs /tmp/deps)
+#
+# The packages are unpacked, not installed: their files land under <prefix>/usr, and
+# CMAKE_PREFIX_PATH, the include and library paths, and the run-time search path point there.
+set -euo pipefail
+
+# Headers and libraries for the build (BLAS, GoogleTest, CLI11, nlohmann-json, libpng), with
+# the run-time libraries those -dev packages point to.
+packages=(
+  libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libgfortran5
+  libgtest-dev googletest
+  libcli11-dev nlohmann-json3-dev
+  libpng-dev libpng16-16 zlib1g-dev
+)
+
+cmd=${1:-}
+case "$cmd" in
+  download)
+    dir=${2:?usage: prefix_from_debs.sh download <dir>}
+    mkdir -p "$dir"
+    (cd "$dir" && apt-get download "${packages[@]}" >/dev/null)
+    ls "$dir"/*.deb | wc -l | xargs echo "prefix_from_debs.sh: .deb files in $dir:" >&2
+    ;;
+  unpack)
+    dir=${2:?usage: prefix_from_debs.sh unpack <dir> <prefix>}
+    prefix=${3:?usage: prefix_from_debs.sh unpack <dir> <prefix>}
+    mkdir -p "$prefix"
+    for deb in "$dir"/*.deb; do dpkg -x "$deb" "$prefix"; done
+    usr="$prefix/usr"
+    multiarch="$usr/lib/x86_64-linux-gnu"
+    # Debian's alternatives are not set up by dpkg -x: name OpenBLAS's library and header.
+    blas_lib=$(ls "$multiarch"/openblas-pthread/libopenblas.so* 2>/dev/null | head -n 1 || true)
+    [ -n "$blas_lib" ] && ln -sf "$blas_lib" "$multiarch/libopenblas.so"
+    [ -e "$multiarch/libopenblas.so.0" ] || { [ -n "$blas_lib" ] && ln -sf "$blas_lib" "$multiarch/libopenblas.so.0"; }
+    echo "-DCMAKE_PREFIX_PATH=$usr" \
+         "-DCMAKE_INCLUDE_PATH=$usr/include;$usr/include/x86_64-linux-gnu;$usr/include/x86_64-linux-gnu/openblas-pthread" \
+         "-DCMAKE_LIBRARY_PATH=$multiarch;$multiarch/openblas-pthread" \
+         "-DKUSARI_GTEST_SOURCE_DIR=$usr/src/googletest" \
+         "-DCMAKE_BUILD_RPATH=$multiarch;$multiarch/openblas-pthread"
+    ;;
+  *)
+    echo "usage: prefix_from_debs.sh download <dir> | unpack <dir> <prefix>" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,62 @@
+// The entry point of the CUDA library: what the core calls once it has loaded libkusari_cuda.
+// See Note [The CUDA library is loaded] in core/cuda_runtime.h.
+#include "backends/cuda/cuda_backend.h"
+#include "core/cuda_runtime.h"
+#include "kusari/core/error.h"
+
+namespace kusari::cuda {
+namespace {
+
+class EventTimerImpl final : public EventTimer {
+ public:
+  explicit EventTimerImpl(int device) : device_(device) {
+    check_device_index(device, "GpuTimer");
+    compute_stream(device);
+    set_device(device);
+    KUSARI_CUDA_CHECK(cudaEventCreate(&start_));
+    KUSARI_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~EventTimerImpl() override {
+    if (start_) cudaEventDestroy(start_);
+    if (stop_) cudaEventDestroy(stop_);
+  }
+  void start() override { record(start_); }
+  void stop() override { record(stop_); }
+  double seconds() override {
+    KUSARI_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    KUSARI_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms * 1e-3;
+  }
+
+ private:
+  void record(cudaEvent_t event) {
+    set_device(device_);
+    KUSARI_CUDA_CHECK(cudaEventRecord(event, compute_stream(device_)));
+  }
+  int device_;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+class CudaRuntime final : public Runtime {
+ public:
+  Backend& backend() override { return cuda_backend(); }
+  int device_count() override { return cuda_device_count(); }
+  MemoryStats memory_stats(int device) override { return pool_memory_stats(device); }
+  void empty_cache() override { pool_empty_cache(); }
+  bool capturing(int device) override { return cuda::capturing(device); }
+  std::unique_ptr<Graph::Impl> make_graph() override { return cuda::make_graph(); }
+  std::unique_ptr<ScalarReader::Impl> make_scalar_reader() override { return cuda::make_scalar_reader(); }
+  std::unique_ptr<EventTimer> make_event_timer(int device) override {
+    return std::make_unique<EventTimerImpl>(device);
+  }
+};
+
+}  // namespace
+}  // namespace kusari::cuda
+
+extern "C" __attribute__((visibility("default"))) kusari::cuda::Runtime* KUSARI_CUDA_ENTRY() {
+  static kusari::cuda::CudaRuntime* runtime = new kusari::cuda::CudaRuntime();
+  return runtime;
+}
