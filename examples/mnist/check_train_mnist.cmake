@@ -3,7 +3,12 @@
 #
 #   cmake -DTRAIN_MNIST=<program> -DOUT=<dir> -DMIN_ACCURACY=0.8 [-DMPIEXEC=<mpiexec> -DNP=2
 #         -DMPI_FLAGS=<flags separated by |>] -DARGS=<train_mnist flags separated by |>
-#         -P check_train_mnist.cmake
+#         [-DPLAIN_OUTPUT=ON] -P check_train_mnist.cmake
+#
+# With PLAIN_OUTPUT the program's output goes to <dir>/output.txt, as a batch job's does, and
+# the test also fails if that file holds an escape character (0x1b) or lacks ProgressBar's
+# plain progress line: under mpiexec each rank's stdout is a pseudo-terminal even then, and the
+# report extensions must still write plain lines (Note [Terminal output]).
 #
 # Without Fashion-MNIST ($KUSARI_DATASET_ROOT/fashion-mnist or /usr/share/datasets/fashion-mnist)
 # it prints "SKIP:" and exits 0; the test's SKIP_REGULAR_EXPRESSION reports it as skipped.
@@ -36,10 +41,32 @@ if(DEFINED MPIEXEC)
 endif()
 file(REMOVE_RECURSE ${OUT})
 string(REPLACE ";" " " _shown "${_command}")
-message("running: ${_shown}")
-execute_process(COMMAND ${_command} RESULT_VARIABLE _rc)
+if(PLAIN_OUTPUT)
+  file(MAKE_DIRECTORY ${OUT})
+  set(_output_file ${OUT}/output.txt)
+  message("running: ${_shown} > ${_output_file} 2>&1")
+  execute_process(COMMAND ${_command} RESULT_VARIABLE _rc OUTPUT_FILE ${_output_file}
+                  ERROR_FILE ${_output_file})
+else()
+  message("running: ${_shown}")
+  execute_process(COMMAND ${_command} RESULT_VARIABLE _rc)
+endif()
 if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "train_mnist failed (exit status ${_rc}): ${_shown}")
+endif()
+
+if(PLAIN_OUTPUT)
+  file(READ ${_output_file} _output)
+  message("${_output}")
+  string(ASCII 27 _esc)
+  string(FIND "${_output}" "${_esc}" _esc_at)
+  if(NOT _esc_at EQUAL -1)
+    message(FATAL_ERROR "${_output_file} holds terminal escapes (0x1b, the first at character "
+                        "${_esc_at}); a log file must get plain lines (Note [Terminal output])")
+  endif()
+  if(NOT _output MATCHES "iter, [0-9]+ epoch / [0-9]+ epochs; total [0-9.]+%")
+    message(FATAL_ERROR "${_output_file} lacks ProgressBar's plain progress line")
+  endif()
 endif()
 
 if(NOT EXISTS ${OUT}/log)

@@ -156,8 +156,8 @@ int main(int argc, char** argv) {
   kusari::training::Trainer trainer(updater, kusari::training::interval(epoch, "epoch"), out);
 
   // Evaluate the model with the test dataset for each epoch, over all processes.
-  auto evaluator = std::make_shared<E::Evaluator>(test_iter, model, converter, device);
-  trainer.extend(kusari::mn::create_multi_node_evaluator(evaluator, comm));
+  trainer.extend(
+      kusari::mn::create_multi_node_evaluator(E::Evaluator(test_iter, model, converter, device), comm));
 
   // Some display and output extensions are necessary only for one worker.
   if (comm->rank() == 0) {

@@ -32,13 +32,18 @@ TEST(MultiNodeEvaluatorTest, EqualsASingleProcessEvaluationOfTheWholeSet) {
   std::map<std::string, double> expected = whole->evaluate();
   // Each rank evaluates its shard (unequal split: no sample counted twice).
   auto shard = scatter_dataset(data, *comm, 0, true, 3, /*force_equal_length=*/false);
-  auto local = std::make_shared<training::extensions::Evaluator>(std::make_shared<SerialIterator>(shard, 4, false, false),
-                                                                 model);
-  auto mn_eval = create_multi_node_evaluator(local, comm);
+  // The evaluator by value (as Trainer::extend takes it), and shared.
+  auto mn_eval = create_multi_node_evaluator(
+      training::extensions::Evaluator(std::make_shared<SerialIterator>(shard, 4, false, false), model), comm);
   mn_eval->set_name("validation");
   std::map<std::string, double> got = mn_eval->evaluate();
   ASSERT_EQ(got.size(), expected.size());
   for (const auto& [k, v] : expected) EXPECT_NEAR(got.at(k), v, 1e-6) << k;
+  auto shared = std::make_shared<training::extensions::Evaluator>(
+      std::make_shared<SerialIterator>(shard, 4, false, false), model);
+  auto mn_shared = create_multi_node_evaluator(shared, comm);
+  mn_shared->set_name("validation");
+  EXPECT_EQ(mn_shared->evaluate(), got);
   EXPECT_TRUE(got.count("validation/main/loss"));
   EXPECT_TRUE(got.count("validation/main/accuracy"));
 }

@@ -2,10 +2,13 @@
 // allreduce, observation aggregation, early stopping, synchronized / multi-node iterators).
 #pragma once
 
+#include <concepts>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kusari/iterators/iterator.h"
@@ -39,9 +42,29 @@ class MultiNodeEvaluator : public training::Extension {
   std::shared_ptr<Communicator> comm_;
 };
 
-/// ChainerMN's create_multi_node_evaluator.
+/// ChainerMN's create_multi_node_evaluator, with the evaluator given by value as
+/// Trainer::extend takes extensions (an Evaluator or a subclass of it; the multi-node
+/// evaluator keeps its own copy):
+///
+///   trainer.extend(mn::create_multi_node_evaluator(
+///       extensions::Evaluator(test_iter, model, nullptr, device), comm));
+template <typename E>
+  requires std::derived_from<std::remove_cvref_t<E>, training::extensions::Evaluator>
+std::shared_ptr<MultiNodeEvaluator> create_multi_node_evaluator(E&& evaluator,
+                                                                std::shared_ptr<Communicator> comm);
+
+/// The same over an evaluator the caller shares (e.g. to call evaluate() on it later).
 std::shared_ptr<MultiNodeEvaluator> create_multi_node_evaluator(
     std::shared_ptr<training::extensions::Evaluator> evaluator, std::shared_ptr<Communicator> comm);
+
+template <typename E>
+  requires std::derived_from<std::remove_cvref_t<E>, training::extensions::Evaluator>
+std::shared_ptr<MultiNodeEvaluator> create_multi_node_evaluator(E&& evaluator,
+                                                                std::shared_ptr<Communicator> comm) {
+  auto owned = std::make_shared<std::remove_cvref_t<E>>(std::forward<E>(evaluator));
+  return create_multi_node_evaluator(
+      std::static_pointer_cast<training::extensions::Evaluator>(std::move(owned)), std::move(comm));
+}
 
 /// An evaluator for metrics that are not means (mAP, ...): every rank computes per-batch results
 /// with calc_local; they are gathered on the root, which aggregates them; the aggregated values

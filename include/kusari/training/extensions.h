@@ -20,3 +20,4 @@
 #include "kusari/training/extensions/snapshot.h"
 #include "kusari/training/extensions/value_observation.h"
 #include "kusari/training/summary.h"
+#include "kusari/training/terminal.h"

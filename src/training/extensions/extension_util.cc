@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kusari/core/error.h"
+#include "kusari/training/terminal.h"
 
 namespace kusari::training::detail {
 
@@ -66,10 +67,9 @@ void write_file_atomically(const std::string& path, std::string_view data, const
   }
 }
 
-bool is_terminal(const std::ostream& out) {
-  if (&out == &std::cout) return ::isatty(STDOUT_FILENO) == 1;
-  if (&out == &std::cerr || &out == &std::clog) return ::isatty(STDERR_FILENO) == 1;
-  return false;
+bool is_terminal(const std::ostream& out, std::optional<bool> override_terminal) {
+  if (override_terminal) return *override_terminal;
+  return is_terminal_output(out);
 }
 
 std::string format_g(double value, int precision) {

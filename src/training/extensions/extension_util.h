@@ -16,8 +16,9 @@ namespace kusari::training::detail {
 /// Creates the parent folder when missing. `fn` names the caller in errors (IOError).
 void write_file_atomically(const std::string& path, std::string_view data, const char* fn);
 
-/// True when `out` is std::cout, std::cerr or std::clog and that descriptor is a terminal.
-bool is_terminal(const std::ostream& out);
+/// Whether an extension writes for a terminal on `out`: `override_terminal` (the extension's
+/// set_terminal) when set, else is_terminal_output(out) (Note [Terminal output]).
+bool is_terminal(const std::ostream& out, std::optional<bool> override_terminal = std::nullopt);
 
 /// printf("%g")-style text of `value`, which matches Python's "{:g}".
 std::string format_g(double value, int precision = 6);

@@ -35,7 +35,7 @@ PrintReport::PrintReport(std::vector<std::string> entries, std::shared_ptr<LogRe
 }
 
 void PrintReport::operator()(Trainer& trainer) {
-  const bool terminal = detail::is_terminal(*out_);
+  const bool terminal = detail::is_terminal(*out_, terminal_);
   if (!header_printed_) {
     *out_ << header_;
     header_printed_ = true;

@@ -90,7 +90,7 @@ void ProgressBar::operator()(Trainer& trainer) {
   const std::string eta =
       std::isinf(estimated) ? std::string("unknown") : detail::format_timedelta(estimated);
 
-  const bool terminal = terminal_ ? *terminal_ : detail::is_terminal(*out_);
+  const bool terminal = detail::is_terminal(*out_, terminal_);
   std::string text;
   if (terminal) {
     char line[192];

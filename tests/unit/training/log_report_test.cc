@@ -164,6 +164,70 @@ TEST(LogReportTest, ResumeMidIntervalKeepsThePartialSummary) {
   check_resume(4);
 }
 
+// The keys of each entry of a JSON log, in the order the file lists them.
+std::vector<std::vector<std::string>> key_orders(const std::string& json_text) {
+  std::vector<std::vector<std::string>> orders;
+  for (const auto& entry : nlohmann::ordered_json::parse(json_text)) {
+    std::vector<std::string> keys;
+    for (auto it = entry.begin(); it != entry.end(); ++it) keys.push_back(it.key());
+    orders.push_back(keys);
+  }
+  return orders;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(LogReportTest, KeysKeepChainersInsertionOrder) {
+  // Named keys: their order, then epoch, iteration, elapsed_time (Note [LogReport key order]).
+  const std::string out = testing::fresh_out_dir("log_report_order_keys");
+  auto s = make_setup(out, interval(2, "epoch"));
+  s.trainer->extend(LogReport(std::vector<std::string>{"main/x_mean", "main/loss"}));
+  s.trainer->run();
+  const std::vector<std::string> named = {"main/x_mean", "main/loss", "epoch", "iteration",
+                                          "elapsed_time"};
+  EXPECT_EQ(key_orders(read_text(out + "/log")),
+            (std::vector<std::vector<std::string>>{named, named}));
+
+  // All keys: the model's, then a key first reported at the interval's last iteration (as an
+  // Evaluator's are), then epoch, iteration, elapsed_time, then what postprocess adds.
+  const std::string out_all = testing::fresh_out_dir("log_report_order_all");
+  auto a = make_setup(out_all, interval(2, "epoch"));
+  a.trainer->extend(make_extension(
+      [](Trainer& t) { t.observation()["a/evaluated"] = Array::full({}, 1.0, float64, Device::cpu()); },
+      "late", interval(1, "epoch"), kPriorityWriter));
+  auto log_report = std::make_shared<LogReport>();
+  log_report->set_postprocess([](LogReport::Entry& e) { e["added"] = 2 * e["epoch"]; });
+  a.trainer->extend(log_report);
+  a.trainer->run();
+  const std::vector<std::string> all = {"main/loss", "main/x_mean", "a/evaluated", "epoch",
+                                        "iteration", "elapsed_time", "added"};
+  EXPECT_EQ(key_orders(read_text(out_all + "/log")),
+            (std::vector<std::vector<std::string>>{all, all}));
+  EXPECT_EQ(key_orders(log_report->log_json()), key_orders(read_text(out_all + "/log")));
+
+  // A snapshot keeps the order: a LogReport loaded from it writes the same text.
+  auto store = std::make_shared<MapSerializer::Store>();
+  MapSerializer saver(store, false);
+  log_report->serialize(saver);
+  LogReport loaded;
+  MapSerializer loader(store, true);
+  loaded.serialize(loader);
+  EXPECT_EQ(loaded.log_json(), log_report->log_json());
+}
+
+TEST(LogReportTest, AnEmptyKeyListIsAnError) {
+  EXPECT_TRUE(testing::ThrowsWith<ValueError>(
+      [] { LogReport(std::vector<std::string>{}); },
+      {"LogReport", "list of keys is empty", "std::nullopt", "every reported key"}));
+  EXPECT_NO_THROW(LogReport(std::nullopt));
+  EXPECT_NO_THROW(LogReport(std::vector<std::string>{"main/loss"}));
+}
+
 TEST(PrintReportTest, PrintsChainersTable) {
   const std::string out = testing::fresh_out_dir("print_report");
   auto s = make_setup(out, interval(2, "epoch"));

@@ -28,15 +28,28 @@ namespace kusari::training::extensions {
 /// since JSON has no NaN or Infinity (Python's json module writes the non-standard NaN).
 /// The extension runs every iteration (its registration trigger) to gather values; the
 /// interval is the `trigger` given to the constructor, as in Chainer.
+///
+/// Note [LogReport key order]
+/// Chainer's log keeps each entry's keys in insertion order (Python dicts; json.dump does not
+/// sort): the reported keys in the order they first appeared in the interval, then "epoch",
+/// "iteration" and "elapsed_time", then what postprocess added. kusari writes the same order
+/// (nlohmann::ordered_json, not the alphabetical nlohmann::json): with `keys` given, their
+/// order; otherwise the order in which keys first appeared in the interval's observations
+/// (the model's "main/..." keys, reported at every iteration, before an Evaluator's
+/// "validation/..." keys, reported at the interval's last one). Keys that appear together in
+/// one observation come in the observation's own order, which is sorted (Observation is a
+/// std::map). Keys postprocess adds follow, sorted. A resumed run reads the order back from
+/// the snapshot's log. Entry itself stays a std::map for lookups.
 class LogReport : public Extension {
  public:
   /// One log entry: key -> value ("main/loss" -> 0.25, "epoch" -> 1, ...).
   using Entry = std::map<std::string, double>;
 
-  /// `keys`: the keys to log (all reported keys when absent). `trigger`: when to write an
-  /// entry (default every epoch). `log_name`: the file name in the trainer's out folder; it
-  /// may contain "{key}" fields filled from the entry (e.g. "log_{iteration}"); empty for no
-  /// file.
+  /// `keys`: the keys to log, in the order the JSON entries list them (every reported key
+  /// when std::nullopt; an empty list is a ValueError, since it would log nothing).
+  /// `trigger`: when to write an entry (default every epoch). `log_name`: the file name in the
+  /// trainer's out folder; it may contain "{key}" fields filled from the entry (e.g.
+  /// "log_{iteration}"); empty for no file.
   explicit LogReport(std::optional<std::vector<std::string>> keys = std::nullopt,
                      std::shared_ptr<Trigger> trigger = nullptr, std::string log_name = "log");
 
@@ -67,7 +80,9 @@ class LogReport : public Extension {
   std::string log_name_;
   std::function<void(Entry&)> postprocess_;
   DictSummary summary_;
+  std::vector<std::string> order_;  // the interval's keys, in order of first appearance
   std::vector<Entry> log_;
+  std::vector<std::vector<std::string>> orders_;  // each entry's key order, for the JSON
 };
 
 }  // namespace kusari::training::extensions

@@ -8,6 +8,7 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,10 @@ namespace kusari::training::extensions {
 /// Note [PrintReport on a terminal]
 /// Chainer writes "\033[J" (erase below the cursor) before each row so that a progress bar
 /// drawn below is wiped. kusari writes it only when the output is a terminal, so that a log
-/// file (e.g. a batch job's stdout) holds the plain table.
+/// file (e.g. a batch job's stdout) holds the plain table. "A terminal" follows
+/// Note [Terminal output] (kusari/training/terminal.h): under mpiexec or srun the rows are plain
+/// even when a rank's stdout is a pseudo-terminal; KUSARI_TERMINAL, set_terminal_output() or
+/// this extension's set_terminal() override that.
 class PrintReport : public Extension {
  public:
   /// Reads the log of the trainer's extension named `log_report` (a LogReport).
@@ -32,6 +36,13 @@ class PrintReport : public Extension {
   /// Uses its own LogReport, which it calls every time it runs (Chainer's LogReport instance).
   PrintReport(std::vector<std::string> entries, std::shared_ptr<LogReport> log_report,
               std::ostream& out = std::cout);
+
+  /// Forces the terminal (true: each row starts with ESC[J) or plain (false) output instead of
+  /// detecting it (Note [Terminal output]).
+  PrintReport& set_terminal(bool terminal) {
+    terminal_ = terminal;
+    return *this;
+  }
 
   /// Prints the header (first call) and the log entries not printed yet.
   void operator()(Trainer& trainer) override;
@@ -53,6 +64,7 @@ class PrintReport : public Extension {
   std::string log_report_name_;
   std::shared_ptr<LogReport> log_report_;
   std::ostream* out_;
+  std::optional<bool> terminal_;
   std::string header_;
   bool header_printed_ = false;
   size_t log_len_ = 0;  // log entries already printed

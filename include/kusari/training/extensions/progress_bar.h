@@ -34,8 +34,11 @@ namespace kusari::training::extensions {
 ///   91300 iter, 7 epoch / 20 epochs; total 35.54%, this epoch 10.84%; 0.71428 iters/sec;
 ///   estimated time to finish: 2 days, 16:23:34.613215.
 ///
-/// (one line in the file). The terminal test is isatty() on std::cout / std::cerr; any other
-/// stream counts as a file unless set_terminal(true) says otherwise.
+/// (one line in the file). What counts as a terminal is Note [Terminal output]
+/// (kusari/training/terminal.h): isatty() on std::cout / std::cerr, except under an MPI or
+/// batch launcher (whose ranks often get a pseudo-terminal while the job's output goes to a
+/// file), overridden by KUSARI_TERMINAL=0/1 or set_terminal_output(); any other stream counts
+/// as a file. set_terminal() overrides all of that for this extension.
 class ProgressBar : public Extension {
  public:
   /// `training_length`: (length, "epoch" | "iteration"); when absent it is taken from the
@@ -44,7 +47,8 @@ class ProgressBar : public Extension {
                        int64_t update_interval = 100, int bar_length = 50,
                        std::ostream& out = std::cout);
 
-  /// Forces the terminal (true) or plain-line (false) display instead of detecting it.
+  /// Forces the terminal (true) or plain-line (false) display instead of detecting it
+  /// (Note [Terminal output]).
   ProgressBar& set_terminal(bool terminal) {
     terminal_ = terminal;
     return *this;
