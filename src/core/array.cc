@@ -5,7 +5,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "core/kernel_call.h"
+#include "kernels/creation.h"
 #include "kusari/core/random.h"
 #include "kusari/core/routines.h"
 
@@ -74,7 +74,7 @@ Array Array::arange(double start, double stop, double step, Dtype dtype, Device 
   int64_t n = static_cast<int64_t>(std::ceil((stop - start) / step));
   if (n < 0) n = 0;
   Array a = empty({n}, dtype, device);
-  if (n > 0) KUSARI_KERNEL(device, arange)(a, start, step);
+  if (n > 0) kernels::arange(device, a, start, step);
   return a;
 }
 
@@ -103,13 +103,13 @@ Array Array::from(std::initializer_list<double> values, std::optional<Shape> sha
 
 Array Array::uniform(const Shape& shape, double low, double high, Dtype dtype, Device device, Generator* gen) {
   Array a = empty(shape, dtype, device);
-  if (a.size() > 0) KUSARI_KERNEL(device, random_uniform)(a, low, high, gen ? *gen : default_generator());
+  if (a.size() > 0) kernels::random_uniform(device, a, low, high, gen ? *gen : default_generator());
   return a;
 }
 
 Array Array::normal(const Shape& shape, double mean, double stddev, Dtype dtype, Device device, Generator* gen) {
   Array a = empty(shape, dtype, device);
-  if (a.size() > 0) KUSARI_KERNEL(device, random_normal)(a, mean, stddev, gen ? *gen : default_generator());
+  if (a.size() > 0) kernels::random_normal(device, a, mean, stddev, gen ? *gen : default_generator());
   return a;
 }
 
@@ -377,7 +377,7 @@ Array Array::at(const std::vector<Index>& indices) const {
 
 Array Array::copy() const {
   Array out = empty(shape_, dtype_, device_);
-  if (size() > 0) KUSARI_KERNEL(device_, copy)(*this, out);
+  if (size() > 0) kernels::copy(device_, *this, out);
   return out;
 }
 
@@ -386,7 +386,7 @@ Array Array::contiguous() const { return is_contiguous() ? *this : copy(); }
 Array Array::astype(Dtype dtype, bool copy_always) const {
   if (dtype == dtype_ && !copy_always) return *this;
   Array out = empty(shape_, dtype, device_);
-  if (size() > 0) KUSARI_KERNEL(device_, copy)(*this, out);
+  if (size() > 0) kernels::copy(device_, *this, out);
   return out;
 }
 
@@ -412,11 +412,11 @@ void Array::assign(const Array& src) {
   KUSARI_CHECK(src.device() == device_, DeviceError, "Array::assign: source on ", src.device(),
                " but destination on ", device_, " (move it with to_device first)");
   Array b = src.broadcast_to(shape_);
-  if (size() > 0) KUSARI_KERNEL(device_, copy)(b, *this);
+  if (size() > 0) kernels::copy(device_, b, *this);
 }
 
 void Array::fill(Scalar value) {
-  if (size() > 0) KUSARI_KERNEL(device_, fill)(*this, value);
+  if (size() > 0) kernels::fill(device_, *this, value);
 }
 
 Array Array::host_contiguous(Dtype dtype) const {

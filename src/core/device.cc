@@ -32,8 +32,6 @@ std::string Device::str() const {
 
 Backend& Device::backend() const { return get_backend(type_); }
 
-const KernelTable& Device::kernels() const { return get_backend(type_).kernels(); }
-
 void Device::synchronize() const { get_backend(type_).synchronize(index_); }
 
 Backend& get_backend(DeviceType type) {

@@ -2,10 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <ostream>
 #include <string>
-
-#include "kusari/core/kernels.h"
 
 namespace kusari {
 
@@ -34,8 +33,6 @@ class Device {
 
   /// The backend that owns this device's memory and kernels (throws DeviceError if unavailable).
   Backend& backend() const;
-  /// The backend's kernel table.
-  const KernelTable& kernels() const;
   /// Waits until all work queued on the device has finished.
   void synchronize() const;
 
@@ -51,8 +48,8 @@ class Device {
 
 inline std::ostream& operator<<(std::ostream& os, Device d) { return os << d.str(); }
 
-/// A backend: memory, transfers and the kernel table of one device type.
-/// See Note [Kernel table].
+/// A backend: the memory and transfers of one device type. Its kernels are private to the library
+/// (Note [Kernel families] in src/kernels/kernel.h); its constructor registers them.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -74,11 +71,8 @@ class Backend {
   virtual void copy_between_devices(int dst_index, void* dst, int src_index, const void* src, size_t nbytes) = 0;
   virtual void synchronize(int index) = 0;
 
-  const KernelTable& kernels() const { return kernels_; }
-
  protected:
   Backend() = default;
-  KernelTable kernels_;
 };
 
 /// The backend of a device type; throws DeviceError when it was not built or has no device.

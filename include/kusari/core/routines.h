@@ -1,5 +1,7 @@
 // Array routines: NumPy-like operations on Arrays, without autograd. Each routine checks its
-// arguments (devices, dtypes, shapes), allocates the output and calls the device's kernel.
+// arguments (devices, dtypes, shapes), allocates the output and calls the device's kernel (or,
+// where a fused kernel declines, a composition of other routines; Note [Kernel families]). They
+// are defined by family in src/routines/ (elementwise, reduction, linalg, indexing, nn, update).
 // The differentiable versions, on Variables, live in kusari/functions/.
 #pragma once
 
@@ -7,7 +9,7 @@
 #include <vector>
 
 #include "kusari/core/array.h"
-#include "kusari/core/kernels.h"
+#include "kusari/core/op_types.h"
 
 namespace kusari {
 
@@ -80,6 +82,9 @@ void multiply_to(Array& out, Scalar b);
 Array where(const Array& cond, const Array& a, const Array& b);
 Array where(const Array& cond, const Array& a, Scalar b);
 Array where(const Array& cond, Scalar a, const Array& b);
+/// gy where y > 0, else 0 (broadcasting; one dtype, not bool): the gradient of relu through its
+/// output y. One fused pass where the backend's kernel takes the case, else where(y > 0, gy, 0).
+Array relu_grad(const Array& gy, const Array& y);
 
 Array operator+(const Array& a, const Array& b);
 Array operator-(const Array& a, const Array& b);
@@ -147,9 +152,20 @@ Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Poo
 
 // --- optimizer updates ---------------------------------------------------------------------------
 /// One fused optimizer step: updates `param` and the arrays in `state` in place from `grad`, with
-/// the rule's hyperparameters in `hyper` (layouts and formulas: Note [Update rule layouts] in
-/// kusari/core/kernels.h). param, grad and every state array must be on one device and have one
-/// floating dtype and one shape; param and the states must be contiguous (grad is copied when not).
+/// the rule's hyperparameters in `hyper`, in this order (flags as 0 or 1; formulas:
+/// Note [Update rule layouts]):
+///
+///   rule          hyper                                                      state
+///   kSgd          lr                                                         -
+///   kMomentumSgd  lr, momentum                                               v
+///   kNesterov     lr, momentum                                               v
+///   kAdam         alpha_t, beta1, beta2, eps, eta, weight_decay_rate,        m, v (, vhat)
+///                 amsgrad (1 needs the third state vhat)
+///   kRmsprop      lr, alpha, eps, eps_inside_sqrt                            ms
+///   kAdaGrad      lr, eps                                                    h
+///
+/// The routine turns them into the kernel's typed parameters after checking the count. param,
+/// grad and every state array must be on one device and have one floating dtype and one shape; param and the states must be contiguous (grad is copied when not).
 /// With `skip` (a one-element int64 array on the parameter's device), the step is taken only
 /// where *skip is 0, decided on the device when the kernel runs: a nonzero count leaves param and
 /// state untouched, without the host reading it (Note [Dynamic loss scaling]).

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "kernels/nn.h"
 #include "backends/cpu/loops.h"
 #include "kusari/config.h"
 #include "kusari/core/error.h"
@@ -533,12 +534,12 @@ void conv2d_backward_filter(const Array& x, const Array& gy, const Conv2dParams&
   }
 }
 
-void register_nn_kernels(KernelTable& table) {
-  table.conv2d_forward = &conv2d_forward;
-  table.conv2d_backward_data = &conv2d_backward_data;
-  table.conv2d_backward_filter = &conv2d_backward_filter;
-  table.pool2d_forward = &pool2d_forward;
-  table.pool2d_backward = &pool2d_backward;
+void register_cpu_nn_kernels() {
+  kernels::conv2d_forward.set(DeviceType::kCPU, &conv2d_forward);
+  kernels::conv2d_backward_data.set(DeviceType::kCPU, &conv2d_backward_data);
+  kernels::conv2d_backward_filter.set(DeviceType::kCPU, &conv2d_backward_filter);
+  kernels::pool2d_forward.set(DeviceType::kCPU, &pool2d_forward);
+  kernels::pool2d_backward.set(DeviceType::kCPU, &pool2d_backward);
 }
 
 }  // namespace kusari::cpu

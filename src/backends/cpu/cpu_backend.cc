@@ -66,22 +66,13 @@ class LargeBlockCache {
 class CpuBackend final : public Backend {
  public:
   CpuBackend() {
-    kernels_.fill = &cpu::fill;
-    kernels_.arange = &cpu::arange;
-    kernels_.copy = &cpu::copy;
-    kernels_.random_uniform = &cpu::random_uniform;
-    kernels_.random_normal = &cpu::random_normal;
-    kernels_.unary = &cpu::unary;
-    kernels_.binary = &cpu::binary;
-    kernels_.where = &cpu::where;
-    kernels_.reduce = &cpu::reduce;
-    kernels_.arg_reduce = &cpu::arg_reduce;
-    kernels_.softmax = &cpu::softmax;
-    kernels_.matmul = &cpu::matmul;
-    kernels_.take = &cpu::take;
-    kernels_.add_at = &cpu::add_at;
-    register_nn_kernels(kernels_);
-    register_update_kernels(kernels_);
+    register_cpu_creation_kernels();
+    register_cpu_elementwise_kernels();
+    register_cpu_reduction_kernels();
+    register_cpu_linalg_kernels();
+    register_cpu_indexing_kernels();
+    register_cpu_nn_kernels();
+    register_cpu_update_kernels();
   }
 
   DeviceType type() const override { return DeviceType::kCPU; }

@@ -9,13 +9,15 @@
 #define KUSARI_CPU_F16C 0
 #endif
 
+#include "backends/common/philox.h"
 #include "backends/cpu/cpu_backend.h"
+#include "kernels/creation.h"
 #include "backends/cpu/loops.h"
 
 namespace kusari::cpu {
 
 void fill(Array& out, Scalar value) {
-  visit_dtype(out.dtype(), [&](auto tag) {
+  common::visit_dtype(out.dtype(), "fill", [&](auto tag) {
     using T = decltype(tag);
     const T v = static_cast<T>(value.template to<compute_t<T>>());
     StridedLoop<1> loop(out.shape(), {&out});
@@ -31,7 +33,7 @@ void fill(Array& out, Scalar value) {
 }
 
 void arange(Array& out, double start, double step) {
-  visit_dtype(out.dtype(), [&](auto tag) {
+  common::visit_dtype(out.dtype(), "arange", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
     const int64_t n = out.size();
@@ -106,9 +108,9 @@ inline To convert(From v) {
 void copy(const Array& src, Array& dst) {
   KUSARI_ASSERT(src.shape() == dst.shape(), "copy: ", src.shape(), " vs ", dst.shape());
   StridedLoop<2> loop(dst.shape(), {&dst, &src});
-  visit_dtype(src.dtype(), [&](auto stag) {
+  common::visit_dtype(src.dtype(), "copy", [&](auto stag) {
     using S = decltype(stag);
-    visit_dtype(dst.dtype(), [&](auto dtag) {
+    common::visit_dtype(dst.dtype(), "copy", [&](auto dtag) {
       using D = decltype(dtag);
       loop.run([](char** p, int64_t n, const int64_t* s) {
         if constexpr (std::is_same_v<S, D>) {
@@ -141,7 +143,7 @@ void random_uniform(Array& out, double low, double high, Generator& gen) {
   KUSARI_ASSERT(out.is_contiguous());
   const int64_t n = out.size();
   const auto key = gen.key();
-  visit_floating_dtype(out.dtype(), "uniform", [&](auto tag) {
+  common::visit_floating_dtype(out.dtype(), "uniform", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
     if constexpr (std::is_same_v<T, double>) {
@@ -149,9 +151,9 @@ void random_uniform(Array& out, double low, double high, Generator& gen) {
       parallel_for((n + 1) / 2, 20, [&](int64_t b, int64_t e) {
         for (int64_t blk = b; blk < e; ++blk) {
           uint64_t c = start + static_cast<uint64_t>(blk);
-          auto r = philox4x32({static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0, 0}, key);
+          const common::Philox4 r = common::philox4x32(c, key[0], key[1]);
           for (int j = 0; j < 2 && blk * 2 + j < n; ++j) {
-            o[blk * 2 + j] = low + (high - low) * uint32x2_to_unit_double(r[2 * j], r[2 * j + 1]);
+            o[blk * 2 + j] = low + (high - low) * common::unit_double(r.v[2 * j], r.v[2 * j + 1]);
           }
         }
       });
@@ -160,9 +162,9 @@ void random_uniform(Array& out, double low, double high, Generator& gen) {
       parallel_for((n + 3) / 4, 20, [&](int64_t b, int64_t e) {
         for (int64_t blk = b; blk < e; ++blk) {
           uint64_t c = start + static_cast<uint64_t>(blk);
-          auto r = philox4x32({static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0, 0}, key);
+          const common::Philox4 r = common::philox4x32(c, key[0], key[1]);
           for (int j = 0; j < 4 && blk * 4 + j < n; ++j) {
-            float u = uint32_to_unit_float(r[j]);
+            float u = common::unit_float(r.v[j]);
             o[blk * 4 + j] = static_cast<T>(static_cast<float>(low + (high - low) * static_cast<double>(u)));
           }
         }
@@ -176,16 +178,16 @@ void random_normal(Array& out, double mean, double stddev, Generator& gen) {
   const int64_t n = out.size();
   const auto key = gen.key();
   const uint64_t start = gen.advance(static_cast<uint64_t>((n + 1) / 2));
-  visit_floating_dtype(out.dtype(), "normal", [&](auto tag) {
+  common::visit_floating_dtype(out.dtype(), "normal", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
     parallel_for((n + 1) / 2, 40, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk) {
         uint64_t c = start + static_cast<uint64_t>(blk);
-        auto r = philox4x32({static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0, 0}, key);
+        const common::Philox4 r = common::philox4x32(c, key[0], key[1]);
         // Box-Muller on two uniforms in (0, 1].
-        double u1 = 1.0 - uint32x2_to_unit_double(r[0], r[1]);
-        double u2 = uint32x2_to_unit_double(r[2], r[3]);
+        double u1 = 1.0 - common::unit_double(r.v[0], r.v[1]);
+        double u2 = common::unit_double(r.v[2], r.v[3]);
         double radius = std::sqrt(-2.0 * std::log(u1));
         double angle = 2.0 * M_PI * u2;
         int64_t i0 = blk * 2;
@@ -194,6 +196,14 @@ void random_normal(Array& out, double mean, double stddev, Generator& gen) {
       }
     });
   });
+}
+
+void register_cpu_creation_kernels() {
+  kernels::fill.set(DeviceType::kCPU, &fill);
+  kernels::arange.set(DeviceType::kCPU, &arange);
+  kernels::copy.set(DeviceType::kCPU, &copy);
+  kernels::random_uniform.set(DeviceType::kCPU, &random_uniform);
+  kernels::random_normal.set(DeviceType::kCPU, &random_normal);
 }
 
 }  // namespace kusari::cpu

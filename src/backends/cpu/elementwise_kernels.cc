@@ -2,7 +2,10 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backends/common/dtype_visit.h"
+#include "backends/common/scalar_ops.h"
 #include "backends/cpu/cpu_backend.h"
+#include "kernels/elementwise.h"
 #include "backends/cpu/loops.h"
 
 namespace kusari::cpu {
@@ -63,6 +66,32 @@ void map2(const Array& a, const Array& b, Array& out, F f) {
   KUSARI_THROW(DtypeError, what, ": not supported for dtype ", dtype_name(dtype));
 }
 
+template <UnaryOp Op, typename T>
+void arith1(const Array& x, Array& out, int64_t cost, compute_t<T> c0, compute_t<T> c1) {
+  using C = compute_t<T>;
+  map1<T, T>(x, out, cost, [=](C v) { return common::unary_arith<Op>(v, c0, c1); });
+}
+
+template <UnaryOp Op, typename T>
+void predicate1(const Array& x, Array& out, compute_t<T> c0) {
+  using C = compute_t<T>;
+  map1<T, bool>(x, out, 1, [=](C v) { return common::unary_predicate<Op>(v, c0); });
+}
+
+template <BinaryOp Op, typename T>
+void arith2(const Array& a, const Array& b, Array& out) {
+  using C = compute_t<T>;
+  map2<T, T>(a, b, out, [](C x, C y) { return common::binary_arith<Op>(x, y); });
+}
+
+template <BinaryOp Op, typename T>
+void predicate2(const Array& a, const Array& b, Array& out) {
+  using C = compute_t<T>;
+  map2<T, bool>(a, b, out, [](C x, C y) { return common::binary_predicate<Op>(x, y); });
+}
+
+// The op is switched on once per call, outside the loop, so that every loop body is one op's
+// arithmetic (src/backends/common/scalar_ops.h) and vectorises.
 template <typename T>
 void unary_typed(UnaryOp op, const Array& x, Array& out, double p0, double p1) {
   using C = compute_t<T>;
@@ -70,33 +99,25 @@ void unary_typed(UnaryOp op, const Array& x, Array& out, double p0, double p1) {
   constexpr bool kBool = std::is_same_v<T, bool>;
   const C c0 = static_cast<C>(p0);
   const C c1 = static_cast<C>(p1);
+#define KUSARI_PREDICATE(name) \
+  case UnaryOp::name:          \
+    return predicate1<UnaryOp::name, T>(x, out, c0);
+#define KUSARI_ARITH(name, cost) \
+  case UnaryOp::name:            \
+    return arith1<UnaryOp::name, T>(x, out, cost, c0, c1);
   // Predicates write bool.
   switch (op) {
-    case UnaryOp::kEqScalar:
-      return map1<T, bool>(x, out, 1, [=](C v) { return v == c0; });
-    case UnaryOp::kNeScalar:
-      return map1<T, bool>(x, out, 1, [=](C v) { return v != c0; });
-    case UnaryOp::kLtScalar:
-      return map1<T, bool>(x, out, 1, [=](C v) { return v < c0; });
-    case UnaryOp::kLeScalar:
-      return map1<T, bool>(x, out, 1, [=](C v) { return v <= c0; });
-    case UnaryOp::kGtScalar:
-      return map1<T, bool>(x, out, 1, [=](C v) { return v > c0; });
-    case UnaryOp::kGeScalar:
-      return map1<T, bool>(x, out, 1, [=](C v) { return v >= c0; });
-    case UnaryOp::kLogicalNot:
-      return map1<T, bool>(x, out, 1, [](C v) { return !static_cast<bool>(v); });
-    case UnaryOp::kIsNan:
-      if constexpr (kFloat) return map1<T, bool>(x, out, 1, [](C v) { return std::isnan(v); });
-      return map1<T, bool>(x, out, 1, [](C) { return false; });
-    case UnaryOp::kIsInf:
-      if constexpr (kFloat) return map1<T, bool>(x, out, 1, [](C v) { return std::isinf(v); });
-      return map1<T, bool>(x, out, 1, [](C) { return false; });
-    case UnaryOp::kIsFinite:
-      if constexpr (kFloat) return map1<T, bool>(x, out, 1, [](C v) { return std::isfinite(v); });
-      return map1<T, bool>(x, out, 1, [](C) { return true; });
-    case UnaryOp::kIdentity:
-      return map1<T, T>(x, out, 1, [](C v) { return v; });
+    KUSARI_PREDICATE(kEqScalar)
+    KUSARI_PREDICATE(kNeScalar)
+    KUSARI_PREDICATE(kLtScalar)
+    KUSARI_PREDICATE(kLeScalar)
+    KUSARI_PREDICATE(kGtScalar)
+    KUSARI_PREDICATE(kGeScalar)
+    KUSARI_PREDICATE(kLogicalNot)
+    KUSARI_PREDICATE(kIsNan)
+    KUSARI_PREDICATE(kIsInf)
+    KUSARI_PREDICATE(kIsFinite)
+    KUSARI_ARITH(kIdentity, 1)
     default:
       break;
   }
@@ -104,28 +125,17 @@ void unary_typed(UnaryOp op, const Array& x, Array& out, double p0, double p1) {
     unsupported("elementwise arithmetic", Dtype::kBool);
   } else {
     switch (op) {
-      case UnaryOp::kNeg:
-        return map1<T, T>(x, out, 1, [](C v) { return static_cast<C>(-v); });
-      case UnaryOp::kAbs:
-        return map1<T, T>(x, out, 1, [](C v) { return v < C(0) ? static_cast<C>(-v) : v; });
-      case UnaryOp::kSign:
-        return map1<T, T>(x, out, 1, [](C v) { return static_cast<C>((C(0) < v) - (v < C(0))); });
-      case UnaryOp::kSquare:
-        return map1<T, T>(x, out, 1, [](C v) { return static_cast<C>(v * v); });
-      case UnaryOp::kRelu:
-        return map1<T, T>(x, out, 1, [](C v) { return v > C(0) ? v : C(0); });
-      case UnaryOp::kAddScalar:
-        return map1<T, T>(x, out, 1, [=](C v) { return static_cast<C>(v + c0); });
-      case UnaryOp::kMulScalar:
-        return map1<T, T>(x, out, 1, [=](C v) { return static_cast<C>(v * c0); });
-      case UnaryOp::kRSubScalar:
-        return map1<T, T>(x, out, 1, [=](C v) { return static_cast<C>(c0 - v); });
-      case UnaryOp::kMaxScalar:
-        return map1<T, T>(x, out, 1, [=](C v) { return (v > c0 || v != v) ? v : c0; });
-      case UnaryOp::kMinScalar:
-        return map1<T, T>(x, out, 1, [=](C v) { return (v < c0 || v != v) ? v : c0; });
-      case UnaryOp::kClip:
-        return map1<T, T>(x, out, 1, [=](C v) { return v < c0 ? c0 : (v > c1 ? c1 : v); });
+      KUSARI_ARITH(kNeg, 1)
+      KUSARI_ARITH(kAbs, 1)
+      KUSARI_ARITH(kSign, 1)
+      KUSARI_ARITH(kSquare, 1)
+      KUSARI_ARITH(kRelu, 1)
+      KUSARI_ARITH(kAddScalar, 1)
+      KUSARI_ARITH(kMulScalar, 1)
+      KUSARI_ARITH(kRSubScalar, 1)
+      KUSARI_ARITH(kMaxScalar, 1)
+      KUSARI_ARITH(kMinScalar, 1)
+      KUSARI_ARITH(kClip, 1)
       default:
         break;
     }
@@ -133,88 +143,56 @@ void unary_typed(UnaryOp op, const Array& x, Array& out, double p0, double p1) {
       unsupported("this elementwise function (it needs a floating dtype)", dtype_of<T>);
     } else {
       switch (op) {
-        case UnaryOp::kExp:
-          return map1<T, T>(x, out, 8, [](C v) { return std::exp(v); });
-        case UnaryOp::kLog:
-          return map1<T, T>(x, out, 8, [](C v) { return std::log(v); });
-        case UnaryOp::kLog1p:
-          return map1<T, T>(x, out, 8, [](C v) { return std::log1p(v); });
-        case UnaryOp::kExpm1:
-          return map1<T, T>(x, out, 8, [](C v) { return std::expm1(v); });
-        case UnaryOp::kSqrt:
-          return map1<T, T>(x, out, 4, [](C v) { return std::sqrt(v); });
-        case UnaryOp::kRsqrt:
-          return map1<T, T>(x, out, 4, [](C v) { return C(1) / std::sqrt(v); });
-        case UnaryOp::kReciprocal:
-          return map1<T, T>(x, out, 2, [](C v) { return C(1) / v; });
-        case UnaryOp::kRDivScalar:
-          return map1<T, T>(x, out, 2, [=](C v) { return c0 / v; });
-        case UnaryOp::kSin:
-          return map1<T, T>(x, out, 8, [](C v) { return std::sin(v); });
-        case UnaryOp::kCos:
-          return map1<T, T>(x, out, 8, [](C v) { return std::cos(v); });
-        case UnaryOp::kTanh:
-          return map1<T, T>(x, out, 8, [](C v) { return std::tanh(v); });
-        case UnaryOp::kSigmoid:
-          // Stable in both tails: exp of a non-positive number only.
-          return map1<T, T>(x, out, 8, [](C v) {
-            if (v >= C(0)) return C(1) / (C(1) + std::exp(-v));
-            C e = std::exp(v);
-            return e / (C(1) + e);
-          });
-        case UnaryOp::kFloor:
-          return map1<T, T>(x, out, 2, [](C v) { return std::floor(v); });
-        case UnaryOp::kCeil:
-          return map1<T, T>(x, out, 2, [](C v) { return std::ceil(v); });
-        case UnaryOp::kErf:
-          return map1<T, T>(x, out, 8, [](C v) { return std::erf(v); });
-        case UnaryOp::kSoftplus:
-          // log(1 + exp(b v)) / b = max(b v, 0) / b + log1p(exp(-|b v|)) / b
-          return map1<T, T>(x, out, 10, [=](C v) {
-            C bv = c0 * v;
-            return (std::max(bv, C(0)) + std::log1p(std::exp(-std::abs(bv)))) / c0;
-          });
-        case UnaryOp::kLeakyRelu:
-          return map1<T, T>(x, out, 1, [=](C v) { return v >= C(0) ? v : c0 * v; });
-        case UnaryOp::kElu:
-          return map1<T, T>(x, out, 8, [=](C v) { return v >= C(0) ? v : c0 * std::expm1(v); });
+        KUSARI_ARITH(kExp, 8)
+        KUSARI_ARITH(kLog, 8)
+        KUSARI_ARITH(kLog1p, 8)
+        KUSARI_ARITH(kExpm1, 8)
+        KUSARI_ARITH(kSqrt, 4)
+        KUSARI_ARITH(kRsqrt, 4)
+        KUSARI_ARITH(kReciprocal, 2)
+        KUSARI_ARITH(kRDivScalar, 2)
+        KUSARI_ARITH(kSin, 8)
+        KUSARI_ARITH(kCos, 8)
+        KUSARI_ARITH(kTanh, 8)
+        KUSARI_ARITH(kSigmoid, 8)
+        KUSARI_ARITH(kFloor, 2)
+        KUSARI_ARITH(kCeil, 2)
+        KUSARI_ARITH(kErf, 8)
+        KUSARI_ARITH(kSoftplus, 10)
+        KUSARI_ARITH(kLeakyRelu, 1)
+        KUSARI_ARITH(kElu, 8)
         case UnaryOp::kPowScalar:
-          if (p0 == 2.0) return map1<T, T>(x, out, 1, [](C v) { return v * v; });
-          if (p0 == 0.5) return map1<T, T>(x, out, 4, [](C v) { return std::sqrt(v); });
-          if (p0 == -1.0) return map1<T, T>(x, out, 2, [](C v) { return C(1) / v; });
-          return map1<T, T>(x, out, 10, [=](C v) { return std::pow(v, c0); });
-        case UnaryOp::kRPowScalar:
-          return map1<T, T>(x, out, 10, [=](C v) { return std::pow(c0, v); });
+          // The exponents with a cheaper exact form take it (the CUDA kernel does the same).
+          if (p0 == 2.0) return arith1<UnaryOp::kSquare, T>(x, out, 1, c0, c1);
+          if (p0 == 0.5) return arith1<UnaryOp::kSqrt, T>(x, out, 4, c0, c1);
+          if (p0 == -1.0) return arith1<UnaryOp::kReciprocal, T>(x, out, 2, c0, c1);
+          return arith1<UnaryOp::kPowScalar, T>(x, out, 10, c0, c1);
+        KUSARI_ARITH(kRPowScalar, 10)
         default:
           break;
       }
     }
   }
+#undef KUSARI_ARITH
+#undef KUSARI_PREDICATE
   KUSARI_THROW(NotImplementedError, "cpu unary kernel: op ", static_cast<int>(op), " not implemented for ",
                dtype_name(x.dtype()));
 }
 
 template <typename T>
 void binary_typed(BinaryOp op, const Array& a, const Array& b, Array& out) {
-  using C = compute_t<T>;
-  constexpr bool kFloat = std::is_floating_point_v<C>;
+#define KUSARI_BINARY(kind, name) \
+  case BinaryOp::name:            \
+    return kind<BinaryOp::name, T>(a, b, out);
   switch (op) {
-    case BinaryOp::kEq:
-      return map2<T, bool>(a, b, out, [](C x, C y) { return x == y; });
-    case BinaryOp::kNe:
-      return map2<T, bool>(a, b, out, [](C x, C y) { return x != y; });
-    case BinaryOp::kLt:
-      return map2<T, bool>(a, b, out, [](C x, C y) { return x < y; });
-    case BinaryOp::kLe:
-      return map2<T, bool>(a, b, out, [](C x, C y) { return x <= y; });
-    case BinaryOp::kGt:
-      return map2<T, bool>(a, b, out, [](C x, C y) { return x > y; });
-    case BinaryOp::kGe:
-      return map2<T, bool>(a, b, out, [](C x, C y) { return x >= y; });
-    case BinaryOp::kLogicalAnd:
-      return map2<T, bool>(a, b, out, [](C x, C y) { return static_cast<bool>(x) && static_cast<bool>(y); });
-    case BinaryOp::kLogicalOr:
-      return map2<T, bool>(a, b, out, [](C x, C y) { return static_cast<bool>(x) || static_cast<bool>(y); });
+    KUSARI_BINARY(predicate2, kEq)
+    KUSARI_BINARY(predicate2, kNe)
+    KUSARI_BINARY(predicate2, kLt)
+    KUSARI_BINARY(predicate2, kLe)
+    KUSARI_BINARY(predicate2, kGt)
+    KUSARI_BINARY(predicate2, kGe)
+    KUSARI_BINARY(predicate2, kLogicalAnd)
+    KUSARI_BINARY(predicate2, kLogicalOr)
     default:
       break;
   }
@@ -222,42 +200,18 @@ void binary_typed(BinaryOp op, const Array& a, const Array& b, Array& out) {
     unsupported("elementwise arithmetic", Dtype::kBool);
   } else {
     switch (op) {
-      case BinaryOp::kAdd:
-        return map2<T, T>(a, b, out, [](C x, C y) { return static_cast<C>(x + y); });
-      case BinaryOp::kSub:
-        return map2<T, T>(a, b, out, [](C x, C y) { return static_cast<C>(x - y); });
-      case BinaryOp::kMul:
-        return map2<T, T>(a, b, out, [](C x, C y) { return static_cast<C>(x * y); });
-      case BinaryOp::kDiv:
-        if constexpr (kFloat) {
-          return map2<T, T>(a, b, out, [](C x, C y) { return x / y; });
-        } else {
-          // Integer division floors like NumPy's floor_divide; division by zero gives 0.
-          return map2<T, T>(a, b, out, [](C x, C y) {
-            if (y == 0) return C(0);
-            C q = static_cast<C>(x / y);
-            if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
-            return q;
-          });
-        }
-      case BinaryOp::kPow:
-        if constexpr (kFloat) {
-          return map2<T, T>(a, b, out, [](C x, C y) { return std::pow(x, y); });
-        } else {
-          return map2<T, T>(a, b, out, [](C x, C y) {
-            C r = 1;
-            for (C i = 0; i < y; ++i) r = static_cast<C>(r * x);
-            return r;
-          });
-        }
-      case BinaryOp::kMaximum:
-        return map2<T, T>(a, b, out, [](C x, C y) { return (x > y || x != x) ? x : y; });
-      case BinaryOp::kMinimum:
-        return map2<T, T>(a, b, out, [](C x, C y) { return (x < y || x != x) ? x : y; });
+      KUSARI_BINARY(arith2, kAdd)
+      KUSARI_BINARY(arith2, kSub)
+      KUSARI_BINARY(arith2, kMul)
+      KUSARI_BINARY(arith2, kDiv)
+      KUSARI_BINARY(arith2, kPow)
+      KUSARI_BINARY(arith2, kMaximum)
+      KUSARI_BINARY(arith2, kMinimum)
       default:
         break;
     }
   }
+#undef KUSARI_BINARY
   KUSARI_THROW(NotImplementedError, "cpu binary kernel: op ", static_cast<int>(op), " not implemented for ",
                dtype_name(a.dtype()));
 }
@@ -265,15 +219,15 @@ void binary_typed(BinaryOp op, const Array& a, const Array& b, Array& out) {
 }  // namespace
 
 void unary(UnaryOp op, const Array& x, Array& out, double p0, double p1) {
-  visit_dtype(x.dtype(), [&](auto tag) { unary_typed<decltype(tag)>(op, x, out, p0, p1); });
+  common::visit_dtype(x.dtype(), "unary", [&](auto tag) { unary_typed<decltype(tag)>(op, x, out, p0, p1); });
 }
 
 void binary(BinaryOp op, const Array& a, const Array& b, Array& out) {
-  visit_dtype(a.dtype(), [&](auto tag) { binary_typed<decltype(tag)>(op, a, b, out); });
+  common::visit_dtype(a.dtype(), "binary", [&](auto tag) { binary_typed<decltype(tag)>(op, a, b, out); });
 }
 
 void where(const Array& cond, const Array& a, const Array& b, Array& out) {
-  visit_dtype(out.dtype(), [&](auto tag) {
+  common::visit_dtype(out.dtype(), "where", [&](auto tag) {
     using T = decltype(tag);
     StridedLoop<4> loop(out.shape(), {&out, &cond, &a, &b});
     loop.run([](char** p, int64_t n, const int64_t* s) {
@@ -284,6 +238,25 @@ void where(const Array& cond, const Array& a, const Array& b, Array& out) {
       }
     });
   });
+}
+
+// out = gy where y > 0, else 0: one pass for relu's gradient, any strides. Integer dtypes are
+// declined (the routine's composition serves them).
+bool relu_grad(const Array& gy, const Array& y, Array& out) {
+  if (!is_floating(out.dtype())) return false;
+  common::visit_floating_dtype(out.dtype(), "relu_grad", [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    map2<T, T>(gy, y, out, [](C g, C v) { return common::relu_grad(g, v); });
+  });
+  return true;
+}
+
+void register_cpu_elementwise_kernels() {
+  kernels::unary.set(DeviceType::kCPU, &unary);
+  kernels::binary.set(DeviceType::kCPU, &binary);
+  kernels::where.set(DeviceType::kCPU, &where);
+  kernels::relu_grad.set(DeviceType::kCPU, &relu_grad);
 }
 
 }  // namespace kusari::cpu

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
+#include "kernels/indexing.h"
 #include "backends/cpu/loops.h"
 
 namespace kusari::cpu {
@@ -49,7 +50,7 @@ void add_at(Array& out, const Array& indices, int axis, const Array& values_in) 
   const int64_t len = os[axis];
   std::vector<int64_t> idx = read_indices(indices, len, "add_at");
   const int64_t ni = static_cast<int64_t>(idx.size());
-  visit_dtype(out.dtype(), [&](auto tag) {
+  common::visit_dtype(out.dtype(), "add_at", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       KUSARI_THROW(DtypeError, "add_at: not supported for dtype bool");
@@ -70,6 +71,11 @@ void add_at(Array& out, const Array& indices, int axis, const Array& values_in) 
       });
     }
   });
+}
+
+void register_cpu_indexing_kernels() {
+  kernels::take.set(DeviceType::kCPU, &take);
+  kernels::add_at.set(DeviceType::kCPU, &add_at);
 }
 
 }  // namespace kusari::cpu

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/common/compute_type.h"
 #include "kusari/config.h"
 #include "kusari/core/array.h"
 
@@ -172,21 +173,7 @@ class StridedLoop {
   int64_t size_ = 0;
 };
 
-/// The type arithmetic is done in: float for the 16-bit floats, the type itself otherwise.
-template <typename T>
-struct ComputeType {
-  using type = T;
-};
-template <>
-struct ComputeType<Half> {
-  using type = float;
-};
-template <>
-struct ComputeType<BFloat16> {
-  using type = float;
-};
-template <typename T>
-using compute_t = typename ComputeType<T>::type;
+using common::compute_t;
 
 /// The type sums are accumulated in: double for floats, int64 for integers.
 template <typename T>

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "kernels/reduction.h"
 #include "backends/cpu/loops.h"
 
 namespace kusari::cpu {
@@ -59,7 +60,7 @@ void reduce_into(const Array& x, const Shape& out_shape, Acc init, Fold fold, st
 // Rounds the accumulators into the output's dtype (out is contiguous, made by the routine).
 template <typename Acc>
 void store(const std::vector<Acc>& acc, Array& out) {
-  visit_dtype(out.dtype(), [&](auto tag) {
+  common::visit_dtype(out.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
     T* o = out.data<T>();
     for (size_t i = 0; i < acc.size(); ++i) {
@@ -76,7 +77,7 @@ void store(const std::vector<Acc>& acc, Array& out) {
 
 void reduce(ReduceOp op, const Array& x, Array& out) {
   KUSARI_ASSERT(out.is_contiguous());
-  visit_dtype(x.dtype(), [&](auto tag) {
+  common::visit_dtype(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
     switch (op) {
@@ -137,7 +138,7 @@ void arg_reduce(ArgReduceOp op, const Array& x, int axis, Array& out) {
   Array x0 = x.as_strided(outer_shape, x.strides(), x.offset());
   int64_t* o = out.data<int64_t>();
   const int64_t step = x.strides()[axis];
-  visit_dtype(x.dtype(), [&](auto tag) {
+  common::visit_dtype(x.dtype(), "arg_reduce", [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
     // Walk x0 (one element per output) in C order alongside a running output index.
@@ -173,7 +174,7 @@ void softmax(const Array& x_in, int axis, bool log, Array& out) {
   for (int d = 0; d < axis; ++d) outer *= shape[d];
   for (int d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
   const int64_t n = shape[axis];
-  visit_floating_dtype(x.dtype(), "softmax", [&](auto tag) {
+  common::visit_floating_dtype(x.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
     const T* xp = x.data<T>();
@@ -197,6 +198,12 @@ void softmax(const Array& x_in, int axis, bool log, Array& out) {
       }
     });
   });
+}
+
+void register_cpu_reduction_kernels() {
+  kernels::reduce.set(DeviceType::kCPU, &reduce);
+  kernels::arg_reduce.set(DeviceType::kCPU, &arg_reduce);
+  kernels::softmax.set(DeviceType::kCPU, &softmax);
 }
 
 }  // namespace kusari::cpu

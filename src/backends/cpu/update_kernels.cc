@@ -4,14 +4,15 @@
 // An optimizer step written with array routines (m = m + (1 - beta1) * (g - m); ...) reads and
 // writes every element several times and allocates a temporary per operation. The fused kernel
 // reads p, g and the state once, computes the rule for that element in registers, and writes p
-// and the state back: one sweep of memory per step. The rules and the layout of `hyper` are in
-// Note [Update rule layouts] (kusari/core/kernels.h). Every array is contiguous, so each rule is
+// and the state back: one sweep of memory per step. The rules and their parameter structs are in
+// Note [Update rule layouts] (src/kernels/update.h). Every array is contiguous, so each rule is
 // a plain loop over [begin, end) on restrict-qualified pointers, which the compiler vectorises;
 // large tensors are split into contiguous chunks over OpenMP threads with parallel_for.
 #include <cmath>
 #include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
+#include "kernels/update.h"
 #include "backends/cpu/loops.h"
 
 namespace kusari::cpu {
@@ -25,8 +26,8 @@ template <typename T>
 using C = compute_t<T>;
 
 template <typename T>
-void sgd(T* __restrict p, const T* __restrict g, int64_t n, const double* hyper) {
-  const C<T> lr = static_cast<C<T>>(hyper[0]);
+void sgd(T* __restrict p, const T* __restrict g, int64_t n, const kernels::SgdParams& h) {
+  const C<T> lr = static_cast<C<T>>(h.lr);
   parallel_for(n, kCostSimple, [=](int64_t b, int64_t e) {
     auto* __restrict p_ = p;
     auto* __restrict g_ = g;
@@ -39,9 +40,9 @@ void sgd(T* __restrict p, const T* __restrict g, int64_t n, const double* hyper)
 
 template <typename T>
 void momentum_sgd(T* __restrict p, const T* __restrict g, T* __restrict v, int64_t n,
-                  const double* hyper) {
-  const C<T> lr = static_cast<C<T>>(hyper[0]);
-  const C<T> momentum = static_cast<C<T>>(hyper[1]);
+                  const kernels::MomentumSgdParams& h) {
+  const C<T> lr = static_cast<C<T>>(h.lr);
+  const C<T> momentum = static_cast<C<T>>(h.momentum);
   parallel_for(n, kCostSimple, [=](int64_t b, int64_t e) {
     auto* __restrict p_ = p;
     auto* __restrict g_ = g;
@@ -57,11 +58,11 @@ void momentum_sgd(T* __restrict p, const T* __restrict g, T* __restrict v, int64
 
 template <typename T>
 void nesterov(T* __restrict p, const T* __restrict g, T* __restrict v, int64_t n,
-              const double* hyper) {
-  const C<T> lr = static_cast<C<T>>(hyper[0]);
-  const C<T> momentum = static_cast<C<T>>(hyper[1]);
-  const C<T> momentum_sq = static_cast<C<T>>(hyper[1] * hyper[1]);
-  const C<T> grad_coef = static_cast<C<T>>((1.0 + hyper[1]) * hyper[0]);
+              const kernels::NesterovParams& h) {
+  const C<T> lr = static_cast<C<T>>(h.lr);
+  const C<T> momentum = static_cast<C<T>>(h.momentum);
+  const C<T> momentum_sq = static_cast<C<T>>(h.momentum * h.momentum);
+  const C<T> grad_coef = static_cast<C<T>>((1.0 + h.momentum) * h.lr);
   parallel_for(n, kCostSimple, [=](int64_t b, int64_t e) {
     auto* __restrict p_ = p;
     auto* __restrict g_ = g;
@@ -87,13 +88,13 @@ F nan_max(F a, F b) {
 
 template <typename T>
 void adam(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v,
-          T* __restrict vhat, int64_t n, const double* hyper) {
-  const C<T> alpha_t = static_cast<C<T>>(hyper[0]);
-  const C<T> one_minus_beta1 = static_cast<C<T>>(1.0 - hyper[1]);
-  const C<T> one_minus_beta2 = static_cast<C<T>>(1.0 - hyper[2]);
-  const C<T> eps = static_cast<C<T>>(hyper[3]);
-  const C<T> eta = static_cast<C<T>>(hyper[4]);
-  const C<T> weight_decay_rate = static_cast<C<T>>(hyper[5]);
+          T* __restrict vhat, int64_t n, const kernels::AdamParams& h) {
+  const C<T> alpha_t = static_cast<C<T>>(h.alpha_t);
+  const C<T> one_minus_beta1 = static_cast<C<T>>(1.0 - h.beta1);
+  const C<T> one_minus_beta2 = static_cast<C<T>>(1.0 - h.beta2);
+  const C<T> eps = static_cast<C<T>>(h.eps);
+  const C<T> eta = static_cast<C<T>>(h.eta);
+  const C<T> weight_decay_rate = static_cast<C<T>>(h.weight_decay_rate);
   // The AMSGrad branch is hoisted out of the loop, and the loop works on local copies of the
   // pointers (restrict) and constants, so that the common case vectorises.
   auto step = [=](auto with_vhat) {
@@ -136,12 +137,12 @@ void adam(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict
 
 template <typename T>
 void rmsprop(T* __restrict p, const T* __restrict g, T* __restrict ms, int64_t n,
-             const double* hyper) {
-  const C<T> lr = static_cast<C<T>>(hyper[0]);
-  const C<T> alpha = static_cast<C<T>>(hyper[1]);
-  const C<T> one_minus_alpha = static_cast<C<T>>(1.0 - hyper[1]);
-  const C<T> eps = static_cast<C<T>>(hyper[2]);
-  const bool eps_inside_sqrt = hyper[3] != 0.0;
+             const kernels::RmspropParams& h) {
+  const C<T> lr = static_cast<C<T>>(h.lr);
+  const C<T> alpha = static_cast<C<T>>(h.alpha);
+  const C<T> one_minus_alpha = static_cast<C<T>>(1.0 - h.alpha);
+  const C<T> eps = static_cast<C<T>>(h.eps);
+  const bool eps_inside_sqrt = h.eps_inside_sqrt;
   parallel_for(n, kCostAdaptive, [=](int64_t b, int64_t e) {
     auto* __restrict p_ = p;
     auto* __restrict g_ = g;
@@ -163,9 +164,9 @@ void rmsprop(T* __restrict p, const T* __restrict g, T* __restrict ms, int64_t n
 
 template <typename T>
 void adagrad(T* __restrict p, const T* __restrict g, T* __restrict h, int64_t n,
-             const double* hyper) {
-  const C<T> lr = static_cast<C<T>>(hyper[0]);
-  const C<T> eps = static_cast<C<T>>(hyper[1]);
+             const kernels::AdaGradParams& hp) {
+  const C<T> lr = static_cast<C<T>>(hp.lr);
+  const C<T> eps = static_cast<C<T>>(hp.eps);
   parallel_for(n, kCostAdaptive, [=](int64_t b, int64_t e) {
     auto* __restrict p_ = p;
     auto* __restrict g_ = g;
@@ -182,43 +183,36 @@ void adagrad(T* __restrict p, const T* __restrict g, T* __restrict h, int64_t n,
 }
 
 template <typename T>
-void update_typed(UpdateRule rule, Array& param, const Array& grad, Array* state,
-                  const double* hyper) {
+void update_typed(Array& param, const Array& grad, Array* state, const kernels::UpdateParams& params) {
   T* p = static_cast<T*>(param.raw_data());
   const T* g = static_cast<const T*>(grad.raw_data());
   auto st = [&](int k) { return static_cast<T*>(state[k].raw_data()); };
   const int64_t n = param.size();
-  switch (rule) {
-    case UpdateRule::kSgd:
-      return sgd(p, g, n, hyper);
-    case UpdateRule::kMomentumSgd:
-      return momentum_sgd(p, g, st(0), n, hyper);
-    case UpdateRule::kNesterov:
-      return nesterov(p, g, st(0), n, hyper);
-    case UpdateRule::kAdam:
-      return adam(p, g, st(0), st(1), hyper[6] != 0.0 ? st(2) : nullptr, n, hyper);
-    case UpdateRule::kRmsprop:
-      return rmsprop(p, g, st(0), n, hyper);
-    case UpdateRule::kAdaGrad:
-      return adagrad(p, g, st(0), n, hyper);
+  if (const auto* h = std::get_if<kernels::SgdParams>(&params)) return sgd(p, g, n, *h);
+  if (const auto* h = std::get_if<kernels::MomentumSgdParams>(&params)) return momentum_sgd(p, g, st(0), n, *h);
+  if (const auto* h = std::get_if<kernels::NesterovParams>(&params)) return nesterov(p, g, st(0), n, *h);
+  if (const auto* h = std::get_if<kernels::AdamParams>(&params)) {
+    return adam(p, g, st(0), st(1), h->amsgrad ? st(2) : nullptr, n, *h);
   }
-  KUSARI_ASSERT(false, "update_parameter: unknown update rule ", static_cast<int>(rule));
+  if (const auto* h = std::get_if<kernels::RmspropParams>(&params)) return rmsprop(p, g, st(0), n, *h);
+  if (const auto* h = std::get_if<kernels::AdaGradParams>(&params)) return adagrad(p, g, st(0), n, *h);
+  KUSARI_ASSERT(false, "update_parameter: unknown update rule ", params.index());
 }
 
-void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
-                      const double* hyper, int n_hyper, const Array* skip) {
+void update_parameter(Array& param, const Array& grad, Array* state, int n_state,
+                      const kernels::UpdateParams& params, const Array* skip) {
   // kusari::update_parameter (the routine) checked the counts, shapes, dtypes and layout.
   if (param.size() == 0) return;
   if (skip && *static_cast<const int64_t*>(skip->raw_data()) != 0) return;
   switch (param.dtype()) {
     case Dtype::kFloat16:
-      return update_typed<Half>(rule, param, grad, state, hyper);
+      return update_typed<Half>(param, grad, state, params);
     case Dtype::kBFloat16:
-      return update_typed<BFloat16>(rule, param, grad, state, hyper);
+      return update_typed<BFloat16>(param, grad, state, params);
     case Dtype::kFloat32:
-      return update_typed<float>(rule, param, grad, state, hyper);
+      return update_typed<float>(param, grad, state, params);
     case Dtype::kFloat64:
-      return update_typed<double>(rule, param, grad, state, hyper);
+      return update_typed<double>(param, grad, state, params);
     default:
       KUSARI_THROW(DtypeError, "update_parameter: parameters must be floating point, got ",
                    dtype_name(param.dtype()));
@@ -229,7 +223,7 @@ void count_nonfinite(const Array* arrays, int n, Array& out) {
   int64_t bad = 0;
   for (int k = 0; k < n; ++k) {
     const Array& a = arrays[k];
-    visit_floating_dtype(a.dtype(), "count_nonfinite", [&](auto tag) {
+    common::visit_floating_dtype(a.dtype(), "count_nonfinite", [&](auto tag) {
       using T = decltype(tag);
       const T* p = static_cast<const T*>(a.raw_data());
       const int64_t m = a.size();
@@ -243,9 +237,9 @@ void count_nonfinite(const Array* arrays, int n, Array& out) {
 
 }  // namespace
 
-void register_update_kernels(KernelTable& table) {
-  table.update_parameter = &update_parameter;
-  table.count_nonfinite = &count_nonfinite;
+void register_cpu_update_kernels() {
+  kernels::update_parameter.set(DeviceType::kCPU, &update_parameter);
+  kernels::count_nonfinite.set(DeviceType::kCPU, &count_nonfinite);
 }
 
 }  // namespace kusari::cpu

@@ -36,6 +36,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "kernels/nn.h"
 #include "kusari/core/cuda.h"
 #include "kusari/core/error.h"
 
@@ -448,6 +449,14 @@ void conv2d_backward_filter(const Array& x_in, const Array& gy_in, const Conv2dP
       cudnn_handle(device), scales.one(gy.dtype()), plan->x, x.raw_data(), plan->y, gy.raw_data(),
       plan->conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan->algo), ws.ptr, ws.bytes,
       scales.zero(gy.dtype()), plan->w, gw.raw_data()));
+}
+
+void register_cuda_nn_kernels() {
+  kernels::conv2d_forward.set(DeviceType::kCUDA, &conv2d_forward);
+  kernels::conv2d_backward_data.set(DeviceType::kCUDA, &conv2d_backward_data);
+  kernels::conv2d_backward_filter.set(DeviceType::kCUDA, &conv2d_backward_filter);
+  kernels::pool2d_forward.set(DeviceType::kCUDA, &pool2d_forward);
+  kernels::pool2d_backward.set(DeviceType::kCUDA, &pool2d_backward);
 }
 
 }  // namespace kusari::cuda

@@ -2,6 +2,8 @@
 #include <cstring>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "kernels/creation.h"
+#include "backends/common/philox.h"
 #include "backends/cuda/kernel_util.cuh"
 
 namespace kusari::cuda {
@@ -142,46 +144,16 @@ __global__ void convert_kernel(int64_t n, StridedIndexer<2> ix, Dtype dst_dtype,
 }
 
 // Note [Philox on the GPU]
-// The same Philox4x32-10 as kusari/core/random.h: the high half of the 32 x 32 -> 64 products
-// comes from __umulhi and the low half from a plain multiply, which is the same arithmetic. With
+// The same Philox4x32-10 as the CPU's: one function for both (src/backends/common/philox.h). With
 // the element-to-counter mapping of Note [Random streams] (block start + i / k, word i % k), a
 // seed gives bit-identical uniform numbers on the CPU and the GPU; the arithmetic after the
 // words uses explicit round-to-nearest double operations (__dadd_rn, __dmul_rn), which nvcc never
 // fuses, so it rounds exactly like the CPU. Normal numbers also go through log, sqrt and cos,
 // whose last bits differ between CUDA's and glibc's libm (float results are almost always equal;
 // double results agree to about 1e-15).
-struct Philox {
-  uint32_t v[4];
-};
-
-__device__ __forceinline__ Philox philox4x32(uint64_t counter, uint32_t key0, uint32_t key1) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
-  uint32_t c2 = 0, c3 = 0;
-#pragma unroll
-  for (int round = 0; round < 10; ++round) {
-    const uint32_t hi0 = __umulhi(kM0, c0), lo0 = kM0 * c0;
-    const uint32_t hi1 = __umulhi(kM1, c2), lo1 = kM1 * c2;
-    const uint32_t n0 = hi1 ^ c1 ^ key0, n1 = lo1, n2 = hi0 ^ c3 ^ key1, n3 = lo0;
-    c0 = n0;
-    c1 = n1;
-    c2 = n2;
-    c3 = n3;
-    key0 += kW0;
-    key1 += kW1;
-  }
-  return {{c0, c1, c2, c3}};
-}
-
-__device__ __forceinline__ float unit_float(uint32_t x) {
-  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
-}
-
-__device__ __forceinline__ double unit_double(uint32_t hi, uint32_t lo) {
-  const uint64_t v = (static_cast<uint64_t>(hi) << 21) ^ (lo >> 11);
-  return static_cast<double>(v & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
-}
+using common::philox4x32;
+using common::unit_double;
+using common::unit_float;
 
 // out (n,) = low + range * u for T of at most 32 bits: 4 values per Philox block.
 template <typename T>
@@ -189,7 +161,7 @@ __global__ void uniform32_kernel(int64_t n, T* out, uint64_t start, uint32_t key
                                  double low, double range) {
   const int64_t blocks = (n + 3) / 4;
   for (int64_t blk = grid_start(); blk < blocks; blk += grid_step()) {
-    const Philox r = philox4x32(start + static_cast<uint64_t>(blk), key0, key1);
+    const common::Philox4 r = philox4x32(start + static_cast<uint64_t>(blk), key0, key1);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t i = blk * 4 + j;
@@ -206,7 +178,7 @@ __global__ void uniform64_kernel(int64_t n, double* out, uint64_t start, uint32_
                                  uint32_t key1, double low, double range) {
   const int64_t blocks = (n + 1) / 2;
   for (int64_t blk = grid_start(); blk < blocks; blk += grid_step()) {
-    const Philox r = philox4x32(start + static_cast<uint64_t>(blk), key0, key1);
+    const common::Philox4 r = philox4x32(start + static_cast<uint64_t>(blk), key0, key1);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int64_t i = blk * 2 + j;
@@ -222,7 +194,7 @@ __global__ void normal_kernel(int64_t n, T* out, uint64_t start, uint32_t key0, 
   constexpr double kTwoPi = 2.0 * 3.14159265358979323846;
   const int64_t blocks = (n + 1) / 2;
   for (int64_t blk = grid_start(); blk < blocks; blk += grid_step()) {
-    const Philox r = philox4x32(start + static_cast<uint64_t>(blk), key0, key1);
+    const common::Philox4 r = philox4x32(start + static_cast<uint64_t>(blk), key0, key1);
     const double u1 = __dsub_rn(1.0, unit_double(r.v[0], r.v[1]));
     const double u2 = unit_double(r.v[2], r.v[3]);
     const double radius = ::sqrt(__dmul_rn(-2.0, ::log(u1)));
@@ -235,11 +207,6 @@ __global__ void normal_kernel(int64_t n, T* out, uint64_t start, uint32_t key0, 
 }
 
 // --- launchers -----------------------------------------------------------------------------------
-
-/// The CPU's compute type of a kusari element type (float for the 16-bit floats).
-template <typename T>
-using host_compute_t =
-    std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
 
 template <typename U>
 void launch_fill(Array& out, U bits) {
@@ -267,10 +234,10 @@ void launch_fill(Array& out, U bits) {
 }  // namespace
 
 void fill(Array& out, Scalar value) {
-  visit_dtype(out.dtype(), [&](auto tag) {
+  common::visit_dtype(out.dtype(), "fill", [&](auto tag) {
     using T = decltype(tag);
     // The value as the CPU stores it, then its bits.
-    const T v = static_cast<T>(value.template to<host_compute_t<T>>());
+    const T v = static_cast<T>(value.template to<compute_t<T>>());
     visit_itemsize(sizeof(T), [&](auto utag) {
       using U = decltype(utag);
       U bits;
@@ -285,7 +252,7 @@ void arange(Array& out, double start, double step) {
   cudaStream_t stream = prepare(out);
   const int64_t n = out.size();
   const int64_t stride = out.strides().empty() ? 1 : out.strides()[0];
-  visit_device_dtype(out.dtype(), [&](auto tag) {
+  visit_device_dtype(out.dtype(), "arange", [&](auto tag) {
     using T = decltype(tag);
     arange_kernel<T><<<grid_for(n, device), kBlockSize, 0, stream>>>(
         n, static_cast<T*>(out.raw_data()), stride, start, step);
@@ -344,7 +311,7 @@ void random_uniform(Array& out, double low, double high, Generator& gen) {
   const int64_t n = out.size();
   const auto key = gen.key();
   const double range = high - low;
-  visit_floating_dtype(out.dtype(), "uniform", [&](auto tag) {
+  common::visit_floating_dtype(out.dtype(), "uniform", [&](auto tag) {
     using T = device_t<decltype(tag)>;
     if constexpr (std::is_same_v<T, double>) {
       const int64_t blocks = (n + 1) / 2;
@@ -370,12 +337,20 @@ void random_normal(Array& out, double mean, double stddev, Generator& gen) {
   const auto key = gen.key();
   const int64_t blocks = (n + 1) / 2;
   const uint64_t start = gen.advance(static_cast<uint64_t>(blocks));
-  visit_floating_dtype(out.dtype(), "normal", [&](auto tag) {
+  common::visit_floating_dtype(out.dtype(), "normal", [&](auto tag) {
     using T = device_t<decltype(tag)>;
     normal_kernel<T><<<grid_for(blocks, device), kBlockSize, 0, stream>>>(
         n, static_cast<T*>(out.raw_data()), start, key[0], key[1], mean, stddev);
   });
   KUSARI_CUDA_CHECK_LAUNCH();
+}
+
+void register_cuda_creation_kernels() {
+  kernels::fill.set(DeviceType::kCUDA, &fill);
+  kernels::arange.set(DeviceType::kCUDA, &arange);
+  kernels::copy.set(DeviceType::kCUDA, &copy);
+  kernels::random_uniform.set(DeviceType::kCUDA, &random_uniform);
+  kernels::random_normal.set(DeviceType::kCUDA, &random_normal);
 }
 
 }  // namespace kusari::cuda

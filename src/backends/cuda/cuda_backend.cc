@@ -296,27 +296,13 @@ void copy_device_to_device(int dst_device, void* dst, int src_device, const void
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
-    kernels_.fill = &cuda::fill;
-    kernels_.arange = &cuda::arange;
-    kernels_.copy = &cuda::copy;
-    kernels_.random_uniform = &cuda::random_uniform;
-    kernels_.random_normal = &cuda::random_normal;
-    kernels_.unary = &cuda::unary;
-    kernels_.binary = &cuda::binary;
-    kernels_.where = &cuda::where;
-    kernels_.reduce = &cuda::reduce;
-    kernels_.arg_reduce = &cuda::arg_reduce;
-    kernels_.softmax = &cuda::softmax;
-    kernels_.matmul = &cuda::matmul;
-    kernels_.take = &cuda::take;
-    kernels_.add_at = &cuda::add_at;
-    kernels_.conv2d_forward = &cuda::conv2d_forward;
-    kernels_.conv2d_backward_data = &cuda::conv2d_backward_data;
-    kernels_.conv2d_backward_filter = &cuda::conv2d_backward_filter;
-    kernels_.pool2d_forward = &cuda::pool2d_forward;
-    kernels_.pool2d_backward = &cuda::pool2d_backward;
-    kernels_.update_parameter = &cuda::update_parameter;
-    kernels_.count_nonfinite = &cuda::count_nonfinite;
+    register_cuda_creation_kernels();
+    register_cuda_elementwise_kernels();
+    register_cuda_reduction_kernels();
+    register_cuda_linalg_kernels();
+    register_cuda_indexing_kernels();
+    register_cuda_nn_kernels();
+    register_cuda_update_kernels();
   }
 
   DeviceType type() const override { return DeviceType::kCUDA; }

@@ -1,52 +1,29 @@
-// The CUDA kernels of the kernel table (one file per family, matching src/backends/cpu/), as
-// plain host functions. Each launches on the compute stream of its arrays' device and returns
-// without waiting (Note [One compute stream per device]).
+// The CUDA kernels, one file per family matching src/backends/cpu/ (Note [Kernel families]).
+// Each kernel launches on the compute stream of its arrays' device and returns without waiting
+// (Note [One compute stream per device]).
 #pragma once
 
 #include "kusari/core/array.h"
-#include "kusari/core/kernels.h"
-#include "kusari/core/random.h"
+#include "kusari/core/op_types.h"
 
 namespace kusari::cuda {
 
-// creation_kernels.cu
-void fill(Array& out, Scalar value);
-void arange(Array& out, double start, double step);
+/// dst = src, converting dtype (creation_kernels.cu); the 16-bit paths of other kernels round
+/// their float32 results with it.
 void copy(const Array& src, Array& dst);
-void random_uniform(Array& out, double low, double high, Generator& gen);
-void random_normal(Array& out, double mean, double stddev, Generator& gen);
 
-// elementwise_kernels.cu
-void unary(UnaryOp op, const Array& x, Array& out, double p0, double p1);
-void binary(BinaryOp op, const Array& a, const Array& b, Array& out);
-void where(const Array& cond, const Array& a, const Array& b, Array& out);
+// Each family's kernel file fills that family's slots; CudaBackend's constructor calls them all.
+void register_cuda_creation_kernels();     // creation_kernels.cu
+void register_cuda_elementwise_kernels();  // elementwise_kernels.cu
+void register_cuda_reduction_kernels();    // reduction_kernels.cu
+void register_cuda_linalg_kernels();       // linalg_kernels.cu (cuBLAS; Note [cuBLAS operand layout])
+void register_cuda_indexing_kernels();     // indexing_kernels.cu
+void register_cuda_nn_kernels();           // conv_kernels.cc (cuDNN) with pool_kernels.cu
+void register_cuda_update_kernels();       // update_kernels.cu
 
-// reduction_kernels.cu
-void reduce(ReduceOp op, const Array& x, Array& out);
-void arg_reduce(ArgReduceOp op, const Array& x, int axis, Array& out);
-void softmax(const Array& x, int axis, bool log, Array& out);
-
-// matmul_kernels.cu (cuBLAS; see Note [cuBLAS operand layout])
-void matmul(const Array& a, const Array& b, Array& out);
-
-// indexing_kernels.cu
-void take(const Array& x, const Array& indices, int axis, Array& out);
-void add_at(Array& out, const Array& indices, int axis, const Array& values);
-
-// conv_kernels.cc (cuDNN; see Note [cuDNN convolution plans])
-void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2dParams& p,
-                    Array& y);
-void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx);
-void conv2d_backward_filter(const Array& x, const Array& gy, const Conv2dParams& p, Array& gw);
-
-// pool_kernels.cu
+// The kernels used across the CUDA family files (declared here because they are).
+void binary(BinaryOp op, const Array& a, const Array& b, Array& out);  // elementwise_kernels.cu
 void pool2d_forward(const Array& x, const Pool2dParams& p, Array& y);
-void pool2d_backward(const Array& x, const Array& y, const Array& gy, const Pool2dParams& p,
-                     Array& gx);
-
-// update_kernels.cu
-void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
-                      const double* hyper, int n_hyper, const Array* skip);
-void count_nonfinite(const Array* arrays, int n, Array& out);
+void pool2d_backward(const Array& x, const Array& y, const Array& gy, const Pool2dParams& p, Array& gx);
 
 }  // namespace kusari::cuda

@@ -5,17 +5,26 @@
 // element goes through a switch on it. The switch is uniform across the grid (every thread takes
 // the same branch) and costs a few instructions next to the memory traffic that bounds these
 // kernels, while a kernel per (op, dtype) would multiply compile time and binary size by the
-// number of ops (about 40). The arithmetic of each op is the CPU's (src/backends/cpu/
-// elementwise_kernels.cc) in the same compute type, so results agree up to the last bits of
+// number of ops (about 40). The arithmetic of each op is the CPU's, the same code
+// (src/backends/common/scalar_ops.h) in the same compute type, so results agree up to the last bits of
 // the transcendental functions (CUDA's libm and glibc differ there) and of contracted
 // multiply-adds (nvcc fuses a * b + c).
 #include "backends/cuda/cuda_kernels.h"
+#include "kernels/elementwise.h"
+#include "backends/common/scalar_ops.h"
 #include "backends/cuda/kernel_util.cuh"
 
 namespace kusari::cuda {
 namespace {
 
 // --- per-element operations ----------------------------------------------------------------------
+
+// Each functor switches on the op per element (Note [Runtime op switch]); the arithmetic of every
+// case is the CPU's, from src/backends/common/scalar_ops.h.
+
+#define KUSARI_UNARY_CASE(name) \
+  case UnaryOp::name:           \
+    return common::unary_arith<UnaryOp::name>(v, c0, c1);
 
 /// x -> op(x) for the arithmetic unary ops (the output has x's dtype).
 template <typename T>
@@ -24,111 +33,60 @@ struct UnaryArith {
   compute_t<T> c0, c1;
 
   __device__ __forceinline__ T operator()(T x) const {
-    using C = compute_t<T>;
     if constexpr (std::is_same_v<T, bool>) {
       return x;  // only kIdentity reaches a bool array
     } else {
-      const C v = to_compute(x);
-      C r = v;
-      switch (op) {
-        case UnaryOp::kIdentity:
-          break;
-        case UnaryOp::kNeg:
-          r = static_cast<C>(-v);
-          break;
-        case UnaryOp::kAbs:
-          r = dmath::negative(v) ? static_cast<C>(-v) : v;
-          break;
-        case UnaryOp::kSign:
-          r = static_cast<C>((C(0) < v) - dmath::negative(v));
-          break;
-        case UnaryOp::kSquare:
-          r = static_cast<C>(v * v);
-          break;
-        case UnaryOp::kRelu:
-          r = v > C(0) ? v : C(0);
-          break;
-        case UnaryOp::kAddScalar:
-          r = static_cast<C>(v + c0);
-          break;
-        case UnaryOp::kMulScalar:
-          r = static_cast<C>(v * c0);
-          break;
-        case UnaryOp::kRSubScalar:
-          r = static_cast<C>(c0 - v);
-          break;
-        case UnaryOp::kMaxScalar:
-          r = (v > c0 || v != v) ? v : c0;
-          break;
-        case UnaryOp::kMinScalar:
-          r = (v < c0 || v != v) ? v : c0;
-          break;
-        case UnaryOp::kClip:
-          r = v < c0 ? c0 : (v > c1 ? c1 : v);
-          break;
-        default:
-          if constexpr (is_float_v<T>) r = float_op(v);
-          break;
-      }
-      return from_compute<T>(r);
+      return from_compute<T>(apply(to_compute(x)));
+    }
+  }
+
+  __device__ __forceinline__ compute_t<T> apply(compute_t<T> v) const {
+    switch (op) {
+      KUSARI_UNARY_CASE(kNeg)
+      KUSARI_UNARY_CASE(kAbs)
+      KUSARI_UNARY_CASE(kSign)
+      KUSARI_UNARY_CASE(kSquare)
+      KUSARI_UNARY_CASE(kRelu)
+      KUSARI_UNARY_CASE(kAddScalar)
+      KUSARI_UNARY_CASE(kMulScalar)
+      KUSARI_UNARY_CASE(kRSubScalar)
+      KUSARI_UNARY_CASE(kMaxScalar)
+      KUSARI_UNARY_CASE(kMinScalar)
+      KUSARI_UNARY_CASE(kClip)
+      default:
+        if constexpr (is_float_v<T>) return float_op(v);
+        return v;  // kIdentity
     }
   }
 
   __device__ __forceinline__ compute_t<T> float_op(compute_t<T> v) const {
-    using C = compute_t<T>;
     switch (op) {
-      case UnaryOp::kExp:
-        return dmath::exp(v);
-      case UnaryOp::kLog:
-        return dmath::log(v);
-      case UnaryOp::kLog1p:
-        return dmath::log1p(v);
-      case UnaryOp::kExpm1:
-        return dmath::expm1(v);
-      case UnaryOp::kSqrt:
-        return dmath::sqrt(v);
-      case UnaryOp::kRsqrt:
-        return C(1) / dmath::sqrt(v);
-      case UnaryOp::kReciprocal:
-        return C(1) / v;
-      case UnaryOp::kRDivScalar:
-        return c0 / v;
-      case UnaryOp::kSin:
-        return dmath::sin(v);
-      case UnaryOp::kCos:
-        return dmath::cos(v);
-      case UnaryOp::kTanh:
-        return dmath::tanh(v);
-      case UnaryOp::kSigmoid: {
-        // Stable in both tails: exp of a non-positive number only.
-        if (v >= C(0)) return C(1) / (C(1) + dmath::exp(-v));
-        const C e = dmath::exp(v);
-        return e / (C(1) + e);
-      }
-      case UnaryOp::kFloor:
-        return dmath::floor(v);
-      case UnaryOp::kCeil:
-        return dmath::ceil(v);
-      case UnaryOp::kErf:
-        return dmath::erf(v);
-      case UnaryOp::kSoftplus: {
-        // log(1 + exp(b v)) / b = max(b v, 0) / b + log1p(exp(-|b v|)) / b
-        const C bv = c0 * v;
-        return ((bv > C(0) ? bv : C(0)) + dmath::log1p(dmath::exp(-dmath::fabs(bv)))) / c0;
-      }
-      case UnaryOp::kLeakyRelu:
-        return v >= C(0) ? v : c0 * v;
-      case UnaryOp::kElu:
-        return v >= C(0) ? v : c0 * dmath::expm1(v);
-      case UnaryOp::kPowScalar:
-        return dmath::pow(v, c0);
-      case UnaryOp::kRPowScalar:
-        return dmath::pow(c0, v);
+      KUSARI_UNARY_CASE(kExp)
+      KUSARI_UNARY_CASE(kLog)
+      KUSARI_UNARY_CASE(kLog1p)
+      KUSARI_UNARY_CASE(kExpm1)
+      KUSARI_UNARY_CASE(kSqrt)
+      KUSARI_UNARY_CASE(kRsqrt)
+      KUSARI_UNARY_CASE(kReciprocal)
+      KUSARI_UNARY_CASE(kRDivScalar)
+      KUSARI_UNARY_CASE(kSin)
+      KUSARI_UNARY_CASE(kCos)
+      KUSARI_UNARY_CASE(kTanh)
+      KUSARI_UNARY_CASE(kSigmoid)
+      KUSARI_UNARY_CASE(kFloor)
+      KUSARI_UNARY_CASE(kCeil)
+      KUSARI_UNARY_CASE(kErf)
+      KUSARI_UNARY_CASE(kSoftplus)
+      KUSARI_UNARY_CASE(kLeakyRelu)
+      KUSARI_UNARY_CASE(kElu)
+      KUSARI_UNARY_CASE(kPowScalar)
+      KUSARI_UNARY_CASE(kRPowScalar)
       default:
         return v;
     }
   }
 };
+#undef KUSARI_UNARY_CASE
 
 /// x -> bool for the predicate unary ops.
 template <typename T>
@@ -137,53 +95,31 @@ struct UnaryPredicate {
   compute_t<T> c0;
 
   __device__ __forceinline__ bool operator()(T x) const {
-    using C = compute_t<T>;
-    const C v = to_compute(x);
+    const compute_t<T> v = to_compute(x);
+#define KUSARI_PREDICATE_CASE(name) \
+  case UnaryOp::name:               \
+    return common::unary_predicate<UnaryOp::name>(v, c0);
     switch (op) {
-      case UnaryOp::kEqScalar:
-        return v == c0;
-      case UnaryOp::kNeScalar:
-        return v != c0;
-      case UnaryOp::kLtScalar:
-        return v < c0;
-      case UnaryOp::kLeScalar:
-        return v <= c0;
-      case UnaryOp::kGtScalar:
-        return v > c0;
-      case UnaryOp::kGeScalar:
-        return v >= c0;
-      case UnaryOp::kLogicalNot:
-        return !static_cast<bool>(v);
-      case UnaryOp::kIsNan:
-        if constexpr (is_float_v<T>) return dmath::isnan(v);
-        return false;
-      case UnaryOp::kIsInf:
-        if constexpr (is_float_v<T>) return dmath::isinf(v);
-        return false;
-      case UnaryOp::kIsFinite:
-        if constexpr (is_float_v<T>) return !dmath::isnan(v) && !dmath::isinf(v);
-        return true;
+      KUSARI_PREDICATE_CASE(kEqScalar)
+      KUSARI_PREDICATE_CASE(kNeScalar)
+      KUSARI_PREDICATE_CASE(kLtScalar)
+      KUSARI_PREDICATE_CASE(kLeScalar)
+      KUSARI_PREDICATE_CASE(kGtScalar)
+      KUSARI_PREDICATE_CASE(kGeScalar)
+      KUSARI_PREDICATE_CASE(kLogicalNot)
+      KUSARI_PREDICATE_CASE(kIsNan)
+      KUSARI_PREDICATE_CASE(kIsInf)
+      KUSARI_PREDICATE_CASE(kIsFinite)
       default:
         return false;
     }
+#undef KUSARI_PREDICATE_CASE
   }
 };
 
-/// x ** y for integers by squaring, in unsigned arithmetic (wraps exactly like the CPU's repeated
-/// multiplication, without its y-long loop); y <= 0 gives 1 like the CPU.
-template <typename C>
-__device__ __forceinline__ C integer_pow(C x, C y) {
-  if (!(y > C(0))) return C(1);
-  uint64_t base = static_cast<uint64_t>(static_cast<int64_t>(x));
-  uint64_t e = static_cast<uint64_t>(y);
-  uint64_t r = 1;
-  while (e) {
-    if (e & 1u) r *= base;
-    base *= base;
-    e >>= 1;
-  }
-  return static_cast<C>(r);
-}
+#define KUSARI_BINARY_CASE(kind, name) \
+  case BinaryOp::name:                 \
+    return common::kind<BinaryOp::name>(x, y);
 
 /// (a, b) -> op(a, b) for the arithmetic binary ops.
 template <typename T>
@@ -191,50 +127,20 @@ struct BinaryArith {
   BinaryOp op;
 
   __device__ __forceinline__ T operator()(T a, T b) const {
-    using C = compute_t<T>;
-    {
-      const C x = to_compute(a), y = to_compute(b);
-      C r = x;
-      switch (op) {
-        case BinaryOp::kAdd:
-          r = static_cast<C>(x + y);
-          break;
-        case BinaryOp::kSub:
-          r = static_cast<C>(x - y);
-          break;
-        case BinaryOp::kMul:
-          r = static_cast<C>(x * y);
-          break;
-        case BinaryOp::kDiv:
-          if constexpr (is_float_v<T>) {
-            r = x / y;
-          } else {
-            // Floor division like NumPy's floor_divide; division by zero gives 0.
-            if (y == C(0)) {
-              r = C(0);
-            } else {
-              r = static_cast<C>(x / y);
-              if ((x % y != 0) && (dmath::negative(x) != dmath::negative(y))) --r;
-            }
-          }
-          break;
-        case BinaryOp::kPow:
-          if constexpr (is_float_v<T>) {
-            r = dmath::pow(x, y);
-          } else {
-            r = integer_pow(x, y);
-          }
-          break;
-        case BinaryOp::kMaximum:
-          r = (x > y || x != x) ? x : y;
-          break;
-        case BinaryOp::kMinimum:
-          r = (x < y || x != x) ? x : y;
-          break;
-        default:
-          break;
-      }
-      return from_compute<T>(r);
+    return from_compute<T>(apply(to_compute(a), to_compute(b)));
+  }
+
+  __device__ __forceinline__ compute_t<T> apply(compute_t<T> x, compute_t<T> y) const {
+    switch (op) {
+      KUSARI_BINARY_CASE(binary_arith, kAdd)
+      KUSARI_BINARY_CASE(binary_arith, kSub)
+      KUSARI_BINARY_CASE(binary_arith, kMul)
+      KUSARI_BINARY_CASE(binary_arith, kDiv)
+      KUSARI_BINARY_CASE(binary_arith, kPow)
+      KUSARI_BINARY_CASE(binary_arith, kMaximum)
+      KUSARI_BINARY_CASE(binary_arith, kMinimum)
+      default:
+        return x;
     }
   }
 };
@@ -245,30 +151,22 @@ struct BinaryPredicate {
   BinaryOp op;
 
   __device__ __forceinline__ bool operator()(T a, T b) const {
-    using C = compute_t<T>;
-    const C x = to_compute(a), y = to_compute(b);
+    const compute_t<T> x = to_compute(a), y = to_compute(b);
     switch (op) {
-      case BinaryOp::kEq:
-        return x == y;
-      case BinaryOp::kNe:
-        return x != y;
-      case BinaryOp::kLt:
-        return x < y;
-      case BinaryOp::kLe:
-        return x <= y;
-      case BinaryOp::kGt:
-        return x > y;
-      case BinaryOp::kGe:
-        return x >= y;
-      case BinaryOp::kLogicalAnd:
-        return static_cast<bool>(x) && static_cast<bool>(y);
-      case BinaryOp::kLogicalOr:
-        return static_cast<bool>(x) || static_cast<bool>(y);
+      KUSARI_BINARY_CASE(binary_predicate, kEq)
+      KUSARI_BINARY_CASE(binary_predicate, kNe)
+      KUSARI_BINARY_CASE(binary_predicate, kLt)
+      KUSARI_BINARY_CASE(binary_predicate, kLe)
+      KUSARI_BINARY_CASE(binary_predicate, kGt)
+      KUSARI_BINARY_CASE(binary_predicate, kGe)
+      KUSARI_BINARY_CASE(binary_predicate, kLogicalAnd)
+      KUSARI_BINARY_CASE(binary_predicate, kLogicalOr)
       default:
         return false;
     }
   }
 };
+#undef KUSARI_BINARY_CASE
 
 // --- kernels -------------------------------------------------------------------------------------
 
@@ -393,43 +291,10 @@ void launch_map2(const Array& a, const Array& b, Array& out, F f) {
   KUSARI_THROW(DtypeError, what, ": not supported for dtype ", dtype_name(dtype));
 }
 
-bool unary_needs_float(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kExp:
-    case UnaryOp::kLog:
-    case UnaryOp::kLog1p:
-    case UnaryOp::kExpm1:
-    case UnaryOp::kSqrt:
-    case UnaryOp::kRsqrt:
-    case UnaryOp::kReciprocal:
-    case UnaryOp::kRDivScalar:
-    case UnaryOp::kSin:
-    case UnaryOp::kCos:
-    case UnaryOp::kTanh:
-    case UnaryOp::kSigmoid:
-    case UnaryOp::kFloor:
-    case UnaryOp::kCeil:
-    case UnaryOp::kErf:
-    case UnaryOp::kSoftplus:
-    case UnaryOp::kLeakyRelu:
-    case UnaryOp::kElu:
-    case UnaryOp::kPowScalar:
-    case UnaryOp::kRPowScalar:
-      return true;
-    default:
-      return false;
-  }
-}
-
-/// The CPU's compute type of a kusari element type (float for the 16-bit floats).
-template <typename T>
-using host_compute_t =
-    std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
-
 template <typename T>
 void unary_typed(UnaryOp op, const Array& x, Array& out, double p0, double p1) {
   using D = device_t<T>;
-  using C = host_compute_t<T>;
+  using C = compute_t<T>;
   static_assert(std::is_same_v<C, compute_t<D>>);
   // The scalar parameters are converted on the host, exactly as the CPU kernel converts them.
   const C c0 = static_cast<C>(p0), c1 = static_cast<C>(p1);
@@ -439,7 +304,7 @@ void unary_typed(UnaryOp op, const Array& x, Array& out, double p0, double p1) {
   }
   if (op != UnaryOp::kIdentity) {
     if constexpr (std::is_same_v<T, bool>) unsupported("elementwise arithmetic", Dtype::kBool);
-    if (!is_float_v<D> && unary_needs_float(op)) {
+    if (!is_float_v<D> && common::unary_op_needs_float(op)) {
       unsupported("this elementwise function (it needs a floating dtype)", dtype_of<T>);
     }
   }
@@ -469,11 +334,11 @@ void binary_typed(BinaryOp op, const Array& a, const Array& b, Array& out) {
 }  // namespace
 
 void unary(UnaryOp op, const Array& x, Array& out, double p0, double p1) {
-  visit_dtype(x.dtype(), [&](auto tag) { unary_typed<decltype(tag)>(op, x, out, p0, p1); });
+  common::visit_dtype(x.dtype(), "unary", [&](auto tag) { unary_typed<decltype(tag)>(op, x, out, p0, p1); });
 }
 
 void binary(BinaryOp op, const Array& a, const Array& b, Array& out) {
-  visit_dtype(a.dtype(), [&](auto tag) { binary_typed<decltype(tag)>(op, a, b, out); });
+  common::visit_dtype(a.dtype(), "binary", [&](auto tag) { binary_typed<decltype(tag)>(op, a, b, out); });
 }
 
 void where(const Array& cond, const Array& a, const Array& b, Array& out) {
@@ -495,6 +360,38 @@ void where(const Array& cond, const Array& a, const Array& b, Array& out) {
     }
   });
   KUSARI_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+/// (gy, y) -> gy where y > 0, else 0.
+template <typename T>
+struct ReluGrad {
+  __device__ __forceinline__ T operator()(T gy, T y) const {
+    return from_compute<T>(common::relu_grad(to_compute(gy), to_compute(y)));
+  }
+};
+
+}  // namespace
+
+// out = gy where y > 0, else 0, in one vectorised pass. Only contiguous floating operands of
+// out's shape are taken; strided or broadcast operands and integer dtypes are declined, and the
+// routine's composition (a compare and a where) serves them.
+bool relu_grad(const Array& gy, const Array& y, Array& out) {
+  if (!is_floating(out.dtype())) return false;
+  if (!make_indexer<3>(out.shape(), {&out, &gy, &y}).contiguous()) return false;
+  common::visit_floating_dtype(out.dtype(), "relu_grad", [&](auto tag) {
+    using D = device_t<decltype(tag)>;
+    launch_map2<D, D>(gy, y, out, ReluGrad<D>{});
+  });
+  return true;
+}
+
+void register_cuda_elementwise_kernels() {
+  kernels::unary.set(DeviceType::kCUDA, &unary);
+  kernels::binary.set(DeviceType::kCUDA, &binary);
+  kernels::where.set(DeviceType::kCUDA, &where);
+  kernels::relu_grad.set(DeviceType::kCUDA, &relu_grad);
 }
 
 }  // namespace kusari::cuda

@@ -6,6 +6,7 @@
 // repeat, floating-point sums may differ in the last bits from the CPU's ordered sum (and from
 // run to run).
 #include "backends/cuda/cuda_kernels.h"
+#include "kernels/indexing.h"
 #include "backends/cuda/kernel_util.cuh"
 
 namespace kusari::cuda {
@@ -83,17 +84,8 @@ void split_axis(const Shape& shape, int axis, int64_t& outer, int64_t& len, int6
   len = shape[axis];
 }
 
-template <typename F>
-void visit_index_dtype(Dtype d, const char* fn, F&& f) {
-  switch (d) {
-    case Dtype::kInt32:
-      return f(int32_t{});
-    case Dtype::kInt64:
-      return f(int64_t{});
-    default:
-      KUSARI_THROW(DtypeError, fn, ": indices must be int32 or int64, got ", dtype_name(d));
-  }
-}
+/// The integer dtypes of indices (the routines check the dtype; the visitor names it anyway).
+inline constexpr common::DtypeSet kIndexDtypes = common::dtype_bit(Dtype::kInt32) | common::dtype_bit(Dtype::kInt64);
 
 }  // namespace
 
@@ -108,7 +100,7 @@ void take(const Array& x_in, const Array& indices_in, int axis, Array& out) {
   const int device = x.device().index();
   cudaStream_t stream = prepare(x);
   ErrorWords errors = error_words(device);
-  visit_index_dtype(indices.dtype(), "take", [&](auto itag) {
+  common::visit_dtype<kIndexDtypes>(indices.dtype(), "take", [&](auto itag) {
     using I = decltype(itag);
     visit_itemsize(x.itemsize(), [&](auto utag) {
       using U = decltype(utag);
@@ -136,9 +128,9 @@ void add_at(Array& out, const Array& indices_in, int axis, const Array& values_i
   const int device = out.device().index();
   cudaStream_t stream = prepare(out);
   ErrorWords errors = error_words(device);
-  visit_index_dtype(indices.dtype(), "add_at", [&](auto itag) {
+  common::visit_dtype<kIndexDtypes>(indices.dtype(), "add_at", [&](auto itag) {
     using I = decltype(itag);
-    visit_device_dtype(out.dtype(), [&](auto tag) {
+    visit_device_dtype(out.dtype(), "add_at", [&](auto tag) {
       using T = decltype(tag);
       if constexpr (!std::is_same_v<T, bool>) {
         add_at_kernel<T, I><<<grid_for(total, device), kBlockSize, 0, stream>>>(
@@ -154,6 +146,11 @@ void add_at(Array& out, const Array& indices_in, int axis, const Array& values_i
     KUSARI_THROW(IndexError, "add_at: index ", bad, " is out of bounds for an axis of length ",
                  len);
   }
+}
+
+void register_cuda_indexing_kernels() {
+  kernels::take.set(DeviceType::kCUDA, &take);
+  kernels::add_at.set(DeviceType::kCUDA, &add_at);
 }
 
 }  // namespace kusari::cuda

@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/common/compute_type.h"
+#include "backends/common/dtype_visit.h"
+#include "backends/common/math.h"
 #include "backends/cuda/cuda_backend.h"
 #include "kusari/core/array.h"
 
@@ -38,24 +41,10 @@ struct DeviceStorage<BFloat16> {
 template <typename T>
 using device_t = typename DeviceStorage<T>::type;
 
-template <typename T>
-struct ComputeType {
-  using type = T;
-};
-template <>
-struct ComputeType<__half> {
-  using type = float;
-};
-template <>
-struct ComputeType<__nv_bfloat16> {
-  using type = float;
-};
-/// The type arithmetic on a device element type is done in.
-template <typename T>
-using compute_t = typename ComputeType<T>::type;
-
-template <typename T>
-inline constexpr bool is_float_v = std::is_floating_point_v<compute_t<T>>;
+// The compute types are the CPU's (src/backends/common/compute_type.h): float for __half and
+// __nv_bfloat16.
+using common::compute_t;
+using common::is_float_v;
 
 template <typename T>
 __device__ __forceinline__ compute_t<T> to_compute(T v) {
@@ -98,53 +87,8 @@ __device__ __forceinline__ T from_double(double v) {
 
 // --- math in the compute type --------------------------------------------------------------------
 
-// Overloads for float and double, so that templated kernels call the precise float functions
-// (expf, not exp on a promoted double) without relying on host <cmath> overloads.
-namespace dmath {
-#define KUSARI_DMATH_1(name)                         \
-  __device__ __forceinline__ float name(float v) {   \
-    return ::name##f(v);                             \
-  }                                                  \
-  __device__ __forceinline__ double name(double v) { \
-    return ::name(v);                                \
-  }
-KUSARI_DMATH_1(exp)
-KUSARI_DMATH_1(log)
-KUSARI_DMATH_1(log1p)
-KUSARI_DMATH_1(expm1)
-KUSARI_DMATH_1(sqrt)
-KUSARI_DMATH_1(sin)
-KUSARI_DMATH_1(cos)
-KUSARI_DMATH_1(tanh)
-KUSARI_DMATH_1(floor)
-KUSARI_DMATH_1(ceil)
-KUSARI_DMATH_1(erf)
-KUSARI_DMATH_1(fabs)
-#undef KUSARI_DMATH_1
-__device__ __forceinline__ float pow(float a, float b) {
-  return ::powf(a, b);
-}
-__device__ __forceinline__ double pow(double a, double b) {
-  return ::pow(a, b);
-}
-/// v < 0, without a warning for unsigned types.
-template <typename C>
-__device__ __forceinline__ bool negative(C v) {
-  if constexpr (std::is_unsigned_v<C>) {
-    return false;
-  } else {
-    return v < C(0);
-  }
-}
-template <typename C>
-__device__ __forceinline__ bool isnan(C v) {
-  return v != v;
-}
-template <typename C>
-__device__ __forceinline__ bool isinf(C v) {
-  return !(v != v) && dmath::fabs(v) == static_cast<C>(INFINITY);
-}
-}  // namespace dmath
+// The math of the compute types, shared with the CPU kernels (src/backends/common/math.h).
+namespace dmath = ::kusari::common::math;
 
 // --- launch geometry -----------------------------------------------------------------------------
 
@@ -304,10 +248,11 @@ inline bool vec_aligned(const void* p) {
 
 // --- dtype dispatch ------------------------------------------------------------------------------
 
-/// Calls f(T{}) with T the device element type of `d`.
-template <typename F>
-decltype(auto) visit_device_dtype(Dtype d, F&& f) {
-  return visit_dtype(d, [&](auto tag) { return f(device_t<decltype(tag)>{}); });
+/// Calls f(T{}) with T the device element type of `d` (the backends' one dtype visitor,
+/// src/backends/common/dtype_visit.h, with Note [Device element types]'s storage types).
+template <common::DtypeSet Set = common::kAllDtypes, typename F>
+decltype(auto) visit_device_dtype(Dtype d, const char* fn, F&& f) {
+  return common::visit_dtype<Set, DeviceStorage>(d, fn, static_cast<F&&>(f));
 }
 
 /// Calls f(T{}) with T an unsigned integer type of the dtype's size (for copies of raw bits).

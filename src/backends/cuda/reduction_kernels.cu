@@ -19,7 +19,9 @@
 #include <bit>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "kernels/reduction.h"
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/primitives/reduce.cuh"
 
 namespace kusari::cuda {
 namespace {
@@ -143,51 +145,12 @@ struct ArgReducer {
   __device__ __forceinline__ Out finish(Acc a) const { return a.i < 0 ? 0 : a.i; }
 };
 
-// --- group reductions ----------------------------------------------------------------------------
+// --- group reductions (src/backends/cuda/primitives/reduce.cuh) --------------------------------
 
-template <typename A>
-__device__ __forceinline__ A shfl_down(A v, int offset) {
-  return __shfl_down_sync(0xffffffffu, v, offset);
-}
+/// Shuffles an ArgAcc (value and index) for group_reduce; found by argument-dependent lookup.
 template <typename V>
 __device__ __forceinline__ ArgAcc<V> shfl_down(ArgAcc<V> v, int offset) {
   return {__shfl_down_sync(0xffffffffu, v.v, offset), __shfl_down_sync(0xffffffffu, v.i, offset)};
-}
-template <typename A>
-__device__ __forceinline__ A shfl_first(A v) {
-  return __shfl_sync(0xffffffffu, v, 0);
-}
-
-/// Reduces v over each group of `group` consecutive threads (1, or a power of two >= 32 dividing
-/// blockDim.x); the result is valid in the group's first thread. Every thread of the block must
-/// call it (it may synchronise the block). smem holds blockDim.x / 32 values.
-template <typename A, typename F>
-__device__ __forceinline__ A group_reduce(A v, const F& combine, int group, A* smem) {
-  if (group == 1) return v;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = combine(v, shfl_down(v, off));
-  if (group == 32) return v;
-  const int warp = threadIdx.x / 32;
-  __syncthreads();  // smem may still be read from a previous call
-  if (threadIdx.x % 32 == 0) smem[warp] = v;
-  __syncthreads();
-  if (threadIdx.x % group == 0) {
-    A r = smem[warp];
-    for (int w = 1; w < group / 32; ++w) r = combine(r, smem[warp + w]);
-    v = r;
-  }
-  return v;
-}
-
-/// group_reduce whose result every thread of the group receives.
-template <typename A, typename F>
-__device__ __forceinline__ A group_allreduce(A v, const F& combine, int group, A* smem) {
-  v = group_reduce(v, combine, group, smem);
-  if (group == 32) return shfl_first(v);
-  __syncthreads();
-  if (threadIdx.x % group == 0) smem[threadIdx.x / 32] = v;
-  __syncthreads();
-  return smem[(threadIdx.x / group) * (group / 32)];
 }
 
 // --- kernels -------------------------------------------------------------------------------------
@@ -437,7 +400,7 @@ void reduce(ReduceOp op, const Array& x, Array& out) {
     KUSARI_CHECK(x.size() > 0, ValueError, op == ReduceOp::kMax ? "max" : "min",
                  ": zero-size array has no maximum or minimum");
   }
-  visit_device_dtype(x.dtype(), [&](auto tag) {
+  visit_device_dtype(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
     switch (op) {
       case ReduceOp::kSum:
@@ -460,7 +423,7 @@ void arg_reduce(ArgReduceOp op, const Array& x, int axis, Array& out) {
                ": attempt to take the index of an empty axis");
   bool reduced[kMaxNdim] = {};
   reduced[axis] = true;
-  visit_device_dtype(x.dtype(), [&](auto tag) {
+  visit_device_dtype(x.dtype(), "arg_reduce", [&](auto tag) {
     using T = decltype(tag);
     launch_reduce<T>(x, reduced, ArgReducer<T>{op == ArgReduceOp::kArgMax}, out);
   });
@@ -476,7 +439,7 @@ void softmax(const Array& x_in, int axis, bool log, Array& out) {
   const int64_t n = shape[axis];
   const int device = x.device().index();
   cudaStream_t stream = prepare(x);
-  visit_floating_dtype(x.dtype(), "softmax", [&](auto tag) {
+  common::visit_floating_dtype(x.dtype(), "softmax", [&](auto tag) {
     using T = device_t<decltype(tag)>;
     const T* xp = static_cast<const T*>(x.raw_data());
     T* yp = static_cast<T*>(out.raw_data());
@@ -495,6 +458,12 @@ void softmax(const Array& x_in, int axis, bool log, Array& out) {
     }
   });
   KUSARI_CUDA_CHECK_LAUNCH();
+}
+
+void register_cuda_reduction_kernels() {
+  kernels::reduce.set(DeviceType::kCUDA, &reduce);
+  kernels::arg_reduce.set(DeviceType::kCUDA, &arg_reduce);
+  kernels::softmax.set(DeviceType::kCUDA, &softmax);
 }
 
 }  // namespace kusari::cuda

@@ -6,7 +6,9 @@
 // does, and every state is stored and read back before it is used, so 16-bit states round at the
 // same points. One kernel per dtype switches on the rule (Note [Runtime op switch]).
 #include "backends/cuda/cuda_kernels.h"
+#include "kernels/update.h"
 #include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/primitives/reduce.cuh"
 
 namespace kusari::cuda {
 namespace {
@@ -110,7 +112,7 @@ __global__ void count_nonfinite_kernel(ArrayList list, unsigned long long* out) 
     const auto v = to_compute(p[i]);
     bad += (dmath::isnan(v) || dmath::isinf(v)) ? 1 : 0;
   }
-  for (int offset = 16; offset > 0; offset >>= 1) bad += __shfl_down_sync(0xffffffffu, bad, offset);
+  bad = warp_reduce(bad, [](unsigned long long a, unsigned long long b) { return a + b; });
   if ((threadIdx.x & 31) == 0 && bad != 0) atomicAdd(out, bad);
 }
 
@@ -118,63 +120,56 @@ __global__ void count_nonfinite_kernel(ArrayList list, unsigned long long* out) 
 
 /// The constants of one step, converted from double exactly as the CPU kernels convert them.
 template <typename C>
-UpdateConstants<C> update_constants(UpdateRule rule, const double* h) {
+UpdateConstants<C> update_constants(const kernels::UpdateParams& params) {
   UpdateConstants<C> k{};
-  k.rule = rule;
+  k.rule = kernels::update_rule(params);
   const auto c = [](double v) { return static_cast<C>(v); };
-  switch (rule) {
-    case UpdateRule::kSgd:
-      k.c[0] = c(h[0]);
-      break;
-    case UpdateRule::kMomentumSgd:
-      k.c[0] = c(h[0]);
-      k.c[1] = c(h[1]);
-      break;
-    case UpdateRule::kNesterov:
-      k.c[0] = c(h[0]);
-      k.c[1] = c(h[1]);
-      k.c[2] = c(h[1] * h[1]);
-      k.c[3] = c((1.0 + h[1]) * h[0]);
-      break;
-    case UpdateRule::kAdam:
-      k.c[0] = c(h[0]);
-      k.c[1] = c(1.0 - h[1]);
-      k.c[2] = c(1.0 - h[2]);
-      k.c[3] = c(h[3]);
-      k.c[4] = c(h[4]);
-      k.c[5] = c(h[5]);
-      k.flag = h[6] != 0.0;
-      break;
-    case UpdateRule::kRmsprop:
-      k.c[0] = c(h[0]);
-      k.c[1] = c(h[1]);
-      k.c[2] = c(1.0 - h[1]);
-      k.c[3] = c(h[2]);
-      k.flag = h[3] != 0.0;
-      break;
-    case UpdateRule::kAdaGrad:
-      k.c[0] = c(h[0]);
-      k.c[1] = c(h[1]);
-      break;
+  if (const auto* h = std::get_if<kernels::SgdParams>(&params)) {
+    k.c[0] = c(h->lr);
+  } else if (const auto* h = std::get_if<kernels::MomentumSgdParams>(&params)) {
+    k.c[0] = c(h->lr);
+    k.c[1] = c(h->momentum);
+  } else if (const auto* h = std::get_if<kernels::NesterovParams>(&params)) {
+    k.c[0] = c(h->lr);
+    k.c[1] = c(h->momentum);
+    k.c[2] = c(h->momentum * h->momentum);
+    k.c[3] = c((1.0 + h->momentum) * h->lr);
+  } else if (const auto* h = std::get_if<kernels::AdamParams>(&params)) {
+    k.c[0] = c(h->alpha_t);
+    k.c[1] = c(1.0 - h->beta1);
+    k.c[2] = c(1.0 - h->beta2);
+    k.c[3] = c(h->eps);
+    k.c[4] = c(h->eta);
+    k.c[5] = c(h->weight_decay_rate);
+    k.flag = h->amsgrad;
+  } else if (const auto* h = std::get_if<kernels::RmspropParams>(&params)) {
+    k.c[0] = c(h->lr);
+    k.c[1] = c(h->alpha);
+    k.c[2] = c(1.0 - h->alpha);
+    k.c[3] = c(h->eps);
+    k.flag = h->eps_inside_sqrt;
+  } else if (const auto* h = std::get_if<kernels::AdaGradParams>(&params)) {
+    k.c[0] = c(h->lr);
+    k.c[1] = c(h->eps);
   }
   return k;
 }
 
 }  // namespace
 
-void update_parameter(UpdateRule rule, Array& param, const Array& grad, Array* state, int n_state,
-                      const double* hyper, int n_hyper, const Array* skip) {
+void update_parameter(Array& param, const Array& grad, Array* state, int n_state,
+                      const kernels::UpdateParams& params, const Array* skip) {
   // kusari::update_parameter (the routine) checked the counts, shapes, dtypes and layout.
   const int64_t n = param.size();
   if (n == 0) return;
   const int device = param.device().index();
   cudaStream_t stream = prepare(param);
-  visit_floating_dtype(param.dtype(), "update_parameter", [&](auto tag) {
+  common::visit_floating_dtype(param.dtype(), "update_parameter", [&](auto tag) {
     using T = device_t<decltype(tag)>;
     auto st = [&](int k) { return k < n_state ? static_cast<T*>(state[k].raw_data()) : nullptr; };
     update_kernel<T><<<grid_for(n, device), kBlockSize, 0, stream>>>(
         n, static_cast<T*>(param.raw_data()), static_cast<const T*>(grad.raw_data()), st(0), st(1),
-        st(2), update_constants<compute_t<T>>(rule, hyper),
+        st(2), update_constants<compute_t<T>>(params),
         skip ? static_cast<const int64_t*>(skip->raw_data()) : nullptr);
   });
   KUSARI_CUDA_CHECK_LAUNCH();
@@ -191,7 +186,7 @@ void count_nonfinite(const Array* arrays, int n, Array& out) {
     int64_t longest = 0;
     auto launch = [&] {
       if (count == 0) return;
-      visit_floating_dtype(dtype, "count_nonfinite", [&](auto tag) {
+      common::visit_floating_dtype(dtype, "count_nonfinite", [&](auto tag) {
         using T = device_t<decltype(tag)>;
         const dim3 grid(grid_for(longest, device), static_cast<unsigned>(count));
         count_nonfinite_kernel<T><<<grid, kBlockSize, 0, stream>>>(list, total);
@@ -209,6 +204,11 @@ void count_nonfinite(const Array* arrays, int n, Array& out) {
     }
     launch();
   }
+}
+
+void register_cuda_update_kernels() {
+  kernels::update_parameter.set(DeviceType::kCUDA, &update_parameter);
+  kernels::count_nonfinite.set(DeviceType::kCUDA, &count_nonfinite);
 }
 
 }  // namespace kusari::cuda

@@ -5,6 +5,7 @@
 #include "kusari/core/array.h"
 #include "kusari/core/random.h"
 #include "kusari/core/routines.h"
+#include "kernels/elementwise.h"
 #include "test_util.h"
 
 namespace kusari {
@@ -35,6 +36,45 @@ TEST_P(RoutinesTest, ElementwiseWithBroadcasting) {
   // Non-contiguous operands.
   Array t = a.transpose();  // (3, 2)
   EXPECT_EQ((t + t).to_vector<float>(), (std::vector<float>{2, 8, 4, 10, 6, 12}));
+}
+
+// relu_grad runs the fused kernel where the backend takes the case and the composition
+// where(y > 0, gy, 0) where it declines; both must give the same values.
+TEST_P(RoutinesTest, ReluGradMatchesTheComposition) {
+  Generator gen(7);
+  for (Dtype d : {float32, float64, float16, int32}) {
+    SCOPED_TRACE(dtype_name(d));
+    const Array y = Array::uniform({4, 5}, -2, 2, float64, device(), &gen).astype(d);
+    const Array gy = Array::uniform({4, 5}, -3, 3, float64, device(), &gen).astype(d);
+    const Array expected = where(greater(y, 0.0), gy, Scalar(0));
+    EXPECT_TRUE(array_equal(relu_grad(gy, y), expected));
+    // Strided and broadcast operands (which the CUDA kernel declines).
+    EXPECT_TRUE(array_equal(relu_grad(gy.transpose(), y.transpose()), expected.transpose()));
+    const Array row = Array::uniform({5}, -3, 3, float64, device(), &gen).astype(d);
+    EXPECT_TRUE(array_equal(relu_grad(row, y), where(greater(y, 0.0), row, Scalar(0))));
+  }
+  EXPECT_EQ(relu_grad(arr({1, -2, 3}), arr({0.5, 0.5, -0.5})).to_vector<float>(), (std::vector<float>{1, -2, 0}));
+  EXPECT_THROW(relu_grad(arr({1}), arr({1}, std::nullopt, float64)), DtypeError);
+}
+
+bool decline_relu_grad(const Array&, const Array&, Array&) { return false; }
+
+// A backend whose fused kernel declines every case (or has none) still gets the right values.
+TEST_P(RoutinesTest, ReluGradFallsBackWhenTheKernelDeclines) {
+  Generator gen(8);
+  const Array y = Array::uniform({3, 7}, -1, 1, float32, device(), &gen);
+  const Array gy = Array::uniform({3, 7}, -1, 1, float32, device(), &gen);
+  const Array fused = relu_grad(gy, y);
+  auto* const saved = kernels::relu_grad.find(device());
+  ASSERT_NE(saved, nullptr);
+  kernels::relu_grad.set(device().type(), &decline_relu_grad);
+  const Array declined = relu_grad(gy, y);
+  kernels::relu_grad.set(device().type(), nullptr);
+  const Array absent = relu_grad(gy, y);
+  kernels::relu_grad.set(device().type(), saved);
+  EXPECT_TRUE(array_equal(declined, fused));
+  EXPECT_TRUE(array_equal(absent, fused));
+  EXPECT_TRUE(array_equal(fused, where(greater(y, 0.0), gy, Scalar(0))));
 }
 
 TEST_P(RoutinesTest, ElementwiseErrorsNameTheFunction) {

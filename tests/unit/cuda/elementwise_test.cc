@@ -192,5 +192,20 @@ TEST_F(CudaElementwise, WhereInEveryDtype) {
   }
 }
 
+// The fused relu_grad kernel (contiguous floats) and its declined cases (strided, broadcast,
+// integer operands, served by the composition) against the CPU, bit for bit.
+TEST_F(CudaElementwise, ReluGradMatchesCpu) {
+  for (Dtype dtype : {float16, bfloat16, float32, float64, int32}) {
+    const Array y = testing::random_array({6, 5}, dtype, -3, 3, 8);
+    const Array gy = testing::random_array({6, 5}, dtype, -3, 3, 9);
+    const Array yg = y.to_device(gpu()), gyg = gy.to_device(gpu());
+    EXPECT_TRUE(GpuMatchesCpu(relu_grad(gyg, yg), relu_grad(gy, y))) << dtype_name(dtype);
+    EXPECT_TRUE(GpuMatchesCpu(relu_grad(gyg.transpose(), yg.transpose()), relu_grad(gy.transpose(), y.transpose())))
+        << dtype_name(dtype);
+    const Array row = testing::random_array({5}, dtype, -3, 3, 10);
+    EXPECT_TRUE(GpuMatchesCpu(relu_grad(row.to_device(gpu()), yg), relu_grad(row, y))) << dtype_name(dtype);
+  }
+}
+
 }  // namespace
 }  // namespace kusari

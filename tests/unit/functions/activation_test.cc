@@ -17,6 +17,18 @@ class ActivationTest : public testing::FunctionTest {};
 
 const std::vector<Shape> kShapes = {{5}, {3, 4}, {2, 3, 4}};
 
+// relu's backward is one fused kernel (kusari::relu_grad), itself differentiable.
+TEST_P(ActivationTest, ReluGradients) {
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    for (const Shape& s : kShapes) check([](const Variable& v) { return F::relu(v); }, away_from_zero(s, d));
+    check([](const Variable& v) { return F::relu(v); }, away_from_zero({4, 3}, d).transpose());
+  }
+  Variable x(Array::from({-1.0, 2.0, 0.0, 3.0}, std::nullopt, float32, device()), true);
+  F::sum(F::relu(x) * 2.0).backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{0, 2, 0, 2}));
+}
+
 TEST_P(ActivationTest, LeakyReluGradients) {
   for (Dtype d : testing::grad_dtypes()) {
     SCOPED_TRACE(dtype_name(d));

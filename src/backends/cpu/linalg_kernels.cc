@@ -5,6 +5,7 @@
 
 #include "backends/matrix_layout.h"
 #include "backends/cpu/cpu_backend.h"
+#include "kernels/linalg.h"
 #include "backends/cpu/loops.h"
 #include "kusari/core/routines.h"
 
@@ -126,6 +127,10 @@ void matmul(const Array& a, const Array& b, Array& out) {
     default:
       KUSARI_THROW(DtypeError, "matmul: not supported for dtype ", dtype_name(a.dtype()));
   }
+}
+
+void register_cpu_linalg_kernels() {
+  kernels::matmul.set(DeviceType::kCPU, &matmul);
 }
 
 }  // namespace kusari::cpu

@@ -18,6 +18,7 @@
 
 #include "backends/matrix_layout.h"
 #include "backends/cuda/cuda_kernels.h"
+#include "kernels/linalg.h"
 #include "backends/cuda/kernel_util.cuh"
 #include "kusari/core/cuda.h"
 
@@ -169,6 +170,10 @@ void matmul(const Array& a, const Array& b, Array& out) {
     default:
       KUSARI_THROW(DtypeError, "matmul: not supported for dtype ", dtype_name(a.dtype()));
   }
+}
+
+void register_cuda_linalg_kernels() {
+  kernels::matmul.set(DeviceType::kCUDA, &matmul);
 }
 
 }  // namespace kusari::cuda
