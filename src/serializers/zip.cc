@@ -420,7 +420,10 @@ void ZipReader::MemberReader::read(void* dst, size_t n) {
   auto* out = static_cast<char*>(dst);
   size_t done = 0;
   while (done < n) {
-    const zip_int64_t got = zip_fread(file_, out + done, n - done);
+    // At most 1 GiB per call: libzip 1.7 hands a larger request to zlib in one piece, whose
+    // 32-bit counts then wrap (a 4 GiB deflated member came back one byte long).
+    const size_t want = std::min<size_t>(n - done, size_t{1} << 30);
+    const zip_int64_t got = zip_fread(file_, out + done, want);
     if (got < 0) read_failed();
     if (got == 0) {
       corrupt("its data ends after " + std::to_string(produced_ + done) + " of its declared " +
