@@ -1,5 +1,8 @@
-// Shared helpers of the benchmark programs: timing, running the PyTorch peer, printing.
+// Shared helpers of the benchmark programs: timing, running the PyTorch peer, printing. The
+// programs read their flags with CLI11.
 #pragma once
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <array>
@@ -64,17 +67,6 @@ inline std::string command_line(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
   return s;
-}
-
-/// The value of --name=value or --name value in argv, or `fallback`.
-inline std::string flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
-  const std::string eq = "--" + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind(eq, 0) == 0) return a.substr(eq.size());
-    if (a == "--" + name && i + 1 < argc) return argv[i + 1];
-  }
-  return fallback;
 }
 
 }  // namespace kusari::bench

@@ -95,20 +95,23 @@ int float16_main(int argc, char** argv, const std::string& python, int steps, in
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
-  const int steps = std::stoi(kusari::bench::flag(argc, argv, "steps", "500"));
-  const int index = std::stoi(kusari::bench::flag(argc, argv, "device", "0"));
+  CLI::App app{"MLP training step on a GPU (eager and as a CUDA graph), kusari beside PyTorch"};
+  std::string python = "python3", dtype = "float32";
+  int steps = 500, index = 0;
+  bool compile = false;
+  app.add_option("--python", python, "Interpreter that runs the PyTorch peer")->capture_default_str();
+  app.add_option("--steps", steps, "Timed steps")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  app.add_option("--device", index, "CUDA device")->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  app.add_option("--dtype", dtype, "float32, or float16 (mixed precision with loss scaling)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "float16"}));
+  app.add_flag("--compile", compile, "Also time the PyTorch peer under torch.compile");
+  CLI11_PARSE(app, argc, argv);
   if (!kusari::cuda_available()) {
     std::fprintf(stderr, "bench_gpu_mlp_step: no CUDA device is available\n");
     return 1;
   }
-  const std::string dtype = kusari::bench::flag(argc, argv, "dtype", "float32");
   if (dtype == "float16") return float16_main(argc, argv, python, steps, index);
-  if (dtype != "float32") {
-    std::fprintf(stderr, "bench_gpu_mlp_step: --dtype must be float32 or float16, got '%s'\n",
-                 dtype.c_str());
-    return 2;
-  }
   const kusari::Device device = kusari::Device::cuda(index);
   kusari::manual_seed(0);
   auto model = std::make_shared<kusari::links::Classifier>(std::make_shared<kusari::bench::MnistMLP>());
@@ -139,8 +142,6 @@ int main(int argc, char** argv) {
     adam.update();
   });
 
-  bool compile = false;
-  for (int i = 1; i < argc; ++i) compile = compile || std::string(argv[i]) == "--compile";
   auto peer = kusari::bench::run_peer(python, "gpu_mlp_step.py",
                                       "--steps " + std::to_string(steps) + " --device " + std::to_string(index) +
                                           (compile ? " --compile" : ""));

@@ -14,9 +14,16 @@ using kusari::Array;
 using kusari::Variable;
 
 int main(int argc, char** argv) {
-  const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
-  const int repeats = std::stoi(kusari::bench::flag(argc, argv, "repeats", "30"));
-  const std::string configs = kusari::bench::flag(argc, argv, "configs", "1+1,1+2,2+2");
+  CLI::App app{"MLP step (forward + backward) on CPUs, kusari beside PyTorch"};
+  std::string python = "python3", configs = "1+1,1+2,2+2";
+  int repeats = 30;
+  app.add_option("--python", python, "Interpreter that runs the PyTorch peer")->capture_default_str();
+  app.add_option("--repeats", repeats, "Timed steps per setting (the median is reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--configs", configs, "Thread settings, kernel threads + BLAS threads, comma-separated")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   const int64_t batch = 100;
   kusari::manual_seed(0);
   Array x = Array::uniform({batch, 784});

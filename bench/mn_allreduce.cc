@@ -176,18 +176,29 @@ void time_row(Row& r, mn::Communicator& world, Device device, int warmup, int re
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repeats = std::stoi(kusari::bench::flag(argc, argv, "repeats", "100"));
-  const int warmup = std::stoi(kusari::bench::flag(argc, argv, "warmup", "5"));
-  const Dtype wire = kusari::dtype_from_name(kusari::bench::flag(argc, argv, "wire", "float32"));
-  const std::string kinds_flag = kusari::bench::flag(
-      argc, argv, "kinds", "pure_nccl,hierarchical,two_dimensional,non_cuda_aware,single_node");
   // The chunk-size settings: the communicators read KUSARI_MN_CHUNK_BYTES when they are made.
   const char* chunk_var = std::getenv("KUSARI_MN_CHUNK_BYTES");
   const std::optional<std::string> chunk_env =
       chunk_var ? std::optional<std::string>(chunk_var) : std::nullopt;
   const std::string default_setting = chunk_env.value_or("auto");
-  const std::vector<std::string> settings = split_list(
-      kusari::bench::flag(argc, argv, "chunk-bytes", chunk_env.value_or("off,4M,8M,16M,32M,auto")));
+
+  CLI::App app{"Allreduce of gradient-sized buffers over the multi-node communicators"};
+  int repeats = 100, warmup = 5;
+  std::string wire_name = "float32";
+  std::string kinds_flag = "pure_nccl,hierarchical,two_dimensional,non_cuda_aware,single_node";
+  std::string chunk_flag = chunk_env.value_or("off,4M,8M,16M,32M,auto");
+  app.add_option("--repeats", repeats, "Timed allreduces per size")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  app.add_option("--warmup", warmup, "Untimed allreduces first")->capture_default_str()->check(CLI::Range(0, 1 << 30));
+  app.add_option("--wire", wire_name, "Dtype on the wire")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
+  app.add_option("--kinds", kinds_flag, "Communicators to time, comma-separated")->capture_default_str();
+  app.add_option("--chunk-bytes", chunk_flag,
+                 "Chunk-size settings, comma-separated (default: $KUSARI_MN_CHUNK_BYTES when set)")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  const Dtype wire = kusari::dtype_from_name(wire_name);
+  const std::vector<std::string> settings = split_list(chunk_flag);
 
   // The GPU of each process: its rank on its real host (pretend hosts do not change it).
   const char* pretend = std::getenv("KUSARI_MN_RANKS_PER_HOST");

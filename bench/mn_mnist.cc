@@ -24,10 +24,7 @@ namespace L = kusari::links;
 
 namespace {
 
-int worker(int argc, char** argv) {
-  const int iterations = std::stoi(kusari::bench::flag(argc, argv, "iterations", "200"));
-  const int threads = std::stoi(kusari::bench::flag(argc, argv, "threads", "1"));
-  const std::string name = kusari::bench::flag(argc, argv, "communicator", "naive");
+int worker(int iterations, int threads, const std::string& name) {
   // Kernels on one thread, BLAS on `threads` (the best setting of both frameworks on few cores).
   kusari::set_num_threads(1);
   kusari::set_blas_num_threads(threads);
@@ -76,12 +73,22 @@ std::map<std::string, double> run_self(const std::string& self, const std::strin
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--worker") return worker(argc, argv);
-  }
-  const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
-  const std::string np = kusari::bench::flag(argc, argv, "np", "2");
-  const std::string iters = kusari::bench::flag(argc, argv, "iterations", "50");
+  CLI::App app{"Data-parallel MNIST training on CPUs over MPI, kusari beside PyTorch DDP"};
+  bool is_worker = false;
+  std::string python = "python3", name = "naive";
+  int np_count = 2, iterations = 50, threads = 1;
+  app.add_flag("--worker", is_worker, "Run one training process (what the benchmark starts itself)");
+  app.add_option("--python", python, "Interpreter that runs the PyTorch peer")->capture_default_str();
+  app.add_option("--np", np_count, "Processes of the data-parallel runs")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  app.add_option("--iterations", iterations, "Training steps (a --worker run defaults to 200)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--threads", threads, "--worker: BLAS threads")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  app.add_option("--communicator", name, "--worker: the communicator")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (is_worker) return worker(app.count("--iterations") ? iterations : 200, threads, name);
+  const std::string np = std::to_string(np_count);
+  const std::string iters = std::to_string(iterations);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int per_proc = std::max(1, cores / std::stoi(np));
   std::string mpiexec = std::string(getuid() == 0 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " : "") +

@@ -16,9 +16,16 @@ namespace F = kusari::functions;
 namespace L = kusari::links;
 
 int main(int argc, char** argv) {
-  const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
-  const int iterations = std::stoi(kusari::bench::flag(argc, argv, "iterations", "600"));
-  const std::string configs = kusari::bench::flag(argc, argv, "configs", "1+1,1+2,2+2");
+  CLI::App app{"MNIST training epoch on CPUs, kusari beside PyTorch"};
+  std::string python = "python3", configs = "1+1,1+2,2+2";
+  int iterations = 600;
+  app.add_option("--python", python, "Interpreter that runs the PyTorch peer")->capture_default_str();
+  app.add_option("--iterations", iterations, "Training steps (600 of batch 100: one epoch)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--configs", configs, "Thread settings, kernel threads + BLAS threads, comma-separated")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   auto [train, test] = kusari::get_fashion_mnist();
   std::printf("MNIST MLP training epoch (600 iterations of batch 100 on Fashion-MNIST), seconds per epoch\n");
   std::printf("%-22s %12s %12s\n", "threads (omp+blas)", "kusari", "pytorch");

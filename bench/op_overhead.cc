@@ -10,8 +10,14 @@
 namespace F = kusari::functions;
 
 int main(int argc, char** argv) {
-  const std::string python = kusari::bench::flag(argc, argv, "python", "python3");
-  const int chains = std::stoi(kusari::bench::flag(argc, argv, "chains", "2000"));
+  CLI::App app{"Per-operation overhead of small ops, kusari beside PyTorch"};
+  std::string python = "python3";
+  int chains = 2000;
+  app.add_option("--python", python, "Interpreter that runs the PyTorch peer")->capture_default_str();
+  app.add_option("--chains", chains, "Length of the chain of small operations")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  CLI11_PARSE(app, argc, argv);
   constexpr int kLength = 100;  // ops per chain: 50 x (mul, add)
   kusari::set_num_threads(1);
   kusari::Variable x(kusari::Array::uniform({8}), true);

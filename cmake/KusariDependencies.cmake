@@ -55,11 +55,25 @@ endif()
 # --- nlohmann-json (LogReport's JSON log, summaries' key lists in snapshots) ----------
 find_package(nlohmann_json 3 REQUIRED)
 
-# --- zlib (npz), libpng (PlotReport) -----------------------------------------
-find_package(ZLIB QUIET)
-set(KUSARI_HAVE_ZLIB ${ZLIB_FOUND})
+# --- zlib (gzip MNIST files), libzip (npz), cairo (PlotReport) ----------------
+find_package(ZLIB REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip>=1.6)
+# cairo draws PlotReport's plots. A site without it (and without root to install it) can still
+# build kusari: PlotReport then says once that it draws nothing.
+set(KUSARI_WITH_CAIRO "AUTO" CACHE STRING "Draw PlotReport's plots with cairo: ON, OFF or AUTO")
+set_property(CACHE KUSARI_WITH_CAIRO PROPERTY STRINGS ON OFF AUTO)
+set(KUSARI_HAVE_CAIRO OFF)
+if(NOT KUSARI_WITH_CAIRO STREQUAL "OFF")
+  pkg_check_modules(CAIRO QUIET IMPORTED_TARGET cairo>=1.14)
+  if(CAIRO_FOUND)
+    set(KUSARI_HAVE_CAIRO ON)
+  elseif(KUSARI_WITH_CAIRO STREQUAL "ON")
+    message(FATAL_ERROR "KUSARI_WITH_CAIRO=ON but cairo was not found (install libcairo2-dev)")
+  endif()
+endif()
+# The training tests decode PlotReport's PNG files with libpng (cairo depends on it).
 find_package(PNG QUIET)
-set(KUSARI_HAVE_PNG ${PNG_FOUND})
 
 # --- MPI (kusari_mn) ---------------------------------------------------------
 find_package(MPI QUIET COMPONENTS CXX)
@@ -116,7 +130,7 @@ if(NOT KUSARI_WITH_CUDA STREQUAL "OFF")
 endif()
 
 # Values for config.h.in (#cmakedefine01 wants 0/1 variables).
-foreach(_dep CUDA NCCL DNNL OPENMP MPI ZLIB PNG)
+foreach(_dep CUDA NCCL DNNL OPENMP MPI)
   if(KUSARI_HAVE_${_dep})
     set(KUSARI_HAVE_${_dep} ON)
   else()

@@ -27,7 +27,7 @@ packages=(
   libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
   libgtest-dev
   openmpi-bin libopenmpi-dev
-  zlib1g-dev libpng-dev
+  zlib1g-dev libzip-dev libcairo2-dev fonts-dejavu-core libpng-dev
   libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist
   python3-numpy

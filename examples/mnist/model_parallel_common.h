@@ -6,8 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "kusari/kusari.h"
 #include "kusari/mn.h"
@@ -23,58 +26,30 @@ struct Args {
   int64_t epoch = 20;
   int64_t unit = 1000;
   std::string out = "result";
-  bool help = false;
 };
 
-inline const char* kUsage =
-    "flags:\n"
-    "  --batchsize, -b N   examples per minibatch (default 100)\n"
-    "  --epoch, -e N       passes over the training set (default 20)\n"
-    "  --unit, -u N        units of each hidden layer (default 1000)\n"
-    "  --out, -o DIR       output folder (default result)\n"
-    "  --help, -h          print this help\n";
-
-/// Parses the flags ("--epoch 5", "--epoch=5" or "-e 5"); throws kusari::ValueError naming a flag
-/// that is unknown, lacks its value or has a bad one.
-inline Args parse_args(int argc, char** argv) {
-  Args args;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i], value;
-    const bool has_inline_value = flag.rfind("--", 0) == 0 && flag.find('=') != std::string::npos;
-    if (has_inline_value) {
-      value = flag.substr(flag.find('=') + 1);
-      flag = flag.substr(0, flag.find('='));
-    }
-    if (flag == "--help" || flag == "-h") {
-      args.help = true;
-      continue;
-    }
-    auto take_value = [&]() {
-      if (has_inline_value) return value;
-      KUSARI_CHECK(i + 1 < argc, ValueError, "flag ", flag, " needs a value");
-      return std::string(argv[++i]);
-    };
-    auto take_count = [&]() {
-      const std::string v = take_value();
-      char* end = nullptr;
-      const long long n = std::strtoll(v.c_str(), &end, 10);
-      KUSARI_CHECK(!v.empty() && *end == '\0' && n > 0, ValueError, "flag ", flag,
-                   " needs a positive integer, got '", v, "'");
-      return static_cast<int64_t>(n);
-    };
-    if (flag == "--batchsize" || flag == "-b") {
-      args.batchsize = take_count();
-    } else if (flag == "--epoch" || flag == "-e") {
-      args.epoch = take_count();
-    } else if (flag == "--unit" || flag == "-u") {
-      args.unit = take_count();
-    } else if (flag == "--out" || flag == "-o") {
-      args.out = take_value();
-    } else {
-      KUSARI_THROW(ValueError, "unknown flag '", flag, "'");
-    }
+/// Parses the flags with CLI11 ("--epoch 5", "--epoch=5" or "-e 5"). Returns the exit code the
+/// program should end with after --help or a bad flag, whose text (CLI11's help or error) only
+/// the process with `print` set writes; std::nullopt when the program goes on.
+inline std::optional<int> parse_args(int argc, char** argv, const std::string& description,
+                                     bool print, Args& args) {
+  CLI::App app{description};
+  app.add_option("-b,--batchsize", args.batchsize, "Number of images in each mini-batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("-e,--epoch", args.epoch, "Number of sweeps over the dataset to train")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("-u,--unit", args.unit, "Number of units of each hidden layer")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("-o,--out", args.out, "Directory to output the result")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return print ? app.exit(e) : e.get_exit_code();
   }
-  return args;
+  return std::nullopt;
 }
 
 /// The first half of the 784-unit-unit-10 MLP: Linear(784, unit) -> ReLU.

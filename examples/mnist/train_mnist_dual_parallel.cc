@@ -22,21 +22,17 @@
 
 int main(int argc, char** argv) {
   auto comm = kusari::mn::create_communicator("naive");
+  example::Args args;
+  constexpr char kDescription[] =
+      "kusari example: MNIST on 4 processes"
+      ", 2 data-parallel copies of an MLP split over 2 (model parallelism)";
+  if (auto code = example::parse_args(argc, argv, kDescription, comm->rank() == 0, args)) {
+    return *code;
+  }
   if (comm->size() != 4) {
     if (comm->rank() == 0)
       std::fprintf(stderr, "error: this example needs exactly 4 processes (mpiexec -n 4)\n");
     return 2;
-  }
-  example::Args args;
-  try {
-    args = example::parse_args(argc, argv);
-  } catch (const kusari::Error& e) {
-    if (comm->rank() == 0) std::fprintf(stderr, "error: %s\n%s", e.what(), example::kUsage);
-    return 2;
-  }
-  if (args.help) {
-    if (comm->rank() == 0) std::printf("%s", example::kUsage);
-    return 0;
   }
   const int replica = comm->rank() / 2;  // which copy of the model
   const int half = comm->rank() % 2;     // 0: first half, 1: second half (with the loss)

@@ -19,21 +19,17 @@
 
 int main(int argc, char** argv) {
   auto comm = kusari::mn::create_communicator("naive");
+  example::Args args;
+  constexpr char kDescription[] =
+      "kusari example: MNIST with the MLP split over 2 processes"
+      " (model parallelism)";
+  if (auto code = example::parse_args(argc, argv, kDescription, comm->rank() == 0, args)) {
+    return *code;
+  }
   if (comm->size() != 2) {
     if (comm->rank() == 0)
       std::fprintf(stderr, "error: this example needs exactly 2 processes (mpiexec -n 2)\n");
     return 2;
-  }
-  example::Args args;
-  try {
-    args = example::parse_args(argc, argv);
-  } catch (const kusari::Error& e) {
-    if (comm->rank() == 0) std::fprintf(stderr, "error: %s\n%s", e.what(), example::kUsage);
-    return 2;
-  }
-  if (args.help) {
-    if (comm->rank() == 0) std::printf("%s", example::kUsage);
-    return 0;
   }
   const bool has_loss = comm->rank() == 1;
   if (has_loss) {

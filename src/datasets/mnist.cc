@@ -13,9 +13,7 @@
 #include "kusari/config.h"
 #include "kusari/core/error.h"
 
-#if KUSARI_HAVE_ZLIB
 #include <zlib.h>
-#endif
 
 namespace kusari {
 namespace {
@@ -40,23 +38,13 @@ std::string hex32(uint32_t v) {
 class ByteReader {
  public:
   ByteReader(const std::string& path, const char* fn) : path_(path), fn_(fn) {
-#if KUSARI_HAVE_ZLIB
     file_ = gzopen(path.c_str(), "rb");
     KUSARI_CHECK(file_ != nullptr, IOError, fn_, ": cannot open ", path_, ": ",
                  std::strerror(errno));
     gzbuffer(file_, 1 << 20);
-#else
-    file_ = std::fopen(path.c_str(), "rb");
-    KUSARI_CHECK(file_ != nullptr, IOError, fn_, ": cannot open ", path_, ": ",
-                 std::strerror(errno));
-#endif
   }
   ~ByteReader() {
-#if KUSARI_HAVE_ZLIB
     gzclose(file_);
-#else
-    std::fclose(file_);
-#endif
   }
   ByteReader(const ByteReader&) = delete;
   ByteReader& operator=(const ByteReader&) = delete;
@@ -67,7 +55,6 @@ class ByteReader {
     int64_t got = 0;
     while (got < n) {
       const int64_t want = std::min<int64_t>(n - got, int64_t{1} << 30);
-#if KUSARI_HAVE_ZLIB
       const int r = gzread(file_, out + got, static_cast<unsigned>(want));
       if (r < 0) {
         int errnum = 0;
@@ -75,12 +62,6 @@ class ByteReader {
         KUSARI_THROW(IOError, fn_, ": cannot read ", path_, ": ", msg,
                      " (the gzip data is corrupt or the file is truncated)");
       }
-#else
-      const auto r =
-          static_cast<int64_t>(std::fread(out + got, 1, static_cast<size_t>(want), file_));
-      KUSARI_CHECK(!std::ferror(file_), IOError, fn_, ": cannot read ", path_, ": ",
-                   std::strerror(errno));
-#endif
       if (r == 0) break;
       got += r;
     }
@@ -89,22 +70,16 @@ class ByteReader {
 
   // Why the data ended early, when the decompressor knows ("" otherwise).
   std::string end_reason() {
-#if KUSARI_HAVE_ZLIB
     int errnum = Z_OK;
     const char* msg = gzerror(file_, &errnum);
     if (errnum != Z_OK) return std::string(" (") + msg + ")";
-#endif
     return "";
   }
 
  private:
   std::string path_;
   const char* fn_;
-#if KUSARI_HAVE_ZLIB
   gzFile file_ = nullptr;
-#else
-  std::FILE* file_ = nullptr;
-#endif
 };
 
 struct IdxHeader {
@@ -124,11 +99,6 @@ IdxHeader read_idx_header(ByteReader& in, const std::string& path, const char* f
                got_head, " bytes; the magic number alone takes 4)", in.end_reason());
   IdxHeader h;
   h.magic = read_be32(head);
-#if !KUSARI_HAVE_ZLIB
-  KUSARI_CHECK(
-      !(head[0] == 0x1f && head[1] == 0x8b), IOError, fn, ": ", path,
-      " is gzip-compressed but kusari was built without zlib; decompress it first (gunzip)");
-#endif
   KUSARI_CHECK(head[0] == 0 && head[1] == 0 && head[3] >= 1, IOError, fn, ": ", path,
                " does not start with an IDX magic number: got ", hex32(h.magic),
                ", expected 0x000008NN (two zero bytes, a type byte, a dimension count >= 1)");

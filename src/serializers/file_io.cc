@@ -4,20 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <vector>
 
-#include "kusari/config.h"
 #include "kusari/core/error.h"
-
-#if KUSARI_HAVE_ZLIB
-#include <zlib.h>
-#endif
 
 namespace kusari::detail {
 
@@ -155,14 +149,14 @@ void AtomicOutputFile::write(const void* data, size_t n) {
   if (n == 0) return;
   if (std::fwrite(data, 1, n, file_) != n) fail("writing data", errno);
   pos_ += n;
+  end_ = std::max(end_, pos_);
 }
 
-void AtomicOutputFile::write_at(uint64_t offset, const void* data, size_t n) {
-  KUSARI_ASSERT(file_ && !committed_ && offset + n <= pos_,
-                "AtomicOutputFile::write_at outside the written range");
+void AtomicOutputFile::seek(uint64_t offset) {
+  KUSARI_ASSERT(file_ && !committed_ && offset <= end_,
+                "AtomicOutputFile::seek outside the written range");
   if (::fseeko(file_, static_cast<off_t>(offset), SEEK_SET) != 0) fail("seeking", errno);
-  if (std::fwrite(data, 1, n, file_) != n) fail("updating a header", errno);
-  if (::fseeko(file_, static_cast<off_t>(pos_), SEEK_SET) != 0) fail("seeking", errno);
+  pos_ = offset;
 }
 
 void AtomicOutputFile::commit() {
@@ -186,36 +180,6 @@ void AtomicOutputFile::commit() {
     (void)::fsync(dir);
     ::close(dir);
   }
-}
-
-// --- CRC-32 -------------------------------------------------------------------------------------
-
-uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-#if KUSARI_HAVE_ZLIB
-  // zlib's crc32 takes a 32-bit length; feed it in chunks.
-  constexpr size_t kChunk = size_t{1} << 30;
-  while (n > 0) {
-    const size_t c = n < kChunk ? n : kChunk;
-    crc = static_cast<uint32_t>(::crc32(crc, p, static_cast<uInt>(c)));
-    p += c;
-    n -= c;
-  }
-  return crc;
-#else
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1u) ? 0xedb88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
-  return ~crc;
-#endif
 }
 
 }  // namespace kusari::detail

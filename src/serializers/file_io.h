@@ -1,5 +1,5 @@
-// Internal file helpers for the npz serializers: a read-only file with positioned reads, an
-// atomically replaced output file, and CRC-32. Not part of the public API.
+// Internal file helpers for the npz serializers: a read-only file with positioned reads and an
+// atomically replaced output file. Not part of the public API.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +21,8 @@ class InputFile {
   /// The size of the file in bytes (when it was opened).
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  /// The open descriptor (owned by this object).
+  int fd() const { return fd_; }
   /// Reads exactly `n` bytes at `offset`; throws IOError ("truncated") when the file ends first.
   void read_at(uint64_t offset, void* dst, size_t n, const char* what) const;
 
@@ -54,12 +56,14 @@ class AtomicOutputFile {
   AtomicOutputFile(const AtomicOutputFile&) = delete;
   AtomicOutputFile& operator=(const AtomicOutputFile&) = delete;
 
-  /// Appends `n` bytes at the current position.
+  /// Writes `n` bytes at the current position.
   void write(const void* data, size_t n);
   /// The current position (bytes written so far, unless seek() moved it).
   uint64_t tell() const { return pos_; }
-  /// Overwrites `n` bytes at `offset` (within what was written) and returns to the end.
-  void write_at(uint64_t offset, const void* data, size_t n);
+  /// The bytes written so far (the end of the file).
+  uint64_t size() const { return end_; }
+  /// Moves the position to `offset`, within what was written.
+  void seek(uint64_t offset);
   /// Flushes, syncs and renames the temporary file over the target.
   void commit();
   const std::string& path() const { return path_; }
@@ -73,10 +77,8 @@ class AtomicOutputFile {
   std::string caller_;
   std::FILE* file_ = nullptr;
   uint64_t pos_ = 0;
+  uint64_t end_ = 0;
   bool committed_ = false;
 };
-
-/// Continues the CRC-32 (ZIP / zlib polynomial) `crc` over `n` bytes; start with crc = 0.
-uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
 
 }  // namespace kusari::detail

@@ -362,11 +362,9 @@ const char* npy_descr(Dtype storage_dtype) {
   return "";
 }
 
-NpyEncoded npy_encode(const Array& a) {
-  KUSARI_ASSERT(a.defined(), "npy_encode: undefined array");
-  NpyEncoded e;
+std::string npy_preamble(const Array& a) {
+  KUSARI_ASSERT(a.defined(), "npy_preamble: undefined array");
   const Dtype storage = npy_storage_dtype(a.dtype());
-  e.data = a.to_device(Device::cpu()).astype(storage).contiguous();
   std::string dict = std::string("{'descr': '") + npy_descr(storage) +
                      "', 'fortran_order': False, 'shape': " + shape_literal(a.shape()) + ", }";
   // Version 1.0 stores the header length in 2 bytes; the header (with its newline) is padded with
@@ -374,13 +372,26 @@ NpyEncoded npy_encode(const Array& a) {
   const size_t unpadded = kMagicSize + 2 + 2 + dict.size() + 1;
   dict.append((kAlign - unpadded % kAlign) % kAlign, ' ');
   dict.push_back('\n');
-  KUSARI_ASSERT(dict.size() <= 0xffff, "npy_encode: header too long");
-  e.preamble.assign(kMagic, kMagicSize);
-  e.preamble.push_back('\x01');
-  e.preamble.push_back('\x00');
-  e.preamble.push_back(static_cast<char>(dict.size() & 0xff));
-  e.preamble.push_back(static_cast<char>(dict.size() >> 8));
-  e.preamble += dict;
+  KUSARI_ASSERT(dict.size() <= 0xffff, "npy_preamble: header too long");
+  std::string preamble(kMagic, kMagicSize);
+  preamble.push_back('\x01');
+  preamble.push_back('\x00');
+  preamble.push_back(static_cast<char>(dict.size() & 0xff));
+  preamble.push_back(static_cast<char>(dict.size() >> 8));
+  preamble += dict;
+  return preamble;
+}
+
+uint64_t npy_encoded_size(const Array& a) {
+  return npy_preamble(a).size() +
+         static_cast<uint64_t>(a.size()) * itemsize(npy_storage_dtype(a.dtype()));
+}
+
+NpyEncoded npy_encode(const Array& a) {
+  KUSARI_ASSERT(a.defined(), "npy_encode: undefined array");
+  NpyEncoded e;
+  e.preamble = npy_preamble(a);
+  e.data = a.to_device(Device::cpu()).astype(npy_storage_dtype(a.dtype())).contiguous();
   return e;
 }
 

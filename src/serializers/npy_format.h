@@ -29,6 +29,10 @@ struct NpyEncoded {
   uint64_t size() const { return preamble.size() + static_cast<uint64_t>(data.nbytes()); }
 };
 
+/// The NPY preamble of `a`: it depends only on its shape and dtype.
+std::string npy_preamble(const Array& a);
+/// The size in bytes of `a` written as NPY, found without copying its data.
+uint64_t npy_encoded_size(const Array& a);
 /// Prepares `a` (any device, layout or dtype) for writing as NPY.
 NpyEncoded npy_encode(const Array& a);
 /// Writes an encoded array to `sink`.

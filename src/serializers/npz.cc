@@ -64,11 +64,17 @@ void write_npz_impl(const std::string& path, const NamedArrays& arrays, bool com
   AtomicOutputFile out(path, caller);
   ZipWriter zip(out, caller, force_zip64);
   for (const auto& [key, a] : arrays) {
-    // One array at a time reaches the host, so a model on a GPU needs little extra host memory.
-    const NpyEncoded encoded = npy_encode(a);
-    zip.begin_member(key + kNpySuffix, encoded.size(), compress);
-    npy_write(encoded, [&zip](const void* data, size_t n) { zip.write(data, n); });
-    zip.end_member();
+    // One array at a time reaches the host, so a model on a GPU needs little extra host memory:
+    // the writer encodes a member only when it comes to write it (Note [npz through libzip]).
+    const Array& array = a;
+    zip.add(key + kNpySuffix, npy_encoded_size(array), compress, [&array] {
+      auto encoded = std::make_shared<const NpyEncoded>(npy_encode(array));
+      ZipMemberBytes bytes;
+      bytes.pieces = {{encoded->preamble.data(), encoded->preamble.size()},
+                      {encoded->data.raw_data(), static_cast<size_t>(encoded->data.nbytes())}};
+      bytes.owner = std::move(encoded);
+      return bytes;
+    });
   }
   zip.finish();
   out.commit();

@@ -1,9 +1,7 @@
-// Line plots for PlotReport: a layout drawn through a small painter interface onto either an
-// SVG document or an RGB raster (own rasteriser, own bitmap font), and PNG encoding of the
-// raster with libpng. Internal to kusari.
+// Line plots for PlotReport, drawn with cairo as PNG or SVG. Internal to kusari.
 #pragma once
 
-#include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,20 +27,21 @@ struct PlotLook {
   int height = 500;
 };
 
-/// An 8-bit RGB image, rows top to bottom.
-struct Raster {
-  int width = 0;
-  int height = 0;
-  std::vector<uint8_t> rgb;
-};
+/// The series of `keys` that have points, in the order of `keys`: like Chainer, a key without
+/// points gets neither a line nor a legend entry.
+std::vector<PlotSeries> series_with_points(
+    const std::vector<std::string>& keys,
+    const std::map<std::string, std::vector<std::pair<double, double>>>& data);
 
+/// False in a build without cairo: then the functions below throw NotImplementedError.
+bool plots_available();
+
+/// Every text the plot shows, in drawing order: x tick labels, y tick labels, the x label, the
+/// title, then the legend's labels.
+std::vector<std::string> plot_texts(const std::vector<PlotSeries>& series, const PlotLook& look);
 /// The plot as an SVG document.
 std::string render_plot_svg(const std::vector<PlotSeries>& series, const PlotLook& look);
-/// The plot as an RGB raster.
-Raster render_plot_raster(const std::vector<PlotSeries>& series, const PlotLook& look);
-/// True when this build can write PNG files (it was built with libpng).
-bool png_supported();
-/// The raster as PNG file bytes (NotImplementedError without libpng).
-std::string encode_png(const Raster& raster);
+/// The plot as a PNG file (8-bit RGB).
+std::string render_plot_png(const std::vector<PlotSeries>& series, const PlotLook& look);
 
 }  // namespace kusari::training::detail

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -36,11 +38,6 @@ PlotReport::PlotReport(std::vector<std::string> y_keys, std::string x_key,
   svg_ = ends_with_ci(filename_, ".svg");
   KUSARI_CHECK(png || svg_, ValueError, "PlotReport: cannot tell the image format of '", filename_,
                "'; the filename must end in .png or .svg");
-  KUSARI_CHECK(!png || detail::png_supported(), NotImplementedError, "PlotReport: writing '",
-               filename_,
-               "' needs libpng, which this build of kusari was made without; name the file .svg "
-               "instead (e.g. "
-               "\"loss.svg\"), or install libpng-dev and rebuild");
   const std::string markers = "x+os.";
   KUSARI_CHECK(style_.marker == 0 || markers.find(style_.marker) != std::string::npos, ValueError,
                "PlotReport: unknown marker '", style_.marker,
@@ -84,24 +81,20 @@ void PlotReport::operator()(Trainer& trainer) {
     any = any || !data_[key].empty();
   }
   if (!any) return;
+  if (!detail::plots_available()) {
+    // Note [PlotReport drawing]: a build without cairo draws nothing, and says so once.
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr, "PlotReport: this build of kusari has no cairo, so %s is not drawn "
+                           "(install libcairo2-dev and rebuild to get plots)\n", filename_.c_str());
+    });
+    return;
+  }
   const std::string path = (std::filesystem::path(trainer.out()) / filename_).string();
   detail::write_file_atomically(path, svg_ ? render_svg() : render_png(), "PlotReport");
 }
 
 namespace {
-
-std::vector<detail::PlotSeries> make_series(
-    const std::vector<std::string>& keys,
-    const std::map<std::string, std::vector<std::pair<double, double>>>& data) {
-  std::vector<detail::PlotSeries> series;
-  for (const std::string& key : keys) {
-    auto it = data.find(key);
-    if (it == data.end() || it->second.empty())
-      continue;  // like Chainer: keys without points get no legend entry
-    series.push_back({key, it->second});
-  }
-  return series;
-}
 
 detail::PlotLook make_look(const PlotStyle& style, const std::string& x_key) {
   detail::PlotLook look;
@@ -117,12 +110,13 @@ detail::PlotLook make_look(const PlotStyle& style, const std::string& x_key) {
 }  // namespace
 
 std::string PlotReport::render_svg() const {
-  return detail::render_plot_svg(make_series(y_keys_, data_), make_look(style_, x_key_));
+  return detail::render_plot_svg(detail::series_with_points(y_keys_, data_),
+                                 make_look(style_, x_key_));
 }
 
 std::string PlotReport::render_png() const {
-  return detail::encode_png(
-      detail::render_plot_raster(make_series(y_keys_, data_), make_look(style_, x_key_)));
+  return detail::render_plot_png(detail::series_with_points(y_keys_, data_),
+                                 make_look(style_, x_key_));
 }
 
 void PlotReport::serialize(Serializer& s) {

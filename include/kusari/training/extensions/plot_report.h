@@ -37,13 +37,11 @@ struct PlotStyle {
 /// per key with markers, axes with tick labels, the x key as axis label, a legend and a title.
 ///
 /// Note [PlotReport images]
-/// Chainer draws with matplotlib; kusari has its own small renderer: the same layout is drawn
-/// as SVG (any build, chosen by a ".svg" filename) or rasterised with an anti-aliased line
-/// drawer and a built-in 5x9 bitmap font, then encoded as PNG with libpng (".png"; builds
-/// without libpng reject it in the constructor). Files are written atomically (temporary file,
-/// then rename), so a viewer never shows a half-written image. Like Chainer, PlotReport keeps
-/// its own summary of the keys, so it works without a LogReport, and nothing is written until
-/// some key has a point.
+/// Chainer draws with matplotlib; kusari draws the same kind of plot with cairo, as PNG (a
+/// ".png" filename) or SVG (".svg"); see Note [PlotReport drawing] in the source. Files are
+/// written atomically (temporary file, then rename), so a viewer never shows a half-written
+/// image. Like Chainer, PlotReport keeps its own summary of the keys, so it works without a
+/// LogReport, and nothing is written until some key has a point.
 class PlotReport : public Extension {
  public:
   /// `trigger`: when to add points and redraw (default every epoch). `filename` must end in
@@ -65,7 +63,7 @@ class PlotReport : public Extension {
   }
   /// The current plot as an SVG document (what a .svg file holds).
   std::string render_svg() const;
-  /// The current plot as PNG bytes (NotImplementedError without libpng).
+  /// The current plot as PNG bytes (what a .png file holds).
   std::string render_png() const;
 
   /// Saves or loads the points ("_plot_<filename>", a JSON string, Chainer's layout), plus the
