@@ -57,14 +57,31 @@ find_package(nlohmann_json 3 REQUIRED)
 
 # --- zlib (gzip MNIST files), libzip (npz), cairo (PlotReport) ----------------
 find_package(ZLIB REQUIRED)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip>=1.6)
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(LIBZIP QUIET IMPORTED_TARGET libzip>=1.6)
+endif()
+if(NOT LIBZIP_FOUND)
+  # No pkg-config, or packages unpacked into a prefix whose .pc files name another prefix
+  # (scripts/prefix_from_debs.sh): look for the files themselves.
+  find_path(KUSARI_LIBZIP_INCLUDE_DIR zip.h)
+  find_path(KUSARI_LIBZIP_CONF_DIR zipconf.h PATH_SUFFIXES x86_64-linux-gnu aarch64-linux-gnu)
+  find_library(KUSARI_LIBZIP_LIBRARY zip)
+  if(NOT KUSARI_LIBZIP_INCLUDE_DIR OR NOT KUSARI_LIBZIP_CONF_DIR OR NOT KUSARI_LIBZIP_LIBRARY)
+    message(FATAL_ERROR "kusari needs libzip (npz files): install libzip-dev (scripts/setup.sh does)")
+  endif()
+  add_library(PkgConfig::LIBZIP INTERFACE IMPORTED)
+  set_target_properties(PkgConfig::LIBZIP PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${KUSARI_LIBZIP_INCLUDE_DIR};${KUSARI_LIBZIP_CONF_DIR}"
+    INTERFACE_LINK_LIBRARIES "${KUSARI_LIBZIP_LIBRARY}")
+  set(LIBZIP_VERSION "(found at ${KUSARI_LIBZIP_LIBRARY})")
+endif()
 # cairo draws PlotReport's plots. A site without it (and without root to install it) can still
 # build kusari: PlotReport then says once that it draws nothing.
 set(KUSARI_WITH_CAIRO "AUTO" CACHE STRING "Draw PlotReport's plots with cairo: ON, OFF or AUTO")
 set_property(CACHE KUSARI_WITH_CAIRO PROPERTY STRINGS ON OFF AUTO)
 set(KUSARI_HAVE_CAIRO OFF)
-if(NOT KUSARI_WITH_CAIRO STREQUAL "OFF")
+if(NOT KUSARI_WITH_CAIRO STREQUAL "OFF" AND PkgConfig_FOUND)
   pkg_check_modules(CAIRO QUIET IMPORTED_TARGET cairo>=1.14)
   if(CAIRO_FOUND)
     set(KUSARI_HAVE_CAIRO ON)

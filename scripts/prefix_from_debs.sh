@@ -15,13 +15,14 @@
 # CMAKE_PREFIX_PATH, the include and library paths, and the run-time search path point there.
 set -euo pipefail
 
-# Headers and libraries for the build (BLAS, GoogleTest, CLI11, nlohmann-json, libpng), with
+# Headers and libraries for the build (BLAS, GoogleTest, CLI11, nlohmann-json, libpng, libzip), with
 # the run-time libraries those -dev packages point to.
 packages=(
   libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libgfortran5
   libgtest-dev googletest
   libcli11-dev nlohmann-json3-dev
   libpng-dev libpng16-16 zlib1g-dev
+  libzip-dev libzip4
 )
 
 cmd=${1:-}

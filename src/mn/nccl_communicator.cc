@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/runtime/cuda_backend.h"
 #include "kusari/core/routines.h"
 #include "mn/mpi_util.h"
 #include "mn/nccl_wait.h"

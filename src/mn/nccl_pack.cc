@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/runtime/cuda_backend.h"
 
 namespace kusari::mn::detail {
 

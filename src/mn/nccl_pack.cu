@@ -8,7 +8,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/runtime/cuda_backend.h"
 #include "mn/nccl_pack.h"
 
 namespace kusari::mn::detail {

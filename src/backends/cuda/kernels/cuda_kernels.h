@@ -16,9 +16,9 @@ void copy(const Array& src, Array& dst);
 void register_cuda_creation_kernels();     // creation_kernels.cu
 void register_cuda_elementwise_kernels();  // elementwise_kernels.cu
 void register_cuda_reduction_kernels();    // reduction_kernels.cu
-void register_cuda_linalg_kernels();       // linalg_kernels.cu (cuBLAS; Note [cuBLAS operand layout])
+void register_cuda_linalg_kernels();       // libs/cublas_linalg.cu (cuBLAS; Note [cuBLAS operand layout])
 void register_cuda_indexing_kernels();     // indexing_kernels.cu
-void register_cuda_nn_kernels();           // conv_kernels.cc (cuDNN) with pool_kernels.cu
+void register_cuda_nn_kernels();           // libs/cudnn_conv.cc (cuDNN) with pool_kernels.cu
 void register_cuda_update_kernels();       // update_kernels.cu
 
 // The kernels used across the CUDA family files (declared here because they are).

@@ -1,10 +1,10 @@
 // CUDA kernels: fill, arange, copy (strided, with dtype conversion) and random numbers.
 #include <cstring>
 
-#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
 #include "kernels/creation.h"
 #include "backends/common/philox.h"
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/primitives/kernel_util.cuh"
 
 namespace kusari::cuda {
 namespace {

@@ -9,8 +9,8 @@
 // cover it, in the CPU's (oy, ox) order, so there are no atomics and the sums round exactly like
 // the CPU's scatter; max pooling first stores each window's argmax (recomputed from x, like the
 // CPU) in a scratch array. 16-bit floats are computed in float32 and rounded once.
-#include "backends/cuda/cuda_kernels.h"
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/primitives/kernel_util.cuh"
 
 namespace kusari::cuda {
 namespace {

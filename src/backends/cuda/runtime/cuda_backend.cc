@@ -21,7 +21,7 @@
 // destroyed. Arrays may outlive any static object (a global model, a test fixture), and by the
 // time static destructors run the CUDA runtime may already be shut down; releasing an array then
 // only touches the pool's free lists. The driver reclaims everything when the process exits.
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/runtime/cuda_backend.h"
 
 #include <algorithm>
 #include <atomic>
@@ -32,8 +32,8 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/cuda/cuda_kernels.h"
-#include "backends/cuda/memory_pool.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/runtime/memory_pool.h"
 #include "core/cuda_runtime.h"
 #include "kusari/core/cuda.h"
 #include "kusari/core/error.h"

@@ -5,9 +5,9 @@
 // ...) are computed on the host in double and rounded to the compute type exactly as the CPU
 // does, and every state is stored and read back before it is used, so 16-bit states round at the
 // same points. One kernel per dtype switches on the rule (Note [Runtime op switch]).
-#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
 #include "kernels/update.h"
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/primitives/kernel_util.cuh"
 #include "backends/cuda/primitives/reduce.cuh"
 
 namespace kusari::cuda {

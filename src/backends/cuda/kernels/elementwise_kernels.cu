@@ -9,10 +9,10 @@
 // (src/backends/common/scalar_ops.h) in the same compute type, so results agree up to the last bits of
 // the transcendental functions (CUDA's libm and glibc differ there) and of contracted
 // multiply-adds (nvcc fuses a * b + c).
-#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
 #include "kernels/elementwise.h"
 #include "backends/common/scalar_ops.h"
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/primitives/kernel_util.cuh"
 
 namespace kusari::cuda {
 namespace {

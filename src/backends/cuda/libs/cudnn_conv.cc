@@ -34,8 +34,8 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/runtime/cuda_backend.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
 #include "kernels/nn.h"
 #include "kusari/core/cuda.h"
 #include "kusari/core/error.h"

@@ -18,9 +18,9 @@
 // integers and bools in int64; max/min in the compute type; any/all on truth values.
 #include <bit>
 
-#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
 #include "kernels/reduction.h"
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/primitives/kernel_util.cuh"
 #include "backends/cuda/primitives/reduce.cuh"
 
 namespace kusari::cuda {

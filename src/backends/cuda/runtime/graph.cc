@@ -37,8 +37,8 @@
 
 #include <utility>
 
-#include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/memory_pool.h"
+#include "backends/cuda/runtime/cuda_backend.h"
+#include "backends/cuda/runtime/memory_pool.h"
 #include "core/cuda_runtime.h"
 #include "kusari/core/cuda.h"
 #include "kusari/core/error.h"

@@ -14,7 +14,7 @@
 #include "backends/common/compute_type.h"
 #include "backends/common/dtype_visit.h"
 #include "backends/common/math.h"
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/runtime/cuda_backend.h"
 #include "kusari/core/array.h"
 
 namespace kusari::cuda {

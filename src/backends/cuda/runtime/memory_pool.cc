@@ -1,12 +1,12 @@
 // The caching device-memory pool; see Note [Caching memory pool].
-#include "backends/cuda/memory_pool.h"
+#include "backends/cuda/runtime/memory_pool.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <bit>
 
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/runtime/cuda_backend.h"
 #include "kusari/core/error.h"
 
 namespace kusari::cuda {

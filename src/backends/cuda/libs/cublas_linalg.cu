@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "backends/matrix_layout.h"
-#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
 #include "kernels/linalg.h"
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/primitives/kernel_util.cuh"
 #include "kusari/core/cuda.h"
 
 namespace kusari::cuda {

@@ -5,9 +5,9 @@
 // per call, and throws the CPU's IndexError. add_at adds with atomics, so when several indices
 // repeat, floating-point sums may differ in the last bits from the CPU's ordered sum (and from
 // run to run).
-#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/kernels/cuda_kernels.h"
 #include "kernels/indexing.h"
-#include "backends/cuda/kernel_util.cuh"
+#include "backends/cuda/primitives/kernel_util.cuh"
 
 namespace kusari::cuda {
 namespace {

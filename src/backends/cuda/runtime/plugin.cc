@@ -1,6 +1,6 @@
 // The entry point of the CUDA library: what the core calls once it has loaded libkusari_cuda.
 // See Note [The CUDA library is loaded] in core/cuda_runtime.h.
-#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/runtime/cuda_backend.h"
 #include "core/cuda_runtime.h"
 #include "kusari/core/error.h"
 
