@@ -30,6 +30,8 @@ build=$here/build-gpu
 logs=${logs:-$build/logs}
 mkdir -p "$logs"
 export NCCL_NVLS_ENABLE=0
+# The tests that check NumPy reads our files use the python3 on PATH (which holds NumPy).
+export KUSARI_TEST_PYTHON=${KUSARI_TEST_PYTHON:-$(command -v python3)}
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)

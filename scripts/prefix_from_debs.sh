@@ -21,7 +21,7 @@ packages=(
   libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libgfortran5
   libgtest-dev googletest
   libcli11-dev nlohmann-json3-dev
-  libpng-dev libpng16-16 zlib1g-dev
+  libpng-dev libpng16-16 zlib1g-dev zlib1g
   libzip-dev libzip4
 )
 
@@ -38,6 +38,12 @@ case "$cmd" in
     prefix=${3:?usage: prefix_from_debs.sh unpack <dir> <prefix>}
     mkdir -p "$prefix"
     for deb in "$dir"/*.deb; do dpkg -x "$deb" "$prefix"; done
+    # Some -dev packages hold absolute links (libz.so -> /lib/.../libz.so.1.2.13): point them
+    # into the prefix, so the linker finds the carried library and not a missing file.
+    find "$prefix" -type l -lname '/*' | while read -r link; do
+      target=$(readlink "$link")
+      [ -e "$prefix$target" ] && ln -sfn "$prefix$target" "$link"
+    done
     usr="$prefix/usr"
     multiarch="$usr/lib/x86_64-linux-gnu"
     # Debian's alternatives are not set up by dpkg -x: name OpenBLAS's library and header.
