@@ -1,8 +1,9 @@
 // The entry point of the NCCL communicators' library (see mn/nccl_library.h).
 #include <nccl.h>
 
-#include "mn/chunk_plan.h"
-#include "mn/nccl_communicator.h"
+#include "mn/reduce/chunk_plan.h"
+#include "mn/comm/nccl_kinds.h"
+#include "mn/reduce/nccl_reducer.h"
 #include "mn/nccl_library.h"
 
 namespace kusari::mn::detail {
@@ -17,7 +18,7 @@ std::string version() {
 
 bool gradient_chunks(const Communicator& comm, int* chunks) {
   const auto* nccl = dynamic_cast<const NcclCommunicator*>(&comm);
-  if (nccl) *chunks = nccl->last_gradient_chunks();
+  if (nccl) *chunks = nccl->reducer().last_gradient_chunks();
   return nccl != nullptr;
 }
 
@@ -29,7 +30,7 @@ bool allreduce_in_pieces(Communicator& comm, Array& x, int pieces) {
 
 bool chunk_setting(const Communicator& comm, std::string* setting) {
   const auto* nccl = dynamic_cast<const NcclCommunicator*>(&comm);
-  if (nccl) *setting = chunk_bytes_name(nccl->chunk_bytes());
+  if (nccl) *setting = chunk_bytes_name(nccl->reducer().chunk_bytes());
   return nccl != nullptr;
 }
 

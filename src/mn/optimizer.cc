@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "kusari/autograd/variable.h"
-#include "mn/mean_grad_pipeline.h"
+#include "mn/reduce/mean_grad_pipeline.h"
 
 namespace kusari::mn {
 
@@ -28,7 +28,6 @@ MultiNodeOptimizer::MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::s
 void MultiNodeOptimizer::setup(std::shared_ptr<Link> target) {
   if (double_buffering_) {
     pipeline_of(comm_.get())->cancel_mean_grads();
-    in_flight_loss_scales_.clear();
   }
   actual_->setup(target);
   target_ = std::move(target);
@@ -55,7 +54,6 @@ void MultiNodeOptimizer::step_after_backward() {
   if (parameters_changed()) {
     if (double_buffering_) {
       pipeline_of(comm_.get())->cancel_mean_grads();
-      in_flight_loss_scales_.clear();
     }
     comm_->bcast_data(*target_);
     return;
@@ -68,24 +66,16 @@ void MultiNodeOptimizer::step_after_backward() {
   actual_->update();
 }
 
-// See Note [Double buffering] (src/mn/nccl_communicator.cc). Each update starts the reduction of
-// this step's gradients and applies the previous step's averaged ones; the very first update
-// after a broadcast has nothing to apply yet. The loss scale a step's gradients were computed
-// with travels with them, so that the update unscales the stale gradients by their own factor.
+// See Note [Double buffering] (src/mn/reduce/nccl_reducer.cc). Each update starts the reduction
+// of this step's gradients and applies the previous step's averaged ones; the very first update
+// after a broadcast has nothing to apply yet. The reducer keeps everything in flight, the loss
+// scale each gradient was computed with included (finish_mean_grad gives it back), so that the
+// update unscales the stale gradients by their own factor.
 void MultiNodeOptimizer::step_double_buffered() {
   detail::MeanGradPipeline* pipeline = pipeline_of(comm_.get());
-  std::vector<std::pair<std::string, double>> scales;
-  for (auto& [path, p] : target_->namedparams(false)) scales.emplace_back(path, p.impl().loss_scale);
   pipeline->start_mean_grad(*target_, zero_fill_);
-  in_flight_loss_scales_.push_back(std::move(scales));
   if (pipeline->mean_grads_in_flight() < 2) return;  // the pipeline's first step
   pipeline->finish_mean_grad(*target_);
-  const auto previous = std::move(in_flight_loss_scales_.front());
-  in_flight_loss_scales_.erase(in_flight_loss_scales_.begin());
-  for (auto& [path, p] : target_->namedparams(false)) {
-    auto it = std::find_if(previous.begin(), previous.end(), [&](const auto& e) { return e.first == path; });
-    p.impl().loss_scale = it != previous.end() ? it->second : 1.0;
-  }
   actual_->update();
 }
 

@@ -11,7 +11,7 @@
 #include "kusari/functions.h"
 #include "kusari/links/linear.h"
 #include "kusari/mn.h"
-#include "mn/gradient_buffer.h"
+#include "mn/reduce/gradient_buffer.h"
 #include "mn_test_util.h"
 #include "test_util.h"
 

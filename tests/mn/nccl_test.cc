@@ -19,9 +19,9 @@
 #include "kusari/mn.h"
 #include "kusari/mn/benchmark.h"
 #include "kusari/optimizers/sgd.h"
-#include "mn/chunk_plan.h"
-#include "mn/mean_grad_pipeline.h"
-#include "mn/nccl_wait.h"
+#include "mn/reduce/chunk_plan.h"
+#include "mn/reduce/mean_grad_pipeline.h"
+#include "mn/comm/nccl_wait.h"
 #include "mn_test_util.h"
 #include "test_util.h"
 

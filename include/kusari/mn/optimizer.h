@@ -74,8 +74,6 @@ class MultiNodeOptimizer : public Optimizer {
 
   bool zero_fill_;
   bool double_buffering_ = false;
-  /// Double buffering: the loss scale each in-flight step's gradients were computed with.
-  std::vector<std::vector<std::pair<std::string, double>>> in_flight_loss_scales_;
   std::vector<std::pair<std::string, bool>> last_params_;
   bool first_ = true;
 };

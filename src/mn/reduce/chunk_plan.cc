@@ -1,4 +1,4 @@
-#include "mn/chunk_plan.h"
+#include "mn/reduce/chunk_plan.h"
 
 #include <cctype>
 #include <charconv>

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kusari/core/array.h"
-#include "mn/chunk_plan.h"
+#include "mn/reduce/chunk_plan.h"
 
 namespace kusari::mn::detail {
 

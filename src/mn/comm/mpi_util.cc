@@ -1,4 +1,4 @@
-#include "mn/mpi_util.h"
+#include "mn/comm/mpi_util.h"
 
 #include <cstdio>
 #include <cstdlib>

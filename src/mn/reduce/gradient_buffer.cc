@@ -1,4 +1,4 @@
-#include "mn/gradient_buffer.h"
+#include "mn/reduce/gradient_buffer.h"
 
 #include <algorithm>
 
@@ -26,7 +26,7 @@ namespace kusari::mn::detail {
 // which for ResNet-50's 161 parameters cost 1.1 ms of host time per step on an H200 against one
 // launch for the batched copy.
 //
-// Layout. The segments follow gradients_to_reduce's list, the order every rank agreed on
+// Layout. The segments follow GradientSet::select's list, the order every rank agreed on
 // (Note [Gradient sets]), so all ranks lay the buffer out alike. Each segment starts at a
 // multiple of 256 bytes on a GPU (64 on the CPU), as a separately allocated array would, so that
 // vectorised kernels (the batched copy, the optimizer updates) keep their aligned paths; the
@@ -45,7 +45,7 @@ namespace kusari::mn::detail {
 // their segments cost tens of microseconds, which the GPU waits for before the allreduce. So when
 // every gradient is still the segment Variable the last reduction installed (in_place(): one
 // pointer per parameter; the segments carry the agreed shapes, dtype and device), nothing else
-// is looked at: gradients_to_reduce reuses the sizes and hash it checked last time (it still
+// is looked at: GradientSet::select reuses the sizes and hash it checked last time (it still
 // makes the check's allreduce with the other ranks, which may have changed), and the reduction
 // skips the dtype, layout and binding checks. Anything else (a new gradient from backward,
 // set_grad, a parameter added) takes the full path.

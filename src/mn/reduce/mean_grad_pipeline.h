@@ -9,7 +9,7 @@
 namespace kusari::mn::detail {
 
 /// Background gradient reduction with one step of staleness (ChainerMN's double buffering).
-/// See Note [Double buffering] in nccl_communicator.cc.
+/// See Note [Double buffering] in nccl_reducer.cc.
 class MeanGradPipeline {
  public:
   virtual ~MeanGradPipeline() = default;
@@ -21,7 +21,9 @@ class MeanGradPipeline {
   virtual void start_mean_grad(Link& model, bool zero_fill) = 0;
   /// Waits for the oldest started reduction and writes its mean into the gradients of the
   /// parameters it was started with; the model's other parameters lose their gradient (so the
-  /// update skips them). Returns false, changing nothing, when nothing is in flight.
+  /// update skips them), and gives every parameter the loss scale its gradient was computed with
+  /// when the reduction started (1 for one that had none). Returns false, changing nothing, when
+  /// nothing is in flight.
   virtual bool finish_mean_grad(Link& model) = 0;
   /// Reductions started and not yet finished.
   virtual int mean_grads_in_flight() const = 0;

@@ -7,10 +7,11 @@
 
 #include "kusari/config.h"
 #include "kusari/core/routines.h"
-#include "mn/mpi_communicator.h"
-#include "mn/mpi_util.h"
+#include "mn/comm/mpi_communicator.h"
+#include "mn/comm/mpi_util.h"
 #include "mn/nccl_library.h"
 #include "mn/object_codec.h"
+#include "mn/reduce/gradient_set.h"
 
 namespace kusari::mn {
 
@@ -259,9 +260,9 @@ std::shared_ptr<Communicator> create_communicator(const std::string& name, intpt
                                                   const CommunicatorOptions& options) {
   detail::ensure_mpi_initialized();
   MPI_Comm comm = to_comm(mpi_comm);
-  if (name == "naive") return std::make_shared<detail::NaiveCommunicator>(comm, options);
-  if (name == "flat") return std::make_shared<detail::FlatCommunicator>(comm, options);
-  if (name == "dummy") return std::make_shared<detail::DummyCommunicator>(comm, options);
+  for (const char* host : {"naive", "flat", "dummy"}) {
+    if (name == host) return std::make_shared<detail::HostCommunicator>(comm, options, host);
+  }
   const std::vector<std::string> gpu = {"pure_nccl", "non_cuda_aware", "hierarchical", "two_dimensional",
                                         "single_node"};
   if (std::find(gpu.begin(), gpu.end(), name) != gpu.end()) {

@@ -1,5 +1,5 @@
 // How the NCCL gradient paths cut their flat wire buffer into pipeline chunks (Note [Gradient
-// pipeline] in nccl_communicator.cc), and the block table that lets the batched pack kernels
+// pipeline] in nccl_reducer.cc), and the block table that lets the batched pack kernels
 // (Note [Batched packing] in nccl_pack.cc) pack or unpack one chunk per launch. Plain C++ (no
 // CUDA), so that it is built and tested on every machine.
 #pragma once

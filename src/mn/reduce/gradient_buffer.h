@@ -14,7 +14,7 @@
 
 namespace kusari::mn::detail {
 
-/// The gradients to reduce, as gradients_to_reduce lists them.
+/// The gradients to reduce, as GradientSet::select lists them.
 using NamedParams = std::vector<std::pair<std::string, Parameter>>;
 
 /// The one dtype of every parameter and gradient of `params` when they share a floating dtype and

@@ -1,4 +1,4 @@
-#include "mn/nccl_wait.h"
+#include "mn/comm/nccl_wait.h"
 
 #include <thread>
 

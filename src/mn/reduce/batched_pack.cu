@@ -9,7 +9,7 @@
 #include <type_traits>
 
 #include "backends/cuda/runtime/cuda_backend.h"
-#include "mn/nccl_pack.h"
+#include "mn/reduce/batched_pack.h"
 
 namespace kusari::mn::detail {
 namespace {

@@ -2,7 +2,7 @@
 
 #if KUSARI_HAVE_CUDA
 
-#include "mn/nccl_pack.h"
+#include "mn/reduce/batched_pack.h"
 
 #include <algorithm>
 #include <cstring>
@@ -22,7 +22,7 @@ namespace kusari::mn::detail {
 //     (pack) or multiplying by the scale and casting back (unpack), in float32 arithmetic
 //     (float64 when either side is float64), rounding to nearest even like the CPU; a plain copy
 //     (same dtype, no scale) moves 16 bytes per thread and step when both sides are aligned;
-//   - for the gradient pipeline (Note [Gradient pipeline] in nccl_communicator.cc) the block
+//   - for the gradient pipeline (Note [Gradient pipeline] in nccl_reducer.cc) the block
 //     table is also cut at every chunk boundary of the buffer, so that the blocks of chunk k are
 //     a contiguous range of the table and packing or unpacking one chunk is still one launch
 //     (over that range: the kernel indexes blocks from the pointer it is given);

@@ -1,20 +1,21 @@
-#include "mn/mpi_communicator.h"
+// Which gradients a reduction sends, and the check that every rank sends the same ones
+// (Note [Gradient sets], Note [A failure on one rank], Note [Same model]). Part of the gradient
+// reducer (Note [Gradient reducer] in reducer.h); plain C++ and MPI, no CUDA.
+#include "mn/reduce/gradient_set.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
-#include <map>
 #include <sstream>
 #include <string_view>
 
 #include "kusari/core/routines.h"
-#include "mn/mpi_util.h"
+#include "mn/comm/mpi_communicator.h"
+#include "mn/comm/mpi_util.h"
 #include "mn/object_codec.h"
 
 namespace kusari::mn::detail {
 
 namespace {
-
 // FNV-1a, for the hashes the ranks compare (one allreduce instead of whole lists).
 constexpr uint64_t kFnvBasis = 1469598103934665603ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
@@ -27,83 +28,17 @@ uint64_t fnv1a(std::string_view text) {
 
 }  // namespace
 
-// Note [Topology]
-// Ranks are grouped into hosts by processor name; hosts are ordered by their smallest rank and
-// intra_rank is a rank's position among its host's ranks (ChainerMN's rule, so process i on a
-// host drives GPU i). The intra-host communicator is split(color=inter_rank, key=intra_rank),
-// the inter-host one split(color=intra_rank, key=inter_rank). KUSARI_MN_RANKS_PER_HOST=N makes
-// pretend hosts of N consecutive ranks, so the hierarchical paths can be tested on one machine.
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options) {
-  options_ = options;
-  const char* dbg = std::getenv("KUSARI_MN_DEBUG");
-  debug_ = options.debug || (dbg && std::string(dbg) == "1");
-  if (const char* t = std::getenv("KUSARI_MN_TIMEOUT")) options_.timeout_seconds = std::atof(t);
-  if (const char* g = std::getenv("KUSARI_MN_GRADIENTS_IN_BUFFER")) {
-    const std::string v = g;
-    const bool on = v == "1" || v == "on" || v == "true";
-    KUSARI_CHECK(on || v == "0" || v == "off" || v == "false", ValueError,
-                 "KUSARI_MN_GRADIENTS_IN_BUFFER must be 1 (on) or 0 (off), got '", v, "'");
-    options_.gradients_in_buffer = on;
-  }
-  KUSARI_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
-  KUSARI_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-  KUSARI_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-  KUSARI_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+GradientSet::GradientSet(MpiCommunicator& comm, std::function<std::string()> settings,
+                         std::function<void(const NamedParams&)> check_here)
+    : comm_(comm), settings_(std::move(settings)), check_here_(std::move(check_here)) {}
 
-  std::string host;
-  if (const char* per = std::getenv("KUSARI_MN_RANKS_PER_HOST")) {
-    const int n = std::atoi(per);
-    KUSARI_CHECK(n > 0, ValueError, "KUSARI_MN_RANKS_PER_HOST must be a positive integer, got '", per, "'");
-    host = "pretend-host-" + std::to_string(rank_ / n);
-  } else {
-    char name[MPI_MAX_PROCESSOR_NAME];
-    int len = 0;
-    KUSARI_MPI_CHECK(MPI_Get_processor_name(name, &len));
-    host.assign(name, static_cast<size_t>(len));
-  }
-  Writer w;
-  w.put_string(host);
-  std::vector<Bytes> all = allgather_obj(w.take());
-  std::vector<std::string> hosts;
-  for (const Bytes& b : all) hosts.push_back(Reader(b).get_string());
-  std::map<std::string, int> host_index;
-  std::map<std::string, int> host_count;
-  for (int r = 0; r < size_; ++r) {
-    if (!host_index.count(hosts[static_cast<size_t>(r)])) {
-      const int next = static_cast<int>(host_index.size());
-      host_index[hosts[static_cast<size_t>(r)]] = next;
-    }
-    if (r == rank_) intra_rank_ = host_count[hosts[static_cast<size_t>(r)]];
-    ++host_count[hosts[static_cast<size_t>(r)]];
-  }
-  inter_rank_ = host_index[host];
-  inter_size_ = static_cast<int>(host_index.size());
-  intra_size_ = host_count[host];
-  KUSARI_MPI_CHECK(MPI_Comm_split(comm_, inter_rank_, intra_rank_, &intra_comm_));
-  KUSARI_MPI_CHECK(MPI_Comm_split(comm_, intra_rank_, inter_rank_, &inter_comm_));
-}
-
-MpiCommunicator::~MpiCommunicator() { finalize(); }
-
-intptr_t MpiCommunicator::mpi_comm_handle() const {
-  KUSARI_CHECK(comm_ != MPI_COMM_NULL, CommunicatorError, name(), ": the communicator was finalized");
-  return from_comm(comm_);
-}
-
-void MpiCommunicator::finalize() {
-  gradient_buffer_.release();
+void GradientSet::clear() {
   walk_key_.clear();
   all_params_.clear();
   reduce_list_.clear();
   reduce_mask_.clear();
   checked_ = Checked();
   in_place_ = false;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) return;
-  for (MPI_Comm* c : {&intra_comm_, &inter_comm_, &comm_}) {
-    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
-  }
 }
 
 // Note [Gradient sets]
@@ -124,7 +59,7 @@ void MpiCommunicator::finalize() {
 // lengths); debug mode, or a disagreement, compares every parameter's path, shape and
 // dtype against rank 0 and names the first difference. All ranks reach the same verdict, so all
 // raise together instead of one hanging.
-NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
+NamedParams& GradientSet::select(Link& model, bool zero_fill, const GradientBuffer& buffer) {
   // The model's parameters in traversal order, without paths; the sorted list (with paths) is
   // made again only when they are not the ones it was made from. all_params_ holds the
   // parameters, so an address in walk_key_ cannot belong to another parameter meanwhile.
@@ -142,8 +77,8 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
   // Every gradient still the segment of the reduction buffer that the last reduction installed:
   // the list, sizes and hash of that reduction hold, and no array is looked at (Note [Gradients
   // in the reduction buffer], "Every step"). The check with the other ranks still runs.
-  in_place_ = !debug_ && checked_.valid && reduce_list_.size() == all_params_.size() &&
-              gradient_buffer_.in_place(reduce_list_);
+  in_place_ = !comm_.debug() && checked_.valid && reduce_list_.size() == all_params_.size() &&
+              buffer.in_place(reduce_list_);
   // A failure here joins the check (Note [A failure on one rank]): 2 when the list could not
   // be made, 1 when it was made (and can still be compared) but this rank's own checks failed.
   std::exception_ptr failure;
@@ -152,7 +87,7 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
   if (!in_place_) {
     try {
       mine = check_gradients(zero_fill);
-      check_gradients_here(reduce_list_);
+      if (check_here_) check_here_(reduce_list_);
     } catch (...) {
       failure = std::current_exception();
       failed = mine.valid ? 1 : 2;
@@ -162,22 +97,23 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
   NamedParams& out = reduce_list_;
   int64_t check[7] = {mine.count, -mine.count, mine.elements, -mine.elements,
                       mine.hash,  -mine.hash,  failed};
-  allreduce_host(check, 7, Dtype::kInt64, ReduceOp::kMax, comm_);
+  allreduce_host(check, 7, Dtype::kInt64, ReduceOp::kMax, comm_.comm());
   const bool agree = check[0] == -check[1] && check[2] == -check[3] && check[4] == -check[5];
   // Ranks whose models or settings differ are told so first; that may be the cause.
   if (check[6] == 2 || (check[6] == 1 && agree)) {
     raise_failure_of_a_rank(failure, "multi_node_mean_grad");
   }
-  if (debug_ || !agree) {
+  if (comm_.debug() || !agree) {
     std::ostringstream sig;
-    for (auto& [path, p] : out) sig << path << " " << p.shape() << " " << dtype_name(p.dtype()) << "\n";
+    for (auto& [path, p] : out)
+      sig << path << " " << p.shape() << " " << dtype_name(p.dtype()) << "\n";
     Writer w;
     w.put_string(sig.str());
-    w.put_string(gradient_settings());
-    std::vector<Bytes> all = allgather_obj(w.take());
+    w.put_string(settings_());
+    std::vector<Bytes> all = comm_.allgather_obj(w.take());
     Reader first(all[0]);
     const std::string ref = first.get_string(), ref_settings = first.get_string();
-    for (int r = 1; r < size_; ++r) {
+    for (int r = 1; r < comm_.size(); ++r) {
       Reader from(all[static_cast<size_t>(r)]);
       const std::string other = from.get_string(), other_settings = from.get_string();
       if (const auto d = first_line_difference(ref, other)) {
@@ -190,15 +126,19 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
                      "without a gradient need zero_fill=true)");
       }
       if (other_settings != ref_settings) {
-        KUSARI_THROW(CommunicatorError, name(), ": multi_node_mean_grad: the ranks' parameters match, but their ",
-                     "communicator settings differ, so they would send gradients of different layouts: rank 0 has '",
+        KUSARI_THROW(CommunicatorError, comm_.name(),
+                     ": multi_node_mean_grad: the ranks' parameters match, but their ",
+                     "communicator settings differ, so they would send gradients of different "
+                     "layouts: rank 0 has '",
                      ref_settings, "' but rank ", r, " has '", other_settings,
-                     "' (give every process the same options and environment: KUSARI_MN_GRADIENTS_IN_BUFFER and ",
+                     "' (give every process the same options and environment: "
+                     "KUSARI_MN_GRADIENTS_IN_BUFFER and ",
                      "KUSARI_MN_CHUNK_BYTES included)");
       }
     }
     // (Not reached while the hash covers only what the signatures and settings above compare.)
-    KUSARI_CHECK(agree, CommunicatorError, name(), ": multi_node_mean_grad: the ranks disagree on the gradients to ",
+    KUSARI_CHECK(agree, CommunicatorError, comm_.name(),
+                 ": multi_node_mean_grad: the ranks disagree on the gradients to ",
                  "reduce, but their parameters and settings match");
   }
   return out;
@@ -209,14 +149,14 @@ NamedParams& MpiCommunicator::gradients_to_reduce(Link& model, bool zero_fill) {
 // zeros or a gradient's contiguous copy running out of memory, a gradient on the wrong device.
 // Were that rank to raise at once, the others would wait in the collective forever (MPI has no
 // timeout), and a program that catches the error would hang instead of ending. So the failure
-// joins the collective the other ranks are already in: gradients_to_reduce's check carries a
+// joins the collective the other ranks are already in: GradientSet::select's check carries a
 // "failed" flag; when any rank set it, every rank gathers the failures' messages, the failing
 // ranks raise their own error (type and message kept) and the others a CommunicatorError naming
 // the first failing rank and quoting its message. When the failure came after the list was
-// made (a kind's own check, check_gradients_here) and the ranks' lists or settings disagree, the
+// made (the reducer's own check, check_here) and the ranks' lists or settings disagree, the
 // disagreement is reported instead: it is the likelier cause, and its report names both ranks.
 // The communicator stays usable: nothing was queued, and the next reduction checks afresh.
-void MpiCommunicator::raise_failure_of_a_rank(std::exception_ptr failure, const char* what) {
+void GradientSet::raise_failure_of_a_rank(std::exception_ptr failure, const char* what) {
   std::string message;
   if (failure) {
     try {
@@ -229,15 +169,15 @@ void MpiCommunicator::raise_failure_of_a_rank(std::exception_ptr failure, const 
   }
   Writer w;
   w.put_string(message);
-  std::vector<Bytes> all = allgather_obj(w.take());  // (every rank: the flag told them all)
+  std::vector<Bytes> all = comm_.allgather_obj(w.take());  // (every rank: the flag told them all)
   if (failure) std::rethrow_exception(failure);
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < comm_.size(); ++r) {
     const std::string theirs = Reader(all[static_cast<size_t>(r)]).get_string();
     if (theirs.empty()) continue;
-    KUSARI_THROW(CommunicatorError, name(), ": ", what, ": rank ", r,
+    KUSARI_THROW(CommunicatorError, comm_.name(), ": ", what, ": rank ", r,
                  " failed while preparing its gradients, so no rank reduces them: ", theirs);
   }
-  KUSARI_THROW(CommunicatorError, name(), ": ", what,
+  KUSARI_THROW(CommunicatorError, comm_.name(), ": ", what,
                ": a rank failed while preparing its gradients, but did not say why");
 }
 
@@ -298,12 +238,7 @@ void check_same_parameters(Communicator& comm, const NamedParams& params, const 
                ": the ranks' parameter lists hash differently but read the same");
 }
 
-std::string MpiCommunicator::gradient_settings() const {
-  return kusari::detail::concat("gradients_in_buffer ", options_.gradients_in_buffer ? "on" : "off", ", allreduce_grad_dtype ",
-                options_.allreduce_grad_dtype ? dtype_name(*options_.allreduce_grad_dtype) : "unset");
-}
-
-MpiCommunicator::Checked MpiCommunicator::check_gradients(bool zero_fill) {
+GradientSet::Checked GradientSet::check_gradients(bool zero_fill) {
   // Which parameters of all_params_ have a gradient (zero_fill gives the others zeros); the list
   // handed out (reduce_list_) is made again only when that set changes.
   mask_.assign(all_params_.size(), 0);
@@ -346,7 +281,7 @@ MpiCommunicator::Checked MpiCommunicator::check_gradients(bool zero_fill) {
   // another chunk size on NCCL) would reduce buffers of different lengths or types, which hangs:
   // that is a disagreement too.
   if (!settings_hash_) {  // (constant for the communicator: hashed once, not every step)
-    settings_hash_ = fnv1a(gradient_settings());
+    settings_hash_ = fnv1a(settings_());
   }
   mix(static_cast<int64_t>(*settings_hash_));
   Checked c;
@@ -357,139 +292,15 @@ MpiCommunicator::Checked MpiCommunicator::check_gradients(bool zero_fill) {
   return c;
 }
 
-void MpiCommunicator::check_finite_after_reduce(const std::vector<std::pair<std::string, Parameter>>& params) {
-  if (!debug_) return;
+void GradientSet::check_finite_after_reduce(const NamedParams& params) const {
+  if (!comm_.debug()) return;
   for (const auto& [path, p] : params) {
     if (!all(isfinite(p.grad())).item<bool>()) {
-      KUSARI_THROW(CommunicatorError, "multi_node_mean_grad: parameters diverged: the averaged gradient of ", path,
+      KUSARI_THROW(CommunicatorError,
+                   "multi_node_mean_grad: parameters diverged: the averaged gradient of ", path,
                    " contains NaN or infinity");
     }
   }
-}
-
-std::optional<Dtype> MpiCommunicator::buffer_dtype(const NamedParams& params, Device device) {
-  const std::optional<Dtype> dtype =
-      options_.gradients_in_buffer ? common_gradient_dtype(params, device) : std::nullopt;
-  if (!dtype || (options_.allreduce_grad_dtype && *options_.allreduce_grad_dtype != *dtype)) {
-    gradient_buffer_.release();
-    return std::nullopt;
-  }
-  return dtype;
-}
-
-bool MpiCommunicator::host_mean_grad_in_buffer(const NamedParams& params, bool communicate) {
-  if (!in_place_) {  // (in place: the buffer was bound for these gradients, which are still in it)
-    const std::optional<Dtype> dtype = buffer_dtype(params, Device::cpu());
-    if (!dtype) return false;
-    // Segments on 64-byte (cache line) boundaries; no padding.
-    for (size_t i : gradient_buffer_.bind(params, *dtype, Device::cpu(), 64, 1)) gradient_buffer_.adopt(params, i);
-  }
-  if (communicate) {
-    Array flat = gradient_buffer_.flat();
-    allreduce_host(flat.raw_data(), flat.size(), gradient_buffer_.dtype(), ReduceOp::kSum, comm_);
-    multiply_to(flat, 1.0 / size_);
-  }
-  return true;
-}
-
-Array pack_gradients(const std::vector<std::pair<std::string, Parameter>>& params, Dtype dtype, Device device) {
-  int64_t total = 0;
-  for (const auto& [path, p] : params) total += p.size();
-  Array buffer = Array::empty({total}, dtype, device);
-  int64_t at = 0;
-  for (const auto& [path, p] : params) {
-    const int64_t n = p.size();
-    Array dst = buffer.at({Slice(at, at + n)});
-    dst.assign(p.grad().reshape({n}).astype(dtype));
-    at += n;
-  }
-  return buffer;
-}
-
-void unpack_gradients(const Array& buffer, const std::vector<std::pair<std::string, Parameter>>& params,
-                      double scale) {
-  int64_t at = 0;
-  for (const auto& [path, p] : params) {
-    const int64_t n = p.size();
-    Array src = buffer.at({Slice(at, at + n)});
-    if (scale != 1.0) {
-      // 16-bit values are scaled in float32 (as in Communicator::allreduce_inplace).
-      src = (is_half_precision(src.dtype()) ? src.astype(Dtype::kFloat32) : src) * scale;
-    }
-    Array g = p.grad();
-    g.assign(src.astype(g.dtype()).reshape(g.shape()));
-    at += n;
-  }
-}
-
-namespace {
-
-// Groups the gradients by dtype (one packed buffer per dtype).
-std::map<Dtype, std::vector<std::pair<std::string, Parameter>>> by_dtype(
-    const std::vector<std::pair<std::string, Parameter>>& params) {
-  std::map<Dtype, std::vector<std::pair<std::string, Parameter>>> groups;
-  for (const auto& e : params) groups[e.second.dtype()].push_back(e);
-  return groups;
-}
-
-}  // namespace
-
-void NaiveCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
-  NamedParams& params = gradients_to_reduce(model, zero_fill);
-  for (auto& [path, p] : params) {
-    Array g = p.grad();
-    allreduce_inplace(g, ReduceOp::kMean);
-  }
-  check_finite_after_reduce(params);
-}
-
-void FlatCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
-  NamedParams& params = gradients_to_reduce(model, zero_fill);
-  if (params.empty()) return;
-  if (host_mean_grad_in_buffer(params, /*communicate=*/true)) {
-    check_finite_after_reduce(params);
-    return;
-  }
-  for (auto& [dtype, group] : by_dtype(params)) {
-    const Dtype wire = options_.allreduce_grad_dtype.value_or(dtype);
-    Array buffer = pack_gradients(group, wire, Device::cpu());
-    allreduce_host(buffer.raw_data(), buffer.size(), wire, ReduceOp::kSum, comm());
-    unpack_gradients(buffer, group, 1.0 / size_);
-  }
-  check_finite_after_reduce(params);
-}
-
-void DummyCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
-  NamedParams& params = gradients_to_reduce(model, zero_fill);
-  if (params.empty() || host_mean_grad_in_buffer(params, /*communicate=*/false)) return;
-  for (auto& [dtype, group] : by_dtype(params)) {
-    const Dtype wire = options_.allreduce_grad_dtype.value_or(dtype);
-    Array buffer = pack_gradients(group, wire, Device::cpu());
-    unpack_gradients(buffer, group, 1.0);
-  }
-}
-
-namespace {
-
-template <typename C>
-std::shared_ptr<Communicator> split_as(const MpiCommunicator& self, int color, int key) {
-  MPI_Comm sub;
-  KUSARI_MPI_CHECK(MPI_Comm_split(self.comm(), color, key, &sub));
-  auto c = std::make_shared<C>(sub, self.options());
-  MPI_Comm_free(&sub);  // the new communicator holds its own duplicate
-  return c;
-}
-
-}  // namespace
-
-std::shared_ptr<Communicator> NaiveCommunicator::split(int color, int key) {
-  return split_as<NaiveCommunicator>(*this, color, key);
-}
-std::shared_ptr<Communicator> FlatCommunicator::split(int color, int key) {
-  return split_as<FlatCommunicator>(*this, color, key);
-}
-std::shared_ptr<Communicator> DummyCommunicator::split(int color, int key) {
-  return split_as<DummyCommunicator>(*this, color, key);
 }
 
 }  // namespace kusari::mn::detail
