@@ -71,14 +71,19 @@ class GradStore {
   // Backward rules may pass a gradient through unchanged (add, reshape, broadcast views), so the
   // same array can reach two leaves, or be a stride-0 view. Optimizers, hooks and the multi-node
   // allreduce write into leaf gradients in place, so a leaf adopts a gradient only when nothing
-  // else refers to it and it is contiguous; otherwise it gets its own copy. A leaf with a
+  // else refers to it and it is dense (contiguous or channels-last); otherwise it gets its own copy
+  // in its layout. A leaf with a
   // persistent gradient buffer adopts its first gradient the same way
   // (Note [Gradients in a persistent buffer]).
   static Variable adopt_leaf_grad(const Variable& g) {
     if (g.requires_grad()) return g;  // a double-backprop graph: keep it
     const Array& a = g.data();
-    if (g.impl_ptr().use_count() == 1 && a.storage().use_count() == 1 && a.is_contiguous()) return g;
-    return Variable(a.copy());
+    // Dense in its own layout: C order, or channels-last (Note [Memory formats]).
+    const MemoryFormat format = a.memory_format();
+    if (g.impl_ptr().use_count() == 1 && a.storage().use_count() == 1 && a.is_contiguous(format)) return g;
+    Array own = Array::empty_like(a);
+    own.assign(a);
+    return Variable(own);
   }
 
   // Note [Gradients in a persistent buffer]

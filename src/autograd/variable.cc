@@ -127,6 +127,7 @@ void Parameter::initialize(const Shape& shape) {
     // Chainer fills parameters that have no initializer with NaN, so forgetting one is loud.
     a.fill(std::numeric_limits<double>::quiet_NaN());
   }
+  if (im.memory_format != MemoryFormat::kContiguous && a.ndim() == 4) a = a.to_memory_format(im.memory_format);
   im.data = std::move(a);
   im.grad.reset();
   im.grad_buffer = Array();
@@ -190,6 +191,16 @@ void Parameter::to_dtype(Dtype dtype) {
   if (im.data.defined() && im.data.dtype() != dtype) im.data = im.data.astype(dtype);
   if (im.grad && im.grad->data.defined() && im.grad->data.dtype() != dtype) {
     im.grad = Variable(im.grad->data.astype(dtype)).impl_ptr();
+  }
+}
+
+void Parameter::to_memory_format(MemoryFormat format) {
+  detail::VariableImpl& im = impl();
+  im.memory_format = format;
+  if (!im.data.defined() || im.data.ndim() != 4) return;
+  im.data = im.data.to_memory_format(format);
+  if (im.grad && im.grad->data.defined() && !im.grad_in_buffer()) {
+    im.grad = Variable(im.grad->data.to_memory_format(format)).impl_ptr();
   }
 }
 

@@ -27,9 +27,46 @@ Array::Array(std::shared_ptr<void> data, size_t alloc_nbytes, Device device, Dty
 
 // --- creation ---------------------------------------------------------------------------------
 
-Array Array::empty(const Shape& shape, Dtype dtype, Device device) {
+// Note [Memory formats]
+// An array may carry channels-last strides: a 4-d (N, C, H, W) array whose memory is NHWC
+// (strides (H*W*C, 1, W*C, C)), as in PyTorch. Shapes stay NCHW everywhere, so every shape-based
+// operation (reshape, transpose, indexing, reductions) keeps its meaning; only the layout differs.
+//   - memory_format() says kChannelsLast for a 4-d array that is dense in NHWC order and not also
+//     C-contiguous: when both hold (length-1 axes make e.g. (N, C, 1, 1) both), contiguous wins.
+//   - Allocation keeps the layout: empty_like / zeros_like / ones_like / full_like and astype
+//     follow memory_format(); unary elementwise outputs follow the input; binary and where
+//     outputs are channels-last when every operand of the output's full shape is channels-last
+//     (broadcast operands such as a (1, C, 1, 1) bias do not vote), else contiguous
+//     (routines::output_format, PyTorch's suggest_memory_format rule). Gradients of such ops
+//     are computed by the same ops, so they come out channels-last too.
+//   - Convolution and pooling outputs (and their gradients of x) take x's (or gy's) layout; the
+//     gradient of a filter takes x's layout. cuDNN is told the layout (NHWC descriptors); the
+//     CPU kernels compute in NCHW and copy into the channels-last output.
+//   - The strided loops order the axes by the output's strides before merging them
+//     (Note [Strided loops], Note [Strided indexing on the GPU]), so an elementwise op on
+//     channels-last arrays is one contiguous pass.
+//   - Link::to_memory_format moves 4-d parameters (convolution filters) to channels-last;
+//     update_parameter updates a channels-last parameter in place through its dense NHWC view.
+
+const char* memory_format_name(MemoryFormat format) {
+  return format == MemoryFormat::kChannelsLast ? "channels_last" : "contiguous";
+}
+
+Strides memory_format_strides(const Shape& shape, MemoryFormat format) {
+  if (format == MemoryFormat::kContiguous) return contiguous_strides(shape);
+  KUSARI_CHECK(shape.size() == 4, ShapeError, "channels_last: needs a 4-d (N, C, H, W) shape, got ", shape);
+  const int64_t c = shape[1], h = shape[2], w = shape[3];
+  return Strides{h * w * c, 1, w * c, c};
+}
+
+Array Array::empty(const Shape& shape, Dtype dtype, Device device, MemoryFormat format) {
   for (int64_t d : shape) {
     KUSARI_CHECK(d >= 0, ShapeError, "Array::empty: negative dimension in shape ", shape);
+  }
+  if (format != MemoryFormat::kContiguous) {
+    Array a = empty(shape, dtype, device);
+    a.strides_ = memory_format_strides(shape, format);
+    return a;
   }
   const size_t nbytes = static_cast<size_t>(shape.numel()) * kusari::itemsize(dtype);
   if (device.is_cpu() && nbytes <= kSmallHostArrayBytes) {
@@ -60,11 +97,15 @@ Array Array::full(const Shape& shape, Scalar value, Dtype dtype, Device device) 
   return a;
 }
 
-Array Array::empty_like(const Array& like) { return empty(like.shape(), like.dtype(), like.device()); }
-Array Array::zeros_like(const Array& like) { return zeros(like.shape(), like.dtype(), like.device()); }
-Array Array::ones_like(const Array& like) { return ones(like.shape(), like.dtype(), like.device()); }
+Array Array::empty_like(const Array& like) {
+  return empty(like.shape(), like.dtype(), like.device(), like.memory_format());
+}
+Array Array::zeros_like(const Array& like) { return full_like(like, 0); }
+Array Array::ones_like(const Array& like) { return full_like(like, 1); }
 Array Array::full_like(const Array& like, Scalar value) {
-  return full(like.shape(), value, like.dtype(), like.device());
+  Array a = empty_like(like);
+  a.fill(value);
+  return a;
 }
 
 Array Array::scalar(Scalar value, Dtype dtype, Device device) { return full({}, value, dtype, device); }
@@ -126,6 +167,25 @@ bool Array::is_contiguous() const {
     expected *= shape_[i];
   }
   return true;
+}
+
+bool Array::is_contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::kContiguous) return is_contiguous();
+  if (ndim() != 4) return false;
+  // Dense in the axis order C, W, H, N (innermost first), skipping length-1 axes.
+  int64_t expected = 1;
+  for (int d : {1, 3, 2, 0}) {
+    if (shape_[d] == 1) continue;
+    if (shape_[d] == 0) return true;
+    if (strides_[d] != expected) return false;
+    expected *= shape_[d];
+  }
+  return true;
+}
+
+MemoryFormat Array::memory_format() const {
+  if (ndim() != 4 || is_contiguous()) return MemoryFormat::kContiguous;
+  return is_contiguous(MemoryFormat::kChannelsLast) ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous;
 }
 
 void Array::check_dtype_for_access(Dtype requested) const {
@@ -383,17 +443,29 @@ Array Array::copy() const {
 
 Array Array::contiguous() const { return is_contiguous() ? *this : copy(); }
 
+Array Array::to_memory_format(MemoryFormat format) const {
+  if (format == MemoryFormat::kContiguous) return contiguous();
+  KUSARI_CHECK(ndim() == 4, ShapeError, "Array::to_memory_format(", memory_format_name(format),
+               "): needs a 4-d (N, C, H, W) array, got shape ", shape_);
+  if (is_contiguous(format)) return *this;
+  Array out = empty(shape_, dtype_, device_, format);
+  if (size() > 0) kernels::copy(device_, *this, out);
+  return out;
+}
+
 Array Array::astype(Dtype dtype, bool copy_always) const {
   if (dtype == dtype_ && !copy_always) return *this;
-  Array out = empty(shape_, dtype, device_);
+  Array out = empty(shape_, dtype, device_, memory_format());
   if (size() > 0) kernels::copy(device_, *this, out);
   return out;
 }
 
 Array Array::to_device(Device device) const {
   if (device == device_) return *this;
-  Array src = contiguous();
-  Array out = empty(shape_, dtype_, device);
+  // A channels-last array is dense, so its bytes travel as they are (Note [Memory formats]).
+  const MemoryFormat format = memory_format();
+  Array src = format == MemoryFormat::kChannelsLast ? *this : contiguous();
+  Array out = empty(shape_, dtype_, device, format);
   const size_t n = static_cast<size_t>(nbytes());
   if (n == 0) return out;
   if (device_.is_cpu()) {

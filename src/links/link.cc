@@ -185,6 +185,11 @@ void Link::to_device(Device device) {
   for (auto& [n, c] : children_) c->to_device(device);
 }
 
+void Link::to_memory_format(MemoryFormat format) {
+  for (auto& [n, p] : params_) p.to_memory_format(format);
+  for (auto& [n, c] : children_) c->to_memory_format(format);
+}
+
 std::string Link::describe() const {
   return name_.empty() ? std::string(type_name()) : std::string(type_name()) + " '" + name_ + "'";
 }

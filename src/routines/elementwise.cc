@@ -96,7 +96,8 @@ Array unary(UnaryOp op, const Array& x, double p0, double p1) {
   if (unary_op_needs_float(op)) check_floating(fn, x);
   KUSARI_CHECK(!(x.dtype() == Dtype::kBool && unary_op_is_arithmetic(op)), DtypeError, fn,
                ": not defined for bool arrays; convert with astype() first");
-  Array out = Array::empty(x.shape(), unary_op_is_predicate(op) ? Dtype::kBool : x.dtype(), x.device());
+  Array out = Array::empty(x.shape(), unary_op_is_predicate(op) ? Dtype::kBool : x.dtype(), x.device(),
+                           x.memory_format());
   if (out.size() > 0) kernels::unary(x.device(), op, x, out, p0, p1);
   return out;
 }
@@ -155,7 +156,8 @@ Array binary(BinaryOp op, const Array& a, const Array& b, const char* fn) {
   KUSARI_CHECK(binary_op_is_predicate(op) || a.dtype() != Dtype::kBool, DtypeError, fn,
                ": not defined for bool arrays; convert with astype() first");
   Shape shape = a.shape() == b.shape() ? a.shape() : broadcast_shapes(a.shape(), b.shape(), fn);
-  Array out = Array::empty(shape, binary_op_is_predicate(op) ? Dtype::kBool : a.dtype(), a.device());
+  Array out = Array::empty(shape, binary_op_is_predicate(op) ? Dtype::kBool : a.dtype(), a.device(),
+                           routines::output_format(shape, {&a, &b}));
   if (out.size() == 0) return out;
   const Array ab = a.shape() == shape ? a : a.broadcast_to(shape);
   const Array bb = b.shape() == shape ? b : b.broadcast_to(shape);
@@ -234,7 +236,7 @@ Array where(const Array& cond, const Array& a, const Array& b) {
   KUSARI_CHECK(cond.dtype() == Dtype::kBool, DtypeError, "where: the condition must be bool, got ",
                dtype_name(cond.dtype()));
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  Array out = Array::empty(shape, a.dtype(), a.device());
+  Array out = Array::empty(shape, a.dtype(), a.device(), routines::output_format(shape, {&cond, &a, &b}));
   if (out.size() > 0) {
     kernels::where(a.device(), cond.broadcast_to(shape), a.broadcast_to(shape), b.broadcast_to(shape), out);
   }
@@ -259,7 +261,7 @@ Array relu_grad(const Array& gy, const Array& y) {
   check_same_dtype(fn, {&gy, &y});
   KUSARI_CHECK(gy.dtype() != Dtype::kBool, DtypeError, fn, ": not defined for bool arrays; convert with astype() first");
   const Shape shape = gy.shape() == y.shape() ? gy.shape() : broadcast_shapes(gy.shape(), y.shape(), fn);
-  Array out = Array::empty(shape, gy.dtype(), gy.device());
+  Array out = Array::empty(shape, gy.dtype(), gy.device(), routines::output_format(shape, {&gy, &y}));
   if (out.size() == 0) return out;
   const Array gb = gy.shape() == shape ? gy : gy.broadcast_to(shape);
   const Array yb = y.shape() == shape ? y : y.broadcast_to(shape);

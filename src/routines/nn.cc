@@ -61,7 +61,8 @@ Array conv2d(const Array& x, const Array& w, const Array& b, const Conv2dParams&
   const int64_t ow = conv_out_size(x.shape()[3], w.shape()[3], p.stride[1], p.pad[1], p.dilation[1]);
   KUSARI_CHECK(oh > 0 && ow > 0, ShapeError, fn, ": the kernel ", w.shape(), " (with pad and dilation) is larger than the input ",
                x.shape());
-  Array y = Array::empty({x.shape()[0], w.shape()[0], oh, ow}, x.dtype(), x.device());
+  // Note [Memory formats]: the output takes x's layout.
+  Array y = Array::empty({x.shape()[0], w.shape()[0], oh, ow}, x.dtype(), x.device(), x.memory_format());
   if (y.size() > 0) kernels::conv2d_forward(x.device(), x, w, b, p, y);
   return y;
 }
@@ -74,7 +75,7 @@ Array conv2d_backward_data(const Array& w, const Array& gy, const Shape& x_shape
   KUSARI_CHECK(x_shape.size() == 4 && gy.ndim() == 4 && w.ndim() == 4, ShapeError, fn, ": expected 4-d shapes, got x ",
                x_shape, ", gy ", gy.shape(), ", W ", w.shape());
   check_conv_shapes(fn, x_shape, w.shape(), gy.shape(), p);
-  Array gx = Array::empty(x_shape, gy.dtype(), gy.device());
+  Array gx = Array::empty(x_shape, gy.dtype(), gy.device(), gy.memory_format());
   if (gx.size() > 0) kernels::conv2d_backward_data(gy.device(), w, gy, p, gx);
   return gx;
 }
@@ -87,7 +88,7 @@ Array conv2d_backward_filter(const Array& x, const Array& gy, const Shape& w_sha
   KUSARI_CHECK(w_shape.size() == 4 && gy.ndim() == 4 && x.ndim() == 4, ShapeError, fn, ": expected 4-d shapes, got x ",
                x.shape(), ", gy ", gy.shape(), ", W ", w_shape);
   check_conv_shapes(fn, x.shape(), w_shape, gy.shape(), p);
-  Array gw = Array::empty(w_shape, gy.dtype(), gy.device());
+  Array gw = Array::empty(w_shape, gy.dtype(), gy.device(), x.memory_format());
   if (gw.size() > 0) kernels::conv2d_backward_filter(gy.device(), x, gy, p, gw);
   return gw;
 }
@@ -107,7 +108,7 @@ Array pool2d(const Array& x, const Pool2dParams& p) {
   const int64_t ow = conv_out_size(x.shape()[3], p.ksize[1], p.stride[1], p.pad[1], 1, p.cover_all);
   KUSARI_CHECK(oh > 0 && ow > 0, ShapeError, fn, ": window (", p.ksize[0], ", ", p.ksize[1],
                ") is larger than the padded input ", x.shape());
-  Array y = Array::empty({x.shape()[0], x.shape()[1], oh, ow}, x.dtype(), x.device());
+  Array y = Array::empty({x.shape()[0], x.shape()[1], oh, ow}, x.dtype(), x.device(), x.memory_format());
   if (y.size() > 0) kernels::pool2d_forward(x.device(), x, p, y);
   return y;
 }
@@ -124,7 +125,7 @@ Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Poo
                        conv_out_size(x.shape()[3], p.ksize[1], p.stride[1], p.pad[1], 1, p.cover_all)};
   KUSARI_CHECK(y.shape() == expected, ShapeError, fn, ": y of shape ", y.shape(), " is not the pooling of x ", x.shape(),
                " (expected ", expected, ")");
-  Array gx = Array::empty(x.shape(), gy.dtype(), gy.device());
+  Array gx = Array::empty(x.shape(), gy.dtype(), gy.device(), x.memory_format());
   if (gx.size() > 0) kernels::pool2d_backward(x.device(), x, y, gy, p, gx);
   return gx;
 }

@@ -95,8 +95,14 @@ void update_parameter(UpdateRule rule, Array& param, const Array& grad_in,
   check_same_dtype(fn, {&param, &grad_in});
   KUSARI_CHECK(grad_in.shape() == param.shape(), ShapeError, fn, ": the gradient has shape ",
                grad_in.shape(), " but the parameter has shape ", param.shape());
-  KUSARI_CHECK(param.is_contiguous(), ValueError, fn, ": the parameter (shape ", param.shape(),
-               ") must be contiguous to be updated in place");
+  // A channels-last parameter (Note [Memory formats]) is updated through its dense NHWC view;
+  // its state arrays must share its layout, and the gradient is brought to it.
+  const MemoryFormat format = param.memory_format();
+  KUSARI_CHECK(param.is_contiguous(format), ValueError, fn, ": the parameter (shape ", param.shape(),
+               ") must be contiguous (or channels-last) to be updated in place");
+  auto dense = [format](const Array& a) {
+    return format == MemoryFormat::kChannelsLast ? a.transpose({0, 2, 3, 1}) : a;
+  };
   std::vector<Array> views;
   views.reserve(state.size());
   for (size_t k = 0; k < state.size(); ++k) {
@@ -107,9 +113,9 @@ void update_parameter(UpdateRule rule, Array& param, const Array& grad_in,
     check_same_dtype(fn, {&param, &s});
     KUSARI_CHECK(s.shape() == param.shape(), ShapeError, fn, ": state array ", k, " has shape ",
                  s.shape(), " but the parameter has shape ", param.shape());
-    KUSARI_CHECK(s.is_contiguous(), ValueError, fn, ": state array ", k, " (shape ", s.shape(),
-                 ") must be contiguous to be updated in place");
-    views.push_back(s);  // a view of the same memory
+    KUSARI_CHECK(s.is_contiguous(format), ValueError, fn, ": state array ", k, " (shape ", s.shape(),
+                 ") must be ", memory_format_name(format), " like the parameter to be updated in place");
+    views.push_back(dense(s));  // a view of the same memory
   }
   if (skip) {
     check_defined(fn, *skip);
@@ -120,8 +126,9 @@ void update_parameter(UpdateRule rule, Array& param, const Array& grad_in,
                  skip->device());
   }
   if (param.size() == 0) return;
-  const Array grad = grad_in.contiguous();
-  kernels::update_parameter(param.device(), param, grad, views.data(), static_cast<int>(views.size()),
+  const Array grad = dense(grad_in.to_memory_format(format));
+  Array param_view = dense(param);
+  kernels::update_parameter(param.device(), param_view, grad, views.data(), static_cast<int>(views.size()),
                             update_params(rule, hyper), skip);
 }
 

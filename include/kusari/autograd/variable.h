@@ -37,6 +37,9 @@ struct VariableImpl {
   // Parameters only: the dtype set by Parameter::to_dtype, which a lazily sized parameter is
   // created in (unset: the initializer's). See Note [Link dtype].
   std::optional<Dtype> dtype;
+  // Parameters only: the layout set by Parameter::to_memory_format, which a lazily sized 4-d
+  // parameter is created in. See Note [Memory formats] in src/core/array.cc.
+  MemoryFormat memory_format = MemoryFormat::kContiguous;
   // Set on leaves by backward(loss_scale=s); optimizers divide gradients by it.
   double loss_scale = 1.0;
   // Parameters only: false when the owning link disabled updates (Link::disable_update).
@@ -186,6 +189,10 @@ class Parameter : public Variable {
   /// Converts the data (and gradient) to the floating dtype `dtype`, or records it so that a
   /// later initialize() creates the data in it. See Note [Link dtype].
   void to_dtype(Dtype dtype);
+  /// Lays a 4-d parameter's data (and gradient) out in `format`, or records it so that a later
+  /// initialize() of a 4-d shape creates it so; parameters of another rank stay contiguous. A
+  /// bound gradient buffer stays bound (backward adds into it whatever the layout).
+  void to_memory_format(MemoryFormat format);
 };
 
 /// Computes d outputs / d inputs without touching any variable's grad (Chainer's chainer.grad).

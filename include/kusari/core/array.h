@@ -12,6 +12,7 @@
 
 #include "kusari/core/device.h"
 #include "kusari/core/dtype.h"
+#include "kusari/core/memory_format.h"
 #include "kusari/core/scalar.h"
 #include "kusari/core/shape.h"
 
@@ -44,12 +45,13 @@ class Array {
   Array() = default;
 
   // --- creation ---------------------------------------------------------------------------------
-  /// Uninitialised memory of the given shape.
-  static Array empty(const Shape& shape, Dtype dtype = float32, Device device = default_device());
+  /// Uninitialised memory of the given shape, laid out in `format` (kChannelsLast needs 4 axes).
+  static Array empty(const Shape& shape, Dtype dtype = float32, Device device = default_device(),
+                     MemoryFormat format = MemoryFormat::kContiguous);
   static Array zeros(const Shape& shape, Dtype dtype = float32, Device device = default_device());
   static Array ones(const Shape& shape, Dtype dtype = float32, Device device = default_device());
   static Array full(const Shape& shape, Scalar value, Dtype dtype = float32, Device device = default_device());
-  /// Same shape, dtype and device as `like`.
+  /// Same shape, dtype and device as `like`, and its memory format (like.memory_format()).
   static Array empty_like(const Array& like);
   static Array zeros_like(const Array& like);
   static Array ones_like(const Array& like);
@@ -94,6 +96,13 @@ class Array {
   int64_t dim(int axis) const;
   /// True when the elements are laid out in C order without gaps.
   bool is_contiguous() const;
+  /// True when the elements are laid out densely in `format` (length-1 axes are ignored, so a
+  /// (N, C, 1, 1) or (1, C, 1, 1) array can be both contiguous and channels-last).
+  bool is_contiguous(MemoryFormat format) const;
+  /// The array's layout: kChannelsLast for a 4-d array that is channels-last and not also
+  /// C-contiguous (contiguous wins when both hold, as in PyTorch), else kContiguous (also for
+  /// arrays with other strides, whose copies are made contiguous).
+  MemoryFormat memory_format() const;
 
   /// Pointer to the first element (device memory for a GPU array).
   void* raw_data() const { return static_cast<char*>(data_.get()) + offset_ * itemsize(); }
@@ -137,7 +146,11 @@ class Array {
   Array copy() const;
   /// This array if already contiguous, else a contiguous copy.
   Array contiguous() const;
-  /// Converts the dtype (returns this array when already `dtype` and `copy` is false).
+  /// This array if already laid out in `format` (is_contiguous(format)), else a copy in it.
+  /// kChannelsLast needs a 4-d array.
+  Array to_memory_format(MemoryFormat format) const;
+  /// Converts the dtype, keeping the memory format (returns this array when already `dtype` and
+  /// `copy` is false).
   Array astype(Dtype dtype, bool copy = false) const;
   /// The array on `device` (this array when already there).
   Array to_device(Device device) const;

@@ -98,6 +98,11 @@ class Link : public Serializable {
   /// Converts the parameters and floating-point persistents (and the children's) to the
   /// floating dtype `dtype`; parameters sized later are created in it. See Note [Link dtype].
   virtual void to_dtype(Dtype dtype);
+  /// Lays out the 4-d parameters (convolution filters; the children's too) in `format`, e.g.
+  /// MemoryFormat::kChannelsLast for NHWC training on GPUs; other parameters and persistents stay
+  /// as they are. Parameters sized later are created in it. Feed channels-last inputs
+  /// (x.to_memory_format(...)) to keep the activations channels-last. See docs/cuda.md.
+  virtual void to_memory_format(MemoryFormat format);
   /// Excludes this link's parameters (and descendants') from optimizer updates, or re-includes them.
   void disable_update();
   void enable_update();

@@ -15,7 +15,8 @@
 // nothing next to a convolution), so a program or a test can switch paths at run time.
 // float16 and bfloat16 are converted to float32, computed there, and rounded once at the end.
 // Both paths take stride, pad, dilation and groups, and make non-contiguous operands contiguous
-// first; the outputs are the fresh contiguous arrays the routines allocate.
+// first. A channels-last output (Note [Memory formats]) is computed into a contiguous NCHW
+// buffer and copied into its NHWC memory with one strided copy.
 #include <cblas.h>
 
 #include <algorithm>
@@ -473,7 +474,12 @@ void backward_filter_float32(bool try_dnnl, const Array& x, const Array& gy, con
 
 void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2dParams& p,
                     Array& y) {
-  KUSARI_ASSERT(y.is_contiguous(), "conv2d_forward: the output must be contiguous");
+  if (!y.is_contiguous()) {
+    Array nchw = Array::empty(y.shape(), y.dtype(), y.device());
+    conv2d_forward(x, w, b, p, nchw);
+    copy(nchw, y);
+    return;
+  }
   const bool try_dnnl = use_dnnl();
   switch (x.dtype()) {
     case Dtype::kFloat32:
@@ -493,7 +499,12 @@ void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2d
 }
 
 void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx) {
-  KUSARI_ASSERT(gx.is_contiguous(), "conv2d_backward_data: the output must be contiguous");
+  if (!gx.is_contiguous()) {
+    Array nchw = Array::empty(gx.shape(), gx.dtype(), gx.device());
+    conv2d_backward_data(w, gy, p, nchw);
+    copy(nchw, gx);
+    return;
+  }
   const bool try_dnnl = use_dnnl();
   switch (gy.dtype()) {
     case Dtype::kFloat32:
@@ -514,7 +525,12 @@ void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p
 }
 
 void conv2d_backward_filter(const Array& x, const Array& gy, const Conv2dParams& p, Array& gw) {
-  KUSARI_ASSERT(gw.is_contiguous(), "conv2d_backward_filter: the output must be contiguous");
+  if (!gw.is_contiguous()) {
+    Array nchw = Array::empty(gw.shape(), gw.dtype(), gw.device());
+    conv2d_backward_filter(x, gy, p, nchw);
+    copy(nchw, gw);
+    return;
+  }
   const bool try_dnnl = use_dnnl();
   switch (gy.dtype()) {
     case Dtype::kFloat32:

@@ -7,6 +7,9 @@
 // that the compiler vectorises. The remaining outer axes are walked with a counter; each call of
 // the row function gets N pointers, the row length and N byte strides. Large loops are split
 // across OpenMP threads by rows (or, with a single long row, by chunks of it).
+// Before merging, the axes are put in the output's stride order (Note [Axis order of strided
+// loops]), so channels-last operands merge too; loops whose row function relies on C order
+// (the reductions' accumulator walk, the arg-reductions' running index) ask for C order.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/common/axis_order.h"
 #include "backends/common/compute_type.h"
 #include "kusari/config.h"
 #include "kusari/core/array.h"
@@ -59,8 +63,9 @@ void parallel_for(int64_t n, int64_t cost_per_item, F&& f) {
 template <int N>
 class StridedLoop {
  public:
-  /// `arrays` are views of `shape` (out first by convention).
-  StridedLoop(const Shape& shape, const std::array<const Array*, N>& arrays) {
+  /// `arrays` are views of `shape` (out first by convention). With `order_by_output` the axes
+  /// are walked in the output's stride order; without it, in C order.
+  StridedLoop(const Shape& shape, const std::array<const Array*, N>& arrays, bool order_by_output = true) {
     for (int k = 0; k < N; ++k) base_[k] = static_cast<char*>(arrays[k]->raw_data());
     // Collect non-trivial axes (in bytes), then merge contiguous neighbours.
     ndim_ = 0;
@@ -78,6 +83,7 @@ class StridedLoop {
       ndim_ = 1;
       return;
     }
+    if (order_by_output) common::order_axes_by_output<N>(ndim_, shape_, strides_);
     int out = ndim_ - 1;
     for (int d = ndim_ - 2; d >= 0; --d) {
       bool mergeable = true;

@@ -157,7 +157,13 @@ void backward_impl(const Array& x_in, const Array& gy_in, const Pool2dParams& p,
 }  // namespace
 
 void pool2d_forward(const Array& x, const Pool2dParams& p, Array& y) {
-  KUSARI_ASSERT(y.is_contiguous(), "pool2d_forward: the output must be contiguous");
+  if (!y.is_contiguous()) {
+    // A channels-last output (Note [Memory formats]): computed in NCHW, then copied.
+    Array nchw = Array::empty(y.shape(), y.dtype(), y.device());
+    pool2d_forward(x, p, nchw);
+    copy(nchw, y);
+    return;
+  }
   switch (x.dtype()) {
     case Dtype::kFloat32:
       return forward_impl<float>(x, p, y);
@@ -177,7 +183,13 @@ void pool2d_forward(const Array& x, const Pool2dParams& p, Array& y) {
 
 void pool2d_backward(const Array& x, const Array& y, const Array& gy, const Pool2dParams& p,
                      Array& gx) {
-  KUSARI_ASSERT(gx.is_contiguous(), "pool2d_backward: the output must be contiguous");
+  if (!gx.is_contiguous()) {
+    // A channels-last output (Note [Memory formats]): computed in NCHW, then copied.
+    Array nchw = Array::empty(gx.shape(), gx.dtype(), gx.device());
+    pool2d_backward(x, y, gy, p, nchw);
+    copy(nchw, gx);
+    return;
+  }
   switch (gy.dtype()) {
     case Dtype::kFloat32:
       return backward_impl<float>(x, gy, p, gx);

@@ -30,7 +30,7 @@ void reduce_into(const Array& x, const Shape& out_shape, Acc init, Fold fold, st
     if (out_shape[d] == 1 && x.shape()[d] != 1) bstrides[d] = 0;
   }
   Array acc_b = acc_view.as_strided(x.shape(), bstrides, 0);
-  StridedLoop<2> loop(x.shape(), {&acc_b, &x});
+  StridedLoop<2> loop(x.shape(), {&acc_b, &x}, /*order_by_output=*/false);
   // Parallel only if the outermost loop axis is kept (non-zero accumulator stride).
   const bool parallel = loop.ndim() > 1 && loop.stride(0, 0) != 0;
   loop.run(
@@ -142,7 +142,7 @@ void arg_reduce(ArgReduceOp op, const Array& x, int axis, Array& out) {
     using T = decltype(tag);
     using C = compute_t<T>;
     // Walk x0 (one element per output) in C order alongside a running output index.
-    StridedLoop<1> loop(outer_shape, {&x0});
+    StridedLoop<1> loop(outer_shape, {&x0}, /*order_by_output=*/false);
     int64_t out_index = 0;
     loop.run(
         [&](char** p, int64_t n, const int64_t* s) {

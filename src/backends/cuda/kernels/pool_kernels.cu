@@ -162,7 +162,13 @@ void visit_pool_dtype(Dtype d, const char* fn, F&& f) {
 }  // namespace
 
 void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
-  KUSARI_ASSERT(y.is_contiguous(), "pool2d_forward: the output must be contiguous");
+  if (!y.is_contiguous()) {
+    // A channels-last output (Note [Memory formats]): computed in NCHW, then copied.
+    Array nchw = Array::empty(y.shape(), y.dtype(), y.device());
+    pool2d_forward(x_in, p, nchw);
+    copy(nchw, y);
+    return;
+  }
   const Array x = x_in.contiguous();
   const PoolGeometry g = geometry(x.shape(), y.shape(), p);
   const int device = x.device().index();
@@ -178,7 +184,13 @@ void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
 
 void pool2d_backward(const Array& x_in, const Array& y, const Array& gy_in, const Pool2dParams& p,
                      Array& gx) {
-  KUSARI_ASSERT(gx.is_contiguous(), "pool2d_backward: the output must be contiguous");
+  if (!gx.is_contiguous()) {
+    // A channels-last output (Note [Memory formats]): computed in NCHW, then copied.
+    Array nchw = Array::empty(gx.shape(), gx.dtype(), gx.device());
+    pool2d_backward(x_in, y, gy_in, p, nchw);
+    copy(nchw, gx);
+    return;
+  }
   const bool is_max = p.kind == PoolKind::kMax;
   const Array x = is_max ? x_in.contiguous() : Array(), gy = gy_in.contiguous();
   const PoolGeometry g = geometry(gx.shape(), gy.shape(), p);

@@ -19,7 +19,12 @@
 //     later); otherwise the descriptor says CUDNN_FMA_MATH and only FMA algorithms are taken.
 //     float16 and bfloat16 use tensor cores with float32 accumulation; float64 computes in
 //     float64. The math mode is part of the key, so switching TF32 at run time gets new plans.
-// Operands are made contiguous (NCHW, OIHW); the bias is added afterwards with the elementwise
+// The layout (Note [Memory formats]) is part of the key: a convolution whose output is
+// channels-last runs in NHWC (x, y and the filter described as CUDNN_TENSOR_NHWC, operands
+// brought to channels-last when they are not), any other in NCHW (operands made contiguous,
+// NCHW and OIHW). float64 always runs in NCHW (cuDNN has next to no NHWC double algorithms), and
+// a geometry cuDNN cannot run in NHWC falls back to NCHW; a channels-last output is then
+// computed into an NCHW buffer and copied. The bias is added afterwards with the elementwise
 // add kernel, so a 16-bit output is rounded twice (after the convolution and after the bias)
 // where the CPU rounds once. A 16-bit convolution for which cuDNN offers no algorithm (some
 // bfloat16 geometries of the legacy API) runs in float32 and is rounded once, like the CPU.
@@ -102,7 +107,7 @@ struct ConvPlan {
   }
 };
 
-using PlanKey = std::array<int64_t, 21>;
+using PlanKey = std::array<int64_t, 22>;
 
 int to_int(int64_t v, const char* what) {
   KUSARI_CHECK(v <= std::numeric_limits<int>::max(), NotImplementedError,
@@ -199,7 +204,8 @@ bool acceptable(const Perf& perf, bool fma_only) {
 
 /// Creates the descriptors of a plan (the algorithm is chosen by choose_algorithm).
 std::shared_ptr<ConvPlan> describe(Dtype dtype, const ConvShape& s, const Conv2dParams& p,
-                                   cudnnMathType_t math) {
+                                   cudnnMathType_t math, bool nhwc) {
+  const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   auto plan = std::make_shared<ConvPlan>();
   const cudnnDataType_t dt = data_type(dtype);
   const cudnnDataType_t compute = dtype == Dtype::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
@@ -207,13 +213,13 @@ std::shared_ptr<ConvPlan> describe(Dtype dtype, const ConvShape& s, const Conv2d
   KUSARI_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
   KUSARI_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
   KUSARI_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
-  KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt, to_int(s.n, "N"),
+  KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, format, dt, to_int(s.n, "N"),
                                                 to_int(s.c, "C"), to_int(s.h, "H"),
                                                 to_int(s.w, "W")));
-  KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, dt, to_int(s.n, "N"),
+  KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, format, dt, to_int(s.n, "N"),
                                                 to_int(s.o, "out channels"), to_int(s.oh, "out H"),
                                                 to_int(s.ow, "out W")));
-  KUSARI_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW, to_int(s.o, "O"),
+  KUSARI_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, dt, format, to_int(s.o, "O"),
                                                 to_int(s.c / p.groups, "C / groups"),
                                                 to_int(s.kh, "kH"), to_int(s.kw, "kW")));
   KUSARI_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
@@ -293,8 +299,8 @@ PlanCache& plan_cache() {
 /// benchmarking); null when a 16-bit convolution must run in float32.
 template <Direction D>
 std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShape& s,
-                                         const Conv2dParams& p, const void* a, const void* b,
-                                         void* out) {
+                                         const Conv2dParams& p, bool nhwc, const void* a,
+                                         const void* b, void* out) {
   const bool tf32 = dtype == Dtype::kFloat32 && allow_tf32();
   const bool fma_only = dtype == Dtype::kFloat32 && !tf32;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
@@ -320,7 +326,8 @@ std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShap
                     p.dilation[1],
                     p.groups,
                     deterministic_mode() ? 1 : 0,
-                    benchmark_mode() ? 1 : 0};
+                    benchmark_mode() ? 1 : 0,
+                    nhwc ? 1 : 0};
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -335,7 +342,7 @@ std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShap
   cudnnHandle_t handle = cudnn_handle(device);
   std::shared_ptr<ConvPlan> plan;
   try {
-    plan = describe(dtype, s, p, math);
+    plan = describe(dtype, s, p, math, nhwc);
     choose_algorithm<D>(handle, device, *plan, fma_only, a, b, out);
   } catch (const Error&) {
     // A 16-bit convolution cuDNN cannot run is computed in float32 instead (a null plan, cached
@@ -359,6 +366,19 @@ Array to_float32(const Array& a) {
   return a.defined() ? a.astype(Dtype::kFloat32) : Array();
 }
 
+/// True when a convolution writing `out` runs in NHWC: see Note [cuDNN convolution plans].
+bool runs_nhwc(const Array& out) {
+  return out.dtype() != Dtype::kFloat64 && out.memory_format() == MemoryFormat::kChannelsLast;
+}
+
+/// `a` in the convolution's layout (a view when it already is).
+Array in_layout(const Array& a, bool nhwc) {
+  return a.to_memory_format(nhwc ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous);
+}
+
+/// An NCHW buffer for an output that is not contiguous.
+Array nchw_like(const Array& out) { return Array::empty(out.shape(), out.dtype(), out.device()); }
+
 /// alpha = 1 and beta = 0 in the type cuDNN scales with (double for float64, else float).
 struct Scales {
   float f1 = 1.0f, f0 = 0.0f;
@@ -375,16 +395,32 @@ struct Scales {
 
 void conv2d_forward(const Array& x_in, const Array& w_in, const Array& b, const Conv2dParams& p,
                     Array& y) {
-  KUSARI_ASSERT(y.is_contiguous(), "conv2d_forward: the output must be contiguous");
   data_type(x_in.dtype());
-  const Array x = x_in.contiguous(), w = w_in.contiguous();
+  const bool nhwc = runs_nhwc(y);
+  if (!nhwc && !y.is_contiguous()) {
+    Array y_nchw = nchw_like(y);
+    conv2d_forward(x_in, w_in, b, p, y_nchw);
+    copy(y_nchw, y);
+    return;
+  }
+  const Array x = in_layout(x_in, nhwc), w = in_layout(w_in, nhwc);
   const int device = y.device().index();
   set_device(device);
   const ConvShape s = conv_shape(x.shape(), w.shape(), y.shape());
-  const auto plan = get_plan<Direction::kForward>(device, x.dtype(), s, p, x.raw_data(),
-                                                  w.raw_data(), y.raw_data());
+  std::shared_ptr<const ConvPlan> plan;
+  try {
+    plan = get_plan<Direction::kForward>(device, x.dtype(), s, p, nhwc, x.raw_data(), w.raw_data(),
+                                         y.raw_data());
+  } catch (const Error&) {
+    if (!nhwc) throw;
+    // No NHWC algorithm for this geometry: run in NCHW.
+    Array y_nchw = nchw_like(y);
+    conv2d_forward(x_in, w_in, b, p, y_nchw);
+    copy(y_nchw, y);
+    return;
+  }
   if (!plan) {
-    Array y32 = Array::empty(y.shape(), Dtype::kFloat32, y.device());
+    Array y32 = Array::empty(y.shape(), Dtype::kFloat32, y.device(), y.memory_format());
     conv2d_forward(to_float32(x), to_float32(w), to_float32(b), p, y32);
     copy(y32, y);
     return;
@@ -405,16 +441,31 @@ void conv2d_forward(const Array& x_in, const Array& w_in, const Array& b, const 
 }
 
 void conv2d_backward_data(const Array& w_in, const Array& gy_in, const Conv2dParams& p, Array& gx) {
-  KUSARI_ASSERT(gx.is_contiguous(), "conv2d_backward_data: the output must be contiguous");
   data_type(gy_in.dtype());
-  const Array w = w_in.contiguous(), gy = gy_in.contiguous();
+  const bool nhwc = runs_nhwc(gx);
+  if (!nhwc && !gx.is_contiguous()) {
+    Array gx_nchw = nchw_like(gx);
+    conv2d_backward_data(w_in, gy_in, p, gx_nchw);
+    copy(gx_nchw, gx);
+    return;
+  }
+  const Array w = in_layout(w_in, nhwc), gy = in_layout(gy_in, nhwc);
   const int device = gx.device().index();
   set_device(device);
   const ConvShape s = conv_shape(gx.shape(), w.shape(), gy.shape());
-  const auto plan = get_plan<Direction::kBackwardData>(device, gy.dtype(), s, p, w.raw_data(),
-                                                       gy.raw_data(), gx.raw_data());
+  std::shared_ptr<const ConvPlan> plan;
+  try {
+    plan = get_plan<Direction::kBackwardData>(device, gy.dtype(), s, p, nhwc, w.raw_data(),
+                                              gy.raw_data(), gx.raw_data());
+  } catch (const Error&) {
+    if (!nhwc) throw;
+    Array gx_nchw = nchw_like(gx);
+    conv2d_backward_data(w_in, gy_in, p, gx_nchw);
+    copy(gx_nchw, gx);
+    return;
+  }
   if (!plan) {
-    Array gx32 = Array::empty(gx.shape(), Dtype::kFloat32, gx.device());
+    Array gx32 = Array::empty(gx.shape(), Dtype::kFloat32, gx.device(), gx.memory_format());
     conv2d_backward_data(to_float32(w), to_float32(gy), p, gx32);
     copy(gx32, gx);
     return;
@@ -429,16 +480,31 @@ void conv2d_backward_data(const Array& w_in, const Array& gy_in, const Conv2dPar
 
 void conv2d_backward_filter(const Array& x_in, const Array& gy_in, const Conv2dParams& p,
                             Array& gw) {
-  KUSARI_ASSERT(gw.is_contiguous(), "conv2d_backward_filter: the output must be contiguous");
   data_type(gy_in.dtype());
-  const Array x = x_in.contiguous(), gy = gy_in.contiguous();
+  const bool nhwc = runs_nhwc(gw);
+  if (!nhwc && !gw.is_contiguous()) {
+    Array gw_nchw = nchw_like(gw);
+    conv2d_backward_filter(x_in, gy_in, p, gw_nchw);
+    copy(gw_nchw, gw);
+    return;
+  }
+  const Array x = in_layout(x_in, nhwc), gy = in_layout(gy_in, nhwc);
   const int device = gw.device().index();
   set_device(device);
   const ConvShape s = conv_shape(x.shape(), gw.shape(), gy.shape());
-  const auto plan = get_plan<Direction::kBackwardFilter>(device, gy.dtype(), s, p, x.raw_data(),
-                                                         gy.raw_data(), gw.raw_data());
+  std::shared_ptr<const ConvPlan> plan;
+  try {
+    plan = get_plan<Direction::kBackwardFilter>(device, gy.dtype(), s, p, nhwc, x.raw_data(),
+                                                gy.raw_data(), gw.raw_data());
+  } catch (const Error&) {
+    if (!nhwc) throw;
+    Array gw_nchw = nchw_like(gw);
+    conv2d_backward_filter(x_in, gy_in, p, gw_nchw);
+    copy(gw_nchw, gw);
+    return;
+  }
   if (!plan) {
-    Array gw32 = Array::empty(gw.shape(), Dtype::kFloat32, gw.device());
+    Array gw32 = Array::empty(gw.shape(), Dtype::kFloat32, gw.device(), gw.memory_format());
     conv2d_backward_filter(to_float32(x), to_float32(gy), p, gw32);
     copy(gw32, gw);
     return;

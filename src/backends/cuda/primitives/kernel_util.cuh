@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/common/axis_order.h"
 #include "backends/common/compute_type.h"
 #include "backends/common/dtype_visit.h"
 #include "backends/common/math.h"
@@ -127,7 +128,10 @@ __device__ __forceinline__ int64_t grid_step() {
 // An elementwise kernel sees N arrays of one shape (broadcast operands have stride 0). The host
 // compacts their geometry like the CPU's StridedLoop (Note [Strided loops]): length-1 axes are
 // dropped and an axis is merged into its inner neighbour when every operand allows it, so a
-// contiguous or simply broadcast case has one axis. The result travels to the kernel by value.
+// contiguous or simply broadcast case has one axis. make_indexer first puts the axes in the
+// output's stride order (Note [Axis order of strided loops]), so channels-last operands merge
+// into one contiguous axis too; the reductions build their geometry with compact_geometry
+// directly and keep C order. The result travels to the kernel by value.
 // A thread turns its flat index into N element offsets with one division per remaining axis;
 // `Index` is uint32_t when the element count fits (32-bit division is several times faster than
 // 64-bit) and int64_t otherwise.
@@ -171,7 +175,8 @@ struct StridedIndexer {
 /// length-1 axes and merges neighbours, see Note [Strided indexing on the GPU].
 template <int N>
 StridedIndexer<N> compact_geometry(int nd_in, const int64_t* sizes_in,
-                                   const std::array<const int64_t*, N>& strides_in) {
+                                   const std::array<const int64_t*, N>& strides_in,
+                                   bool order_by_output = false) {
   StridedIndexer<N> ix;
   int nd = 0;
   int64_t sizes[kMaxNdim];
@@ -182,6 +187,7 @@ StridedIndexer<N> compact_geometry(int nd_in, const int64_t* sizes_in,
     for (int k = 0; k < N; ++k) strides[k][nd] = strides_in[k][d];
     ++nd;
   }
+  if (order_by_output) common::order_axes_by_output<N>(nd, sizes, strides);
   if (nd == 0) {
     ix.ndim = 1;
     ix.sizes[0] = 1;
@@ -222,7 +228,7 @@ template <int N>
 StridedIndexer<N> make_indexer(const Shape& shape, const std::array<const Array*, N>& arrays) {
   std::array<const int64_t*, N> strides;
   for (int k = 0; k < N; ++k) strides[k] = arrays[k]->strides().data();
-  return compact_geometry<N>(shape.size(), shape.data(), strides);
+  return compact_geometry<N>(shape.size(), shape.data(), strides, /*order_by_output=*/true);
 }
 
 /// True when 32-bit index arithmetic covers n elements.
