@@ -1,5 +1,7 @@
 #include "kusari/core/reporter.h"
 
+#include <stdexcept>
+
 namespace kusari {
 
 namespace {
@@ -18,7 +20,7 @@ std::string Reporter::observer_name(const void* observer) const {
   return it == names_.end() ? std::string() : it->second;
 }
 
-void Reporter::report(const std::map<std::string, Array>& values, const void* observer) {
+void Reporter::report(const Observation& values, const void* observer) {
   if (!observation_) return;
   std::string prefix;
   if (observer) {
@@ -29,6 +31,12 @@ void Reporter::report(const std::map<std::string, Array>& values, const void* ob
     prefix = it->second + "/";
   }
   for (const auto& [key, value] : values) (*observation_)[prefix + key] = value;
+}
+
+const Array& Observation::at(const std::string& key) const {
+  auto it = find(key);
+  if (it == end()) throw std::out_of_range("Observation::at: no value was reported under '" + key + "'");
+  return it->second;
 }
 
 ReporterScope::ReporterScope(Reporter& reporter, Observation& observation)
@@ -44,7 +52,7 @@ ReporterScope::~ReporterScope() {
 
 Reporter* current_reporter() { return t_reporter; }
 
-void report(const std::map<std::string, Array>& values, const void* observer) {
+void report(const Observation& values, const void* observer) {
   if (t_reporter) t_reporter->report(values, observer);
 }
 

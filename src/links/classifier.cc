@@ -21,7 +21,7 @@ Classifier::Classifier(std::shared_ptr<Link> predictor, LossFunction lossfun, Ac
 Variable Classifier::operator()(const Variable& x, const Array& t) {
   y = predictor_->forward(x);
   loss = lossfun_(y, t);
-  std::map<std::string, Array> values{{"loss", loss.data()}};
+  Observation values{{"loss", loss.data()}};  // loss, then accuracy: Chainer's order
   if (compute_accuracy) {
     accuracy = accfun_(y, t);
     values["accuracy"] = accuracy.data();

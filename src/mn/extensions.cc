@@ -55,8 +55,12 @@ std::map<std::string, double> MultiNodeEvaluator::evaluate() {
     i += 3;
   }
   std::map<std::string, double> means = global.compute_mean();
-  std::map<std::string, Array> values;
-  for (const auto& [key, mean] : means) values[key] = Array::full({}, mean, Dtype::kFloat64, Device::cpu());
+  // Reported in the order this rank's model reported them, then keys only other ranks had.
+  Observation values;
+  for (const std::string& key : local.keys())
+    if (means.count(key)) values[key] = Array::full({}, means.at(key), Dtype::kFloat64, Device::cpu());
+  for (const auto& [key, mean] : means)
+    if (!values.contains(key)) values[key] = Array::full({}, mean, Dtype::kFloat64, Device::cpu());
   report(values);
   return means;
 }
@@ -137,7 +141,7 @@ std::map<std::string, double> GenericMultiNodeEvaluator::evaluate() {
     result[k] = r.get<double>();
   }
   const std::string prefix = name().empty() ? default_name() : name();
-  std::map<std::string, Array> values;
+  Observation values;
   for (const auto& [k, v] : result) values[prefix + "/" + k] = Array::full({}, v, Dtype::kFloat64, Device::cpu());
   report(values);
   return result;

@@ -1,5 +1,7 @@
 #include "kusari/training/summary.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -88,16 +90,32 @@ void DictSummary::add(const Observation& observation, double weight) {
   for (const auto& [key, value] : observation) {
     // Chainer summarises scalars only and silently skips other reported values.
     if (!value.defined() || value.size() != 1 || value.ndim() > 1) continue;
-    summaries_[key].add(value, weight);
+    summary_of(key).add(value, weight);
   }
 }
 
+Summary& DictSummary::summary_of(const std::string& key) {
+  auto it = summaries_.find(key);
+  if (it != summaries_.end()) return it->second;
+  order_.push_back(key);
+  return summaries_[key];
+}
+
+std::vector<std::string> DictSummary::keys() const {
+  std::vector<std::string> keys;
+  for (const std::string& key : order_)
+    if (summaries_.count(key)) keys.push_back(key);
+  for (const auto& [key, summary] : summaries_)
+    if (std::find(order_.begin(), order_.end(), key) == order_.end()) keys.push_back(key);
+  return keys;
+}
+
 void DictSummary::add(const std::string& key, const Array& value, double weight) {
-  summaries_[key].add(value, weight);
+  summary_of(key).add(value, weight);
 }
 
 void DictSummary::add(const std::string& key, double value, double weight) {
-  summaries_[key].add(value, weight);
+  summary_of(key).add(value, weight);
 }
 
 std::map<std::string, double> DictSummary::compute_mean() const {
@@ -118,8 +136,7 @@ std::map<std::string, double> DictSummary::make_statistics() const {
 
 void DictSummary::serialize(Serializer& s) {
   if (!s.is_loading()) {
-    std::vector<std::string> names;
-    for (const auto& [key, summary] : summaries_) names.push_back(key);
+    const std::vector<std::string> names = keys();  // Chainer's _names: the dict's order
     std::string text = nlohmann::json(names).dump();
     s("_names", text);
     auto children = s.child("_summaries");
@@ -127,7 +144,7 @@ void DictSummary::serialize(Serializer& s) {
       summaries_[names[i]].serialize(*children->child(std::to_string(i)));
     return;
   }
-  summaries_.clear();
+  clear();
   std::string text;
   s("_names", text);
   nlohmann::json names = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -137,7 +154,7 @@ void DictSummary::serialize(Serializer& s) {
   for (size_t i = 0; i < names.size(); ++i) {
     KUSARI_CHECK(names[i].is_string(), IOError, "DictSummary::serialize: '", s.path(),
                  "_names' holds a non-string: ", text);
-    summaries_[names[i].get<std::string>()].serialize(*children->child(std::to_string(i)));
+    summary_of(names[i].get<std::string>()).serialize(*children->child(std::to_string(i)));
   }
 }
 

@@ -78,6 +78,10 @@ class DictSummary : public Serializable {
   /// Every key's mean, and its standard deviation under "<key>.std" (Chainer's make_statistics).
   std::map<std::string, double> make_statistics() const;
 
+  /// The keys in the order they were first added (Observation's order), then any key added
+  /// through summaries() only, in key order.
+  std::vector<std::string> keys() const;
+
   /// The per-key summaries (their raw sums and weights), e.g. for a multi-node allreduce.
   std::map<std::string, Summary>& summaries() { return summaries_; }
   /// Read-only view of the per-key summaries.
@@ -85,14 +89,20 @@ class DictSummary : public Serializable {
   /// True when no key has been added.
   bool empty() const { return summaries_.empty(); }
   /// Forgets every key.
-  void clear() { summaries_.clear(); }
+  void clear() {
+    summaries_.clear();
+    order_.clear();
+  }
 
   /// Saves or loads "_names" (a JSON list of the keys) and "_summaries/<i>/..." (Chainer's
   /// layout). Loading replaces the current contents.
   void serialize(Serializer& serializer) override;
 
  private:
+  Summary& summary_of(const std::string& key);
+
   std::map<std::string, Summary> summaries_;
+  std::vector<std::string> order_;  // keys in the order first added
 };
 
 }  // namespace kusari::training

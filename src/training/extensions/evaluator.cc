@@ -76,10 +76,12 @@ DictSummary Evaluator::evaluate_summary() {
 }
 
 std::map<std::string, double> Evaluator::evaluate() {
-  std::map<std::string, double> means = evaluate_summary().compute_mean();
-  std::map<std::string, Array> values;
-  for (const auto& [key, mean] : means)
-    values[key] = Array::full({}, mean, Dtype::kFloat64, Device::cpu());
+  const DictSummary summary = evaluate_summary();
+  std::map<std::string, double> means = summary.compute_mean();
+  // Reported in the order the model reported them (validation/main/loss before .../accuracy).
+  Observation values;
+  for (const std::string& key : summary.keys())
+    values[key] = Array::full({}, means.at(key), Dtype::kFloat64, Device::cpu());
   report(values);
   return means;
 }

@@ -37,8 +37,9 @@ namespace kusari::training::extensions {
 /// order; otherwise the order in which keys first appeared in the interval's observations
 /// (the model's "main/..." keys, reported at every iteration, before an Evaluator's
 /// "validation/..." keys, reported at the interval's last one). Keys that appear together in
-/// one observation come in the observation's own order, which is sorted (Observation is a
-/// std::map). Keys postprocess adds follow, sorted. A resumed run reads the order back from
+/// one observation come in the order they were reported (Observation keeps it: Classifier's
+/// "main/loss" before "main/accuracy", and the Evaluator reports its means in the model's
+/// order). Keys postprocess adds follow, sorted. A resumed run reads the order back from
 /// the snapshot's log. Entry itself stays a std::map for lookups.
 class LogReport : public Extension {
  public:
