@@ -8,6 +8,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backends/cuda/primitives/kernel_util.cuh"
 #include "backends/cuda/runtime/cuda_backend.h"
 #include "mn/reduce/batched_pack.h"
 
@@ -163,24 +164,6 @@ __global__ void unpack_kernel(const PackEntry* entries, const PackBlock* blocks,
   }
 }
 
-/// Calls f(Wire{}) with the device type of a floating wire dtype.
-template <typename F>
-void visit_wire(Dtype wire, F&& f) {
-  switch (wire) {
-    case Dtype::kFloat16:
-      return f(__half{});
-    case Dtype::kBFloat16:
-      return f(__nv_bfloat16{});
-    case Dtype::kFloat32:
-      return f(float{});
-    case Dtype::kFloat64:
-      return f(double{});
-    default:
-      KUSARI_THROW(DtypeError, "gradient packing: the wire dtype must be floating, got ",
-                   dtype_name(wire));
-  }
-}
-
 void check_grid(int64_t num_blocks) {
   KUSARI_CHECK(num_blocks <= std::numeric_limits<int32_t>::max(), ValueError,
                "gradient packing: ", num_blocks, " blocks exceed the CUDA grid limit");
@@ -192,7 +175,7 @@ void launch_pack(const PackEntry* entries, const PackBlock* blocks, int64_t num_
                  void* buffer, Dtype wire, cudaStream_t stream) {
   if (num_blocks == 0) return;
   check_grid(num_blocks);
-  visit_wire(wire, [&](auto tag) {
+  cuda::visit_device_dtype<common::kFloatingDtypes>(wire, "gradient packing (the wire dtype)", [&](auto tag) {
     using Wire = decltype(tag);
     pack_kernel<Wire><<<static_cast<unsigned>(num_blocks), kThreads, 0, stream>>>(
         entries, blocks, static_cast<Wire*>(buffer));
@@ -204,7 +187,7 @@ void launch_unpack(const PackEntry* entries, const PackBlock* blocks, int64_t nu
                    const void* buffer, Dtype wire, double scale, cudaStream_t stream) {
   if (num_blocks == 0) return;
   check_grid(num_blocks);
-  visit_wire(wire, [&](auto tag) {
+  cuda::visit_device_dtype<common::kFloatingDtypes>(wire, "gradient packing (the wire dtype)", [&](auto tag) {
     using Wire = decltype(tag);
     unpack_kernel<Wire><<<static_cast<unsigned>(num_blocks), kThreads, 0, stream>>>(
         entries, blocks, static_cast<const Wire*>(buffer), scale);

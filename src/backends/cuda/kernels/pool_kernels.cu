@@ -143,22 +143,6 @@ PoolGeometry geometry(const Shape& x, const Shape& y, const Pool2dParams& p) {
                       p.stride[1], p.pad[0],   p.pad[1],   p.count_include_pad};
 }
 
-template <typename F>
-void visit_pool_dtype(Dtype d, const char* fn, F&& f) {
-  switch (d) {
-    case Dtype::kFloat16:
-      return f(__half{});
-    case Dtype::kBFloat16:
-      return f(__nv_bfloat16{});
-    case Dtype::kFloat32:
-      return f(float{});
-    case Dtype::kFloat64:
-      return f(double{});
-    default:
-      KUSARI_THROW(DtypeError, fn, ": not supported for dtype ", dtype_name(d));
-  }
-}
-
 }  // namespace
 
 void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
@@ -173,7 +157,7 @@ void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
   const PoolGeometry g = geometry(x.shape(), y.shape(), p);
   const int device = x.device().index();
   cudaStream_t stream = prepare(x);
-  visit_pool_dtype(x.dtype(), "pooling_2d", [&](auto tag) {
+  visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "pooling_2d", [&](auto tag) {
     using T = decltype(tag);
     pool_forward_kernel<T><<<grid_for(y.size(), device), kBlockSize, 0, stream>>>(
         g, p.kind == PoolKind::kMax, static_cast<const T*>(x.raw_data()),
@@ -196,7 +180,7 @@ void pool2d_backward(const Array& x_in, const Array& y, const Array& gy_in, cons
   const PoolGeometry g = geometry(gx.shape(), gy.shape(), p);
   const int device = gx.device().index();
   cudaStream_t stream = prepare(gx);
-  visit_pool_dtype(gy.dtype(), "pooling_2d (gradient)", [&](auto tag) {
+  visit_device_dtype<common::kFloatingDtypes>(gy.dtype(), "pooling_2d (gradient)", [&](auto tag) {
     using T = decltype(tag);
     Array argmax;
     if (is_max) {
