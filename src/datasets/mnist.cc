@@ -49,6 +49,9 @@ class ByteReader {
   ByteReader(const ByteReader&) = delete;
   ByteReader& operator=(const ByteReader&) = delete;
 
+  // True when the file is gzip data (false: its bytes are read as they are).
+  bool compressed() { return gzdirect(file_) == 0; }
+
   // Reads up to n bytes; returns fewer only at the end of the data.
   int64_t read(void* dst, int64_t n) {
     auto* out = static_cast<unsigned char*>(dst);
@@ -120,6 +123,31 @@ IdxHeader read_idx_header(ByteReader& in, const std::string& path, const char* f
   KUSARI_CHECK(h.total <= kMaxIdxBytes, IOError, fn, ": ", path,
                " has an implausible IDX header: shape ", h.shape, " would need more than ",
                kMaxIdxBytes, " bytes");
+  // Note [IDX headers against the file size]
+  // The header's shape decides how much is allocated before any data is read, so a header that
+  // lies (16.7 M images in a file of 2,000) used to end in "out of memory allocating 52595988480
+  // bytes", naming no file. The file's size bounds what it can hold: a plain file holds exactly
+  // its bytes after the header; deflate expands at most 1032:1, so a .gz file of S bytes holds
+  // at most 1032 * S. A promise beyond that is an IOError naming the file before allocating;
+  // a .gz file within the bound that ends early is caught by read_idx_body's chunked reads.
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (!ec) {
+    const int64_t file_bytes = static_cast<int64_t>(size);
+    const int64_t header_bytes = 4 + 4 * int64_t{ndim};
+    if (!in.compressed()) {
+      KUSARI_CHECK(h.total <= file_bytes - header_bytes, IOError, fn, ": ", path,
+                   " is truncated: its header (magic ", hex32(h.magic), ", shape ", h.shape,
+                   ") promises ", h.total, " bytes of data but the file holds only ",
+                   file_bytes - header_bytes, " after the header");
+    } else {
+      constexpr int64_t kMaxDeflateRatio = 1032;
+      KUSARI_CHECK(h.total / kMaxDeflateRatio <= file_bytes, IOError, fn, ": ", path,
+                   " is truncated: its header (magic ", hex32(h.magic), ", shape ", h.shape,
+                   ") promises ", h.total, " bytes of data but a gzip file of ", file_bytes,
+                   " bytes can hold at most ", file_bytes * kMaxDeflateRatio);
+    }
+  }
   return h;
 }
 
@@ -168,6 +196,10 @@ std::string find_idx_file(const std::string& dir, const std::string& name, const
   std::error_code ec;
   if (fs::is_regular_file(plain, ec)) return plain.string();
   if (fs::is_regular_file(gz, ec)) return gz.string();
+  for (const fs::path& p : {plain, gz}) {
+    KUSARI_CHECK(!fs::is_directory(p, ec), IOError, fn, ": cannot read ", name, " from ", dir,
+                 ": ", p.string(), " is a directory, expected an IDX file");
+  }
   KUSARI_CHECK(fs::is_directory(dir, ec), IOError, fn, ": the data directory ", dir,
                " does not exist (looked for ", plain.string(), "[.gz])");
   KUSARI_THROW(IOError, fn, ": cannot find ", name, " in ", dir, ": neither ", plain.string(),

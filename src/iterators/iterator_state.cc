@@ -72,8 +72,8 @@ void serialize_iterator_state(Serializer& ser, IteratorState& state, double& pre
                               const char* order_key, const char* fn) {
   const bool loading = ser.is_loading();
   IteratorState s = state;
-  ser("current_position", s.current_position);
-  ser("epoch", s.epoch);
+  ser.count("current_position", s.current_position);
+  ser.count("epoch", s.epoch);
   ser("is_new_epoch", s.is_new_epoch);
   if (shuffle) {
     Array order;

@@ -345,8 +345,8 @@ std::vector<std::string> Optimizer::hyperparam_names() const {
 
 void Optimizer::serialize(Serializer& s) {
   settle_loss_scale();
-  s("t", t_);
-  s("epoch", epoch_);
+  s.count("t", t_);
+  s.count("epoch", epoch_);
   // Dynamic loss scaling's state (Note [Dynamic loss scaling]), so that a resumed float16 run
   // goes on with the scale it had instead of overflowing its way down from 2^16 again. Saved
   // only while dynamic scaling is on, so other snapshots keep Chainer's layout; a snapshot

@@ -54,7 +54,7 @@ void EarlyStoppingTrigger::serialize(Serializer& s) {
   max_trigger_->serialize(*s.child("max_trigger"));
   summary_.serialize(*s.child("summary"));
   s("best", best_);
-  s("count", count_);
+  s.count("count", count_);
 }
 
 }  // namespace kusari::training

@@ -1,9 +1,42 @@
 #include "kusari/training/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <string>
 
 namespace kusari::training {
+
+namespace {
+
+// Note [Probing the output folder]
+// A folder that exists but cannot be written (read-only mount, wrong owner, a path that is a
+// file) used to surface only when the first log or snapshot was written, after a whole epoch
+// of training. run() therefore writes and removes a small probe file before the first
+// iteration. The name holds the process id so that the processes of a multi-node job sharing
+// one folder do not race on the same probe.
+void check_writable(const std::string& out) {
+  const std::filesystem::path probe =
+      std::filesystem::path(out) / (".kusari_write_probe." + std::to_string(::getpid()));
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  const int err = errno;
+  KUSARI_CHECK(f != nullptr, IOError, "Trainer::run: the output folder '", out,
+               "' is not writable (creating '", probe.filename().string(), "' in it failed: ",
+               std::strerror(err), "); logs and snapshots could not be saved");
+  const bool written = std::fputc('k', f) != EOF;
+  const bool closed = std::fclose(f) == 0;
+  std::error_code ec;
+  std::filesystem::remove(probe, ec);
+  KUSARI_CHECK(written && closed, IOError, "Trainer::run: the output folder '", out,
+               "' is not writable (writing a probe file in it failed); logs and snapshots could "
+               "not be saved");
+}
+
+}  // namespace
 
 Trainer::Trainer(std::shared_ptr<Updater> updater, std::shared_ptr<Trigger> stop_trigger, std::string out)
     : updater_(std::move(updater)), stop_trigger_(std::move(stop_trigger)), out_(std::move(out)) {
@@ -52,6 +85,7 @@ void Trainer::run() {
     std::error_code ec;
     std::filesystem::create_directories(out_, ec);
     KUSARI_CHECK(!ec, IOError, "Trainer::run: cannot create the output folder '", out_, "': ", ec.message());
+    check_writable(out_);
   }
   std::stable_sort(extensions_.begin(), extensions_.end(),
                    [](const Entry& a, const Entry& b) { return a.priority > b.priority; });

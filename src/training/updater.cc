@@ -151,7 +151,7 @@ void StandardUpdater::serialize(Serializer& s) {
   iterator_->serialize(*s.child("iterator:main"));
   optimizer_->serialize(*s.child("optimizer:main"));
   optimizer_->target()->serialize(*s.child("model:main"));
-  s("iteration", iteration_);
+  s.count("iteration", iteration_);
 }
 
 }  // namespace kusari::training

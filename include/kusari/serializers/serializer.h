@@ -29,6 +29,9 @@ class Serializer {
   void operator()(const std::string& key, double& value);
   void operator()(const std::string& key, int64_t& value);
   void operator()(const std::string& key, bool& value);
+  /// Saves or loads a counter (an iteration, an epoch, a step count): like the int64_t overload,
+  /// and when loading, a negative value is an IOError naming the key.
+  void count(const std::string& key, int64_t& value);
   /// Saves or loads a string (stored as a uint8 array of its bytes).
   void operator()(const std::string& key, std::string& value);
   /// True when loading and `key` exists under the current path (saving: always true).

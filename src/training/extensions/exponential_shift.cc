@@ -47,7 +47,7 @@ void ExponentialShift::operator()(Trainer& trainer) {
 }
 
 void ExponentialShift::serialize(Serializer& s) {
-  s("_t", t_);
+  s.count("_t", t_);
   detail::serialize_optional(s, "_last_value", last_value_);
 }
 

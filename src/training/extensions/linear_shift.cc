@@ -42,7 +42,7 @@ void LinearShift::operator()(Trainer& trainer) {
 }
 
 void LinearShift::serialize(Serializer& s) {
-  s("_t", t_);
+  s.count("_t", t_);
   detail::serialize_optional(s, "_last_value", last_value_);
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -282,6 +283,37 @@ TEST_F(IdxFilesTest, TruncatedGzipFile) {
   // The whole file reads as 10000 labels; a gzip file is found under name.gz.
   fs::copy_file(real, dir_ / "t10k-labels-idx1-ubyte.gz");
   EXPECT_EQ(read_idx(path("t10k-labels-idx1-ubyte.gz")).shape(), (Shape{10000}));
+}
+
+// A header that promises more data than the file can hold is an IOError naming the file before
+// anything is allocated (Note [IDX headers against the file size]); before, get_mnist tried to
+// allocate 52 GB and failed with an out-of-memory message that named no file.
+TEST_F(IdxFilesTest, LyingHeaderIsCaughtBeforeAllocating) {
+  write_valid_set();
+  std::vector<unsigned char> img = image_file(3);
+  const std::vector<unsigned char> lie = idx_header(0x00000803, {16777215, 28, 28});
+  std::copy(lie.begin(), lie.end(), img.begin());
+  write("train-images-idx3-ubyte", img);
+  EXPECT_TRUE(ThrowsWith<IOError>(
+      [&] { get_mnist(options()); },
+      {path("train-images-idx3-ubyte"), "promises 13153336560 bytes", "file holds only 2352"}));
+  // The same lie in a gzip file: a few hundred compressed bytes cannot expand to 13 GB.
+  fs::remove(dir_ / "train-images-idx3-ubyte");
+  write("train-images-idx3-ubyte", img);
+  ASSERT_EQ(std::system(("gzip -n " + path("train-images-idx3-ubyte")).c_str()), 0);
+  EXPECT_TRUE(ThrowsWith<IOError>([&] { get_mnist(options()); },
+                                  {path("train-images-idx3-ubyte.gz"), "promises 13153336560",
+                                   "a gzip file of"}));
+}
+
+// A directory where an IDX file should be is named as a directory, not as a missing file.
+TEST_F(IdxFilesTest, DirectoryInPlaceOfAFileIsNamed) {
+  write_valid_set();
+  fs::remove(dir_ / "train-labels-idx1-ubyte");
+  fs::create_directories(dir_ / "train-labels-idx1-ubyte.gz");
+  EXPECT_TRUE(ThrowsWith<IOError>(
+      [&] { get_mnist(options()); },
+      {path("train-labels-idx1-ubyte.gz") + " is a directory", "expected an IDX file"}));
 }
 
 TEST_F(IdxFilesTest, InconsistentContents) {

@@ -954,6 +954,28 @@ class TestMomentum : public Optimizer {
   }
 };
 
+// An integer entry that is not an exact int64 (float64 1e30, 2.5) or a counter below zero is an
+// IOError naming the key and the value (Note [Integers read from a snapshot]); before, 1e30 was
+// converted with undefined behaviour into a garbage counter.
+TEST_F(NpzTest, ImpossibleIntegersNameTheKey) {
+  python_ok("np.savez(r'" + file("huge.npz") + "', t=np.float64(1e30))\n"
+            "np.savez(r'" + file("half.npz") + "', t=np.float64(2.5))\n"
+            "np.savez(r'" + file("exact.npz") + "', t=np.float64(12.0))\n"
+            "np.savez(r'" + file("negative.npz") + "', t=np.int64(-5), epoch=np.int64(0))\n"
+            "np.savez(r'" + file("negative_epoch.npz") + "', t=np.int64(3), epoch=np.int64(-1))");
+  OptimizerState state;
+  expect_io_error([&] { load_npz(file("huge.npz"), state, "", false); }, {"'t'", "1e+30", "int64"});
+  expect_io_error([&] { load_npz(file("half.npz"), state, "", false); }, {"'t'", "2.5"});
+  load_npz(file("exact.npz"), state, "", false);
+  EXPECT_EQ(state.t, 12);
+  // A counter (Serializer::count) must not be negative.
+  TestMomentum opt;
+  expect_io_error([&] { load_npz(file("negative.npz"), opt, "", false); },
+                  {"'t'", "-5", "non-negative"});
+  expect_io_error([&] { load_npz(file("negative_epoch.npz"), opt, "", false); },
+                  {"'epoch'", "-1", "non-negative"});
+}
+
 TEST_F(NpzTest, OptimizerRoundTrip) {
   auto model = std::make_shared<MLP>(3, 4, 2);
   randomize(*model, 0.0);

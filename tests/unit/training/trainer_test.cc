@@ -1,6 +1,9 @@
 // The training loop and triggers: IntervalTrigger / ManualScheduleTrigger firing points,
 // extension priorities and order, names, and initialize / on_error / finalize calls.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <stdexcept>
 
@@ -198,6 +201,42 @@ TEST(TrainerTest, OnErrorAndFinalizeRunWhenAnUpdateThrows) {
                                              "finalize r"};
   EXPECT_EQ(log, expected);
   EXPECT_EQ(s.updater->iteration(), 2);
+}
+
+// An output folder that exists but cannot be written is an IOError naming the folder before the
+// first iteration (Note [Probing the output folder]), not after the first epoch when a log or a
+// snapshot is written. /proc/self is such a folder even for root, who may write into a folder
+// with mode 0555.
+TEST(TrainerTest, UnwritableOutputFolderFailsBeforeTraining) {
+  std::vector<std::string> outs = {"/proc/self"};
+  if (::geteuid() != 0) {
+    const std::string ro = testing::fresh_out_dir("read_only");
+    std::filesystem::create_directories(ro);
+    std::filesystem::permissions(ro, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::owner_exec);
+    outs.push_back(ro);
+  }
+  for (const std::string& out : outs) {
+    auto s = make_setup(out, interval(2, "iteration"));
+    try {
+      s.trainer->run();
+      ADD_FAILURE() << "expected kusari::IOError for " << out;
+    } catch (const IOError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("Trainer::run"), std::string::npos) << what;
+      EXPECT_NE(what.find("'" + out + "' is not writable"), std::string::npos) << what;
+    }
+    EXPECT_EQ(s.updater->iteration(), 0) << "no update should run before the check";
+  }
+}
+
+// The probe file is removed again: a trainer with no extensions leaves its folder empty.
+TEST(TrainerTest, WritableOutputFolderIsLeftClean) {
+  const std::string out = testing::fresh_out_dir("clean");
+  auto s = make_setup(out, interval(2, "iteration"));
+  s.trainer->run();
+  EXPECT_EQ(s.updater->iteration(), 2);
+  EXPECT_TRUE(std::filesystem::is_empty(out));
 }
 
 // CUDA graphs record GPU work: asking for them on a CPU updater is an error that says so.
