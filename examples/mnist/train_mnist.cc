@@ -11,6 +11,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <string>
 #include <thread>
 
 #include "kusari/kusari.h"
@@ -45,21 +47,38 @@ int main(int argc, char** argv) {
   bool gpu = false, noplot = false, double_buffering = false, cuda_graph = false;
   std::string communicator = "pure_nccl", out = "result", resume, data, dtype_name = "float32";
   app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)")->capture_default_str();
-  app.add_option("--communicator", communicator, "Type of communicator")->capture_default_str();
+  app.add_option("--communicator", communicator,
+                 "Type of communicator (on CPUs, a GPU one such as the default falls back to naive)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kusari::mn::communicator_names()));
   app.add_option("-e,--epoch", epoch, "Number of sweeps over the dataset to train")->capture_default_str();
   app.add_flag("-g,--gpu", gpu, "Use GPUs: each process uses the GPU of its rank within its host");
   app.add_option("-o,--out", out, "Directory to output the result")->capture_default_str();
   app.add_option("-r,--resume", resume, "Resume the training from a snapshot");
   app.add_option("-u,--unit", unit, "Number of units")->capture_default_str();
-  app.add_option("-f,--frequency", frequency, "Frequency of taking a snapshot (epochs; -1: at the end)")
-      ->capture_default_str();
+  // 0 and negatives other than -1 used to mean "every epoch" silently; they are refused.
+  app.add_option("-f,--frequency", frequency, "Frequency of taking a snapshot (epochs, a positive number; -1: at the end)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](const std::string& value) -> std::string {
+            int f = 0;
+            try {
+              f = std::stoi(value);
+            } catch (const std::exception&) {
+              return "the snapshot frequency must be an integer, got " + value;
+            }
+            if (f == -1 || f > 0) return {};
+            return "the snapshot frequency must be -1 (at the end) or a positive number of epochs, got " + value;
+          },
+          "-1 or >0", "SnapshotFrequency"));
   app.add_option("--data", data,
                  "Directory with the MNIST IDX files (train-images-idx3-ubyte[.gz], ...); default: the Fashion-MNIST "
                  "install (/usr/share/datasets/fashion-mnist or $KUSARI_DATASET_ROOT/fashion-mnist)");
   app.add_option("--threads", threads,
-                 "BLAS threads per process on CPUs (0: the cores divided among the host's processes); other "
-                 "kernels use OMP_NUM_THREADS threads, 1 by default")
-      ->capture_default_str();
+                 "BLAS threads per process on CPUs, 0 or more (0: automatic, the cores divided among the host's "
+                 "processes); other kernels use OMP_NUM_THREADS threads, 1 by default")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--dtype", dtype_name,
                  "Dtype of the parameters and the computation. float16 and bfloat16 train in mixed precision: "
                  "float32 master weights in the optimizer, float32 softmax cross entropy; float16 also scales the "
@@ -93,7 +112,7 @@ int main(int argc, char** argv) {
   kusari::Device device = gpu ? kusari::Device::cuda(comm->intra_rank()) : kusari::Device::cpu();
   // On CPUs the matrix products (BLAS) get the cores; the small elementwise kernels of this MLP
   // run best on one thread (measured in docs/benchmarks.md: 2 + 2 threads on 2 cores thrash).
-  if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->intra_size());
+  if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->intra_size());
   if (!std::getenv("OMP_NUM_THREADS")) kusari::set_num_threads(1);
   kusari::set_blas_num_threads(threads);
 
@@ -161,7 +180,7 @@ int main(int argc, char** argv) {
 
   // Some display and output extensions are necessary only for one worker.
   if (comm->rank() == 0) {
-    const int snapshot_every = frequency == -1 ? epoch : std::max(1, frequency);
+    const int snapshot_every = frequency == -1 ? epoch : frequency;
     trainer.extend(E::snapshot(), "", kusari::training::interval(snapshot_every, "epoch"));
     trainer.extend(std::make_shared<E::LogReport>());
     if (!noplot) {

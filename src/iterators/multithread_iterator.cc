@@ -152,6 +152,11 @@ MultithreadIterator::MultithreadIterator(std::shared_ptr<Dataset> dataset, int64
                "MultithreadIterator: batch_size must be positive, got ", batch_size_);
   KUSARI_CHECK(!repeat_ || dataset_->size() > 0, ValueError,
                "MultithreadIterator: the dataset is empty; a repeating iterator needs examples");
+  // Note [Batch larger than the dataset]
+  KUSARI_CHECK(!repeat_ || batch_size_ <= dataset_->size(), ValueError,
+               "MultithreadIterator: batch_size ", batch_size_, " is larger than the dataset (",
+               dataset_->size(), " examples); a repeating iterator would cover several epochs in "
+               "one batch. Use a batch_size of at most ", dataset_->size(), ", or repeat=false");
   KUSARI_CHECK(n_threads >= 0, ValueError,
                "MultithreadIterator: n_threads must be >= 0 (0: one per hardware thread), got ",
                n_threads);

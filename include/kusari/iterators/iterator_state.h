@@ -16,8 +16,10 @@ namespace kusari {
 // Chainer's rule, kept exactly so that epoch counts, epoch_detail and batch contents match:
 // with n examples per epoch, position i and batch size b, a step covers order[i : i + b].
 //  - repeat: when i + b reaches n, the batch takes order[i : n], a new order is drawn (when
-//    shuffling), and the batch is filled from the start of the new order; this repeats while the
-//    batch still reaches past an epoch (b > n). Each wrap adds one epoch and sets is_new_epoch.
+//    shuffling), and the batch is filled from the start of the new order. Each wrap adds one epoch
+//    and sets is_new_epoch. (Chainer repeats the wrap while the batch still reaches past an
+//    epoch, b > n; kusari's iterators refuse b > n when repeating, see Note [Batch larger than
+//    the dataset].)
 //  - no repeat: the batch stops at n (the last batch may be short), the epoch count becomes 1, and
 //    every later step yields nothing.
 // is_new_epoch is true exactly after a step that wrapped; epoch_detail = epoch + i / n. With
@@ -29,6 +31,18 @@ namespace kusari {
 // MultithreadIterator computes the next state ahead of time to prefetch, and carrying the
 // generator in the state keeps the committed state -- what serialize() saves -- consistent with
 // what a SerialIterator would hold at the same point.
+
+// Note [Batch larger than the dataset]
+// Chainer accepts a repeating iterator whose batch is larger than the dataset: one batch then
+// wraps several times, and `epoch` jumps by several at one step (a 7-example set with b = 100
+// goes from epoch 0 to 14 at the first batch). No stop trigger can then stop at the epoch asked
+// for -- the count has already passed it -- and the log reports epochs that were never trained
+// one at a time (`-e 1` with 2,000 examples and b = 100000 logs epoch 50). Such a batch is almost
+// always a mistake (a per-process batch after scatter_dataset shrank the shards, a typo), so
+// SerialIterator and MultithreadIterator refuse batch_size > dataset size when repeating, naming
+// both. With b <= n a step wraps at most once, epoch_detail grows by at most 1 per step, and
+// IntervalTrigger(p, "epoch") with a whole p fires exactly when epoch reaches p. Without repeat
+// a large batch is fine (one short batch holds the whole set, as for evaluation).
 
 /// Where an iterator stands (see Note [Iterator state machine]).
 struct IteratorState {

@@ -65,9 +65,9 @@ TEST(MultithreadIteratorTest, SameBatchesAsSerialIterator) {
   MultithreadIterator multi(ds, 3, false, false, std::nullopt, 2);
   expect_same_batches(serial, multi, 6);  // 4 batches, then empty ones
   EXPECT_TRUE(multi.next().empty());
-  // Batches larger than the dataset, shuffled.
-  SerialIterator big_serial(ds, 25, true, true, 8);
-  MultithreadIterator big_multi(ds, 25, true, true, 8, 3);
+  // A batch of the whole dataset, shuffled: one epoch per batch.
+  SerialIterator big_serial(ds, 10, true, true, 8);
+  MultithreadIterator big_multi(ds, 10, true, true, 8, 3);
   expect_same_batches(big_serial, big_multi, 5);
 }
 
@@ -78,6 +78,11 @@ TEST(MultithreadIteratorTest, DefaultThreadCountAndArguments) {
   EXPECT_THROW(MultithreadIterator(nullptr, 2), ValueError);
   EXPECT_THROW(MultithreadIterator(ids_dataset(5), 0), ValueError);
   EXPECT_THROW(MultithreadIterator(ids_dataset(0), 2, true), ValueError);
+  // Note [Batch larger than the dataset]
+  EXPECT_THROW(MultithreadIterator(ids_dataset(7), 100, true, false, std::nullopt, 1), ValueError);
+  EXPECT_THROW(MultithreadIterator(ids_dataset(7), 8, true, true, std::nullopt, 1), ValueError);
+  MultithreadIterator once(ids_dataset(7), 100, false, false, std::nullopt, 1);
+  EXPECT_EQ(once.next().size(), 7u);
 }
 
 TEST(MultithreadIteratorTest, WorkersLoadInParallel) {

@@ -7,6 +7,8 @@
 
 #include <stdexcept>
 
+#include "kusari/datasets/tuple_dataset.h"
+#include "kusari/iterators/serial_iterator.h"
 #include "kusari/training/extensions.h"
 #include "kusari/training/trainer.h"
 #include "test_util.h"
@@ -52,6 +54,41 @@ TEST(TriggerTest, IntervalEpoch) {
   // 0.75, 1.5, 2.25, 3.
   EXPECT_EQ(firing_iterations(interval(1, "epoch"), interval(4, "iteration"), 4, 3),
             (std::vector<int64_t>{2, 3, 4}));
+}
+
+// Note [Batch larger than the dataset]: with the real SerialIterator and any batch up to the
+// dataset's size, the stop trigger interval(p, "epoch") ends training when the epoch count
+// reaches p -- never past it -- after ceil(p n / b) iterations, and the epoch the trainer reports
+// is p. Larger batches are refused when the iterator is built.
+TEST(TriggerTest, StopTriggerStopsAtTheEpochAskedFor) {
+  const int64_t n = 7;
+  std::vector<double> x(n), t(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<double>(i), t[i] = 2.0 * x[i];
+  auto dataset = std::make_shared<TupleDataset>(std::vector<Array>{
+      Array::from_vector(x, Shape{n, 1}, Device::cpu()), Array::from_vector(t, Shape{n, 1}, Device::cpu())});
+  for (int64_t b : {1, 3, 6, 7}) {
+    for (int64_t p : {1, 2, 3}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << b << ", stop at epoch " << p);
+      auto model = std::make_shared<testing::ProbeModel>();
+      auto optimizer = std::make_shared<testing::TinySGD>(0.001);
+      optimizer->setup(model);
+      auto it = std::make_shared<SerialIterator>(dataset, b, true, true, 3);
+      auto updater = std::make_shared<StandardUpdater>(it, optimizer, Device::cpu());
+      Trainer trainer(updater, interval(static_cast<double>(p), "epoch"),
+                      testing::fresh_out_dir("stop_epoch"));
+      std::vector<int64_t> logged;
+      trainer.extend(make_extension([&](Trainer& tr) { logged.push_back(tr.updater().epoch()); },
+                                    "epochs"),
+                     "", interval(1, "epoch"));
+      trainer.run();
+      EXPECT_EQ(updater->epoch(), p);
+      EXPECT_EQ(updater->iteration(), (p * n + b - 1) / b);
+      std::vector<int64_t> expected;
+      for (int64_t e = 1; e <= p; ++e) expected.push_back(e);
+      EXPECT_EQ(logged, expected);
+    }
+  }
+  EXPECT_THROW(SerialIterator(dataset, 8, true, true, 3), ValueError);
 }
 
 TEST(TriggerTest, StopTriggerDoesNotFireBeforeTraining) {
