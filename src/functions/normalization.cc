@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "functions/function_util.h"
 #include "kusari/core/routines.h"
+#include "kusari/functions/array.h"
+#include "routines/normalization.h"
 
 namespace kusari::functions {
 
@@ -28,9 +32,10 @@ BatchNormGeometry batch_norm_geometry(
   const Variable& gamma = *params.begin()->second;
   for (const auto& [name, p] : params) {
     KUSARI_CHECK(p->defined(), ValueError, fn, ": ", name, " is undefined");
-    KUSARI_CHECK(p->dtype() == x.dtype(), DtypeError, fn, ": ", name, " is ",
-                 dtype_name(p->dtype()), " but x is ", dtype_name(x.dtype()),
-                 "; expected the same dtype");
+    KUSARI_CHECK(
+        p->dtype() == x.dtype() || (is_half_precision(x.dtype()) && p->dtype() == Dtype::kFloat32),
+        DtypeError, fn, ": ", name, " is ", dtype_name(p->dtype()), " but x is ",
+        dtype_name(x.dtype()), "; expected the same dtype (or float32 for 16-bit x)");
     KUSARI_CHECK(p->device() == x.device(), DeviceError, fn, ": ", name, " is on ", p->device(),
                  " but x is on ", x.device());
   }
@@ -85,14 +90,16 @@ BatchStatistics compute_batch_statistics(const Array& x, const Axes& axes, doubl
 // sums gy and gy * x_hat per channel the same way (2C values) and uses them with the global M;
 // the gradients of gamma and beta are this process's own sums, which the multi-node optimizer
 // then averages like every other gradient.
-BatchStatistics compute_global_batch_statistics(const Array& x, const Axes& axes, double eps, int64_t m_local,
-                                                BatchStatisticsReducer& reducer, double* total) {
+BatchStatistics compute_global_batch_statistics(const Array& x, const Axes& axes, double eps,
+                                                int64_t m_local, BatchStatisticsReducer& reducer,
+                                                double* total) {
   Array x64 = x.astype(Dtype::kFloat64);
   Array s = kusari::sum(x64, axes, true);
   Array q = kusari::sum(kusari::square(x64), axes, true);
   const int64_t c = s.size();
-  Array packed = concatenate({Array::full({1}, static_cast<double>(m_local), Dtype::kFloat64, x.device()),
-                              s.reshape({c}), q.reshape({c})});
+  Array packed =
+      concatenate({Array::full({1}, static_cast<double>(m_local), Dtype::kFloat64, x.device()),
+                   s.reshape({c}), q.reshape({c})});
   reducer.sum(packed);
   std::vector<Array> parts = split_at(packed, {1, 1 + c});
   *total = parts[0].item<double>();
@@ -100,7 +107,8 @@ BatchStatistics compute_global_batch_statistics(const Array& x, const Axes& axes
   const Shape ks = s.shape();
   BatchStatistics st;
   Array mean64 = parts[1].reshape(ks) * (1.0 / *total);
-  Array var64 = kusari::maximum(parts[2].reshape(ks) * (1.0 / *total) - kusari::square(mean64), 0.0);
+  Array var64 =
+      kusari::maximum(parts[2].reshape(ks) * (1.0 / *total) - kusari::square(mean64), 0.0);
   st.mean = mean64.astype(x.dtype());
   st.var = var64.astype(x.dtype());
   st.inv_std = kusari::rsqrt(var64 + eps).astype(x.dtype());
@@ -126,6 +134,11 @@ void update_running(Array* running, const Array& value, const Shape& param_shape
   running->assign(*running * decay + v * (1.0 - decay));
 }
 
+// v in `dtype`, differentiably (the gradient comes back in v's dtype).
+Variable in_dtype(const Variable& v, Dtype dtype) {
+  return v.dtype() == dtype ? v : cast(v, dtype);
+}
+
 // Note [Batch normalization gradients]
 // With x_hat = (x - mean) * inv_std and sums over the reduced axes (m elements each):
 //   gbeta = sum(gy), ggamma = sum(gy * x_hat),
@@ -136,7 +149,7 @@ void update_running(Array* running, const Array& value, const Shape& param_shape
 // recomputes them from x with differentiable functions.
 void batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g, double eps,
                          const Array& mean, const Array& inv_std) {
-  Variable x = ctx.input(0), gamma = ctx.input(1);
+  Variable x = ctx.input(0), gamma = in_dtype(ctx.input(1), ctx.input(0).dtype());
   const Variable& gy = ctx.output_grad();
   Variable mu, istd;
   if (ctx.is_double_backprop()) {
@@ -155,8 +168,12 @@ void batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g, doubl
     Variable inner = sub(sub(gy, mul(gbeta, inv_m)), mul(x_hat, mul(ggamma, inv_m)));
     ctx.set_input_grad(0, mul(mul(reshape(gamma, g.keepdims_shape), istd), inner));
   }
-  if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, reshape(ggamma, g.param_shape));
-  if (ctx.needs_input_grad(2)) ctx.set_input_grad(2, reshape(gbeta, g.param_shape));
+  if (ctx.needs_input_grad(1)) {
+    ctx.set_input_grad(1, in_dtype(reshape(ggamma, g.param_shape), ctx.input(1).dtype()));
+  }
+  if (ctx.needs_input_grad(2)) {
+    ctx.set_input_grad(2, in_dtype(reshape(gbeta, g.param_shape), ctx.input(2).dtype()));
+  }
 }
 
 // y = gamma * x_hat + beta with x_hat = (x - mean) * inv_std and inv_std = (var + eps)^(-1/2):
@@ -189,6 +206,117 @@ void fixed_batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g,
   }
 }
 
+// Note [Fused batch normalization in autograd]
+// When the fused kernels take x (routines::batch_norm_fused_shape: the channel is axis 1 and x is
+// dense, C-ordered or channels-last), the forward is the statistics pass and the normalising
+// pass, and the backward the two passes of Note [Fused batch normalization]; the statistics
+// (mean, inv_std: C elements in float32, float64 for float64 data) are kept for the backward.
+// gamma and beta may then be float32 for 16-bit x: the kernels read them as they are, so a
+// mixed-precision model casts nothing. Double backprop uses the composed formula of Note [Batch
+// normalization gradients]; so does every case the kernels do not take, with the parameters cast
+// to x's dtype.
+struct FusedStatistics {
+  kernels::BatchNormShape shape;
+  Array mean, inv_std;
+};
+
+// The statistics of the union of all processes' batches from this process's fused statistics:
+// one allreduce of [m, m * mean, m * (var + mean^2)] in float64 (Note [Multi-node batch
+// statistics]). Returns the global mean, var and inv_std in the statistics' dtype.
+void reduce_fused_statistics(BatchStatisticsReducer& reducer, int64_t m_local, double eps,
+                             Array& mean, Array& var, Array& inv_std, double* total) {
+  const int64_t c = mean.size();
+  Array m64 = mean.astype(Dtype::kFloat64), v64 = var.astype(Dtype::kFloat64);
+  const double m = static_cast<double>(m_local);
+  Array packed = concatenate({Array::full({1}, m, Dtype::kFloat64, mean.device()), m64 * m,
+                              (v64 + kusari::square(m64)) * m});
+  reducer.sum(packed);
+  std::vector<Array> parts = split_at(packed, {1, 1 + c});
+  *total = parts[0].item<double>();
+  KUSARI_CHECK(*total > 0, ValueError, "batch_normalization: the processes' batches are all empty");
+  Array gm = parts[1] * (1.0 / *total);
+  Array gv = kusari::maximum(parts[2] * (1.0 / *total) - kusari::square(gm), 0.0);
+  const Dtype stat = mean.dtype();
+  mean = gm.astype(stat);
+  var = gv.astype(stat);
+  inv_std = kusari::rsqrt(gv + eps).astype(stat);
+}
+
+// The backward through the fused kernels; false when a kernel declined (nothing is set then).
+bool fused_batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g,
+                               const FusedStatistics& fs, BatchStatisticsReducer* reducer,
+                               double total) {
+  const Array& x = ctx.input(0).data();
+  const Array& gy = ctx.output_grad().data();
+  Array gbeta, ggamma;
+  if (!routines::batch_norm_backward_reduce(x, gy, nullptr, fs.shape, fs.mean, fs.inv_std, gbeta,
+                                            ggamma)) {
+    return false;
+  }
+  if (ctx.needs_input_grad(0)) {
+    Array sum_beta = gbeta, sum_gamma = ggamma;
+    if (reducer) {
+      const int64_t c = gbeta.size();
+      Array packed = concatenate({gbeta.astype(Dtype::kFloat64), ggamma.astype(Dtype::kFloat64)});
+      reducer->sum(packed);
+      std::vector<Array> sums = split_at(packed, {c});
+      sum_beta = sums[0].astype(gbeta.dtype());
+      sum_gamma = sums[1].astype(gbeta.dtype());
+    }
+    Array gx =
+        routines::batch_norm_backward_data(x, gy, nullptr, fs.shape, fs.mean, fs.inv_std,
+                                           ctx.input(1).data(), sum_beta, sum_gamma, 1.0 / total);
+    if (!gx.defined()) return false;
+    ctx.set_input_grad(0, Variable(std::move(gx)));
+  }
+  // The parameters' gradients are this process's own sums (Note [Multi-node batch statistics]).
+  if (ctx.needs_input_grad(1)) {
+    ctx.set_input_grad(1, Variable(ggamma.astype(ctx.input(1).dtype()).reshape(g.param_shape)));
+  }
+  if (ctx.needs_input_grad(2)) {
+    ctx.set_input_grad(2, Variable(gbeta.astype(ctx.input(2).dtype()).reshape(g.param_shape)));
+  }
+  return true;
+}
+
+// The composed backward from fused statistics (for double backprop, or a kernel that declined).
+void composed_backward_from_fused(BackwardContext& ctx, const BatchNormGeometry& g, double eps,
+                                  const FusedStatistics& fs) {
+  const Dtype d = ctx.input(0).dtype();
+  batch_norm_backward(ctx, g, eps, fs.mean.astype(d).reshape(g.keepdims_shape),
+                      fs.inv_std.astype(d).reshape(g.keepdims_shape));
+}
+
+// The multi-node composed backward (Note [Multi-node batch statistics]).
+void multi_node_composed_backward(BackwardContext& ctx, const BatchNormGeometry& g, double total,
+                                  BatchStatisticsReducer* reducer, const Array& mean,
+                                  const Array& inv_std) {
+  KUSARI_CHECK(!ctx.is_double_backprop(), NotImplementedError,
+               "batch_normalization: the multi-node form is differentiable once; "
+               "double backprop through it is not supported");
+  const Array& x = ctx.input(0).data();
+  const Array& gy = ctx.output_grad().data();
+  Array x_hat = (x - mean) * inv_std;
+  Array gbeta = kusari::sum(gy, g.axes, true);
+  Array ggamma = kusari::sum(gy * x_hat, g.axes, true);
+  const int64_t c = gbeta.size();
+  Array packed = concatenate(
+      {gbeta.astype(Dtype::kFloat64).reshape({c}), ggamma.astype(Dtype::kFloat64).reshape({c})});
+  reducer->sum(packed);
+  std::vector<Array> sums = split_at(packed, {c});
+  Array gb = (sums[0] * (1.0 / total)).astype(gy.dtype()).reshape(gbeta.shape());
+  Array gg = (sums[1] * (1.0 / total)).astype(gy.dtype()).reshape(gbeta.shape());
+  Array gamma_k = ctx.input(1).data().astype(x.dtype()).reshape(g.keepdims_shape);
+  if (ctx.needs_input_grad(0))
+    ctx.set_input_grad(0, Variable(gamma_k * inv_std * ((gy - gb) - x_hat * gg)));
+  if (ctx.needs_input_grad(1)) {
+    ctx.set_input_grad(1, Variable(ggamma.reshape(g.param_shape).astype(ctx.input(1).dtype())));
+  }
+  if (ctx.needs_input_grad(2)) {
+    ctx.set_input_grad(2, Variable(gbeta.reshape(g.param_shape).astype(ctx.input(2).dtype())));
+  }
+}
+
 }  // namespace
 
 Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
@@ -202,9 +330,57 @@ Variable batch_normalization(const Variable& x, const Variable& gamma, const Var
   check_running(fn, "running_mean", running_mean, x, g);
   check_running(fn, "running_var", running_var, x, g);
 
+  // The fused kernels (Note [Fused batch normalization in autograd]).
+  if (std::optional<kernels::BatchNormShape> shape =
+          routines::batch_norm_fused_shape(x.data(), g.axes)) {
+    FusedStatistics fs;
+    fs.shape = *shape;
+    Array var;
+    bool running_done = false;
+    // A reducer's running averages take the global statistics: they are updated below.
+    const double adjust = static_cast<double>(g.m) / std::max(static_cast<double>(g.m) - 1.0, 1.0);
+    if (routines::batch_norm_statistics(x.data(), *shape, eps, reducer ? nullptr : running_mean,
+                                        reducer ? nullptr : running_var, decay, adjust, fs.mean,
+                                        var, fs.inv_std, &running_done)) {
+      double total = static_cast<double>(g.m);
+      if (reducer) reduce_fused_statistics(*reducer, g.m, eps, fs.mean, var, fs.inv_std, &total);
+      Array y = routines::batch_norm_normalize(x.data(), *shape, fs.mean, fs.inv_std, gamma.data(),
+                                               beta.data());
+      if (y.defined()) {
+        if (reducer != nullptr || !running_done) {
+          update_running(running_mean, fs.mean, g.param_shape, decay);
+          if (running_var != nullptr) {
+            update_running(running_var, var * (total / std::max(total - 1.0, 1.0)), g.param_shape,
+                           decay);
+          }
+        }
+        return record(
+            fn, {x, gamma, beta}, std::move(y), [g, eps, fs, reducer, total](BackwardContext& ctx) {
+              if (!ctx.is_double_backprop() &&
+                  fused_batch_norm_backward(ctx, g, fs, reducer, total))
+                return;
+              if (reducer) {
+                const Dtype d = ctx.input(0).dtype();
+                multi_node_composed_backward(ctx, g, total, reducer,
+                                             fs.mean.astype(d).reshape(g.keepdims_shape),
+                                             fs.inv_std.astype(d).reshape(g.keepdims_shape));
+                return;
+              }
+              composed_backward_from_fused(ctx, g, eps, fs);
+            });
+      }
+    }
+  }
+
+  // The composed form, with the parameters in x's dtype.
+  if (gamma.dtype() != x.dtype() || beta.dtype() != x.dtype()) {
+    return batch_normalization(x, in_dtype(gamma, x.dtype()), in_dtype(beta, x.dtype()), eps,
+                               running_mean, running_var, decay, axis, reducer);
+  }
   double total = static_cast<double>(g.m);
-  BatchStatistics s = reducer ? compute_global_batch_statistics(x.data(), g.axes, eps, g.m, *reducer, &total)
-                              : compute_batch_statistics(x.data(), g.axes, eps);
+  BatchStatistics s =
+      reducer ? compute_global_batch_statistics(x.data(), g.axes, eps, g.m, *reducer, &total)
+              : compute_batch_statistics(x.data(), g.axes, eps);
   Array scale = gamma.data().reshape(g.keepdims_shape) * s.inv_std;
   Array y = (x.data() - s.mean) * scale + beta.data().reshape(g.keepdims_shape);
 
@@ -217,27 +393,7 @@ Variable batch_normalization(const Variable& x, const Variable& gamma, const Var
   if (reducer) {
     return record(fn, {x, gamma, beta}, std::move(y),
                   [g, total, reducer, mean = s.mean, inv_std = s.inv_std](BackwardContext& ctx) {
-                    KUSARI_CHECK(!ctx.is_double_backprop(), NotImplementedError,
-                                 "batch_normalization: the multi-node form is differentiable once; "
-                                 "double backprop through it is not supported");
-                    const Array& x = ctx.input(0).data();
-                    const Array& gy = ctx.output_grad().data();
-                    Array x_hat = (x - mean) * inv_std;
-                    Array gbeta = kusari::sum(gy, g.axes, true);
-                    Array ggamma = kusari::sum(gy * x_hat, g.axes, true);
-                    const int64_t c = gbeta.size();
-                    Array packed = concatenate({gbeta.astype(Dtype::kFloat64).reshape({c}),
-                                                ggamma.astype(Dtype::kFloat64).reshape({c})});
-                    reducer->sum(packed);
-                    std::vector<Array> sums = split_at(packed, {c});
-                    Array gb = (sums[0] * (1.0 / total)).astype(gy.dtype()).reshape(gbeta.shape());
-                    Array gg = (sums[1] * (1.0 / total)).astype(gy.dtype()).reshape(gbeta.shape());
-                    Array gamma_k = ctx.input(1).data().reshape(g.keepdims_shape);
-                    if (ctx.needs_input_grad(0)) {
-                      ctx.set_input_grad(0, Variable(gamma_k * inv_std * ((gy - gb) - x_hat * gg)));
-                    }
-                    if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, Variable(ggamma.reshape(g.param_shape)));
-                    if (ctx.needs_input_grad(2)) ctx.set_input_grad(2, Variable(gbeta.reshape(g.param_shape)));
+                    multi_node_composed_backward(ctx, g, total, reducer, mean, inv_std);
                   });
   }
   return record(fn, {x, gamma, beta}, std::move(y),
@@ -254,9 +410,25 @@ Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, con
       fn, x, axis, {{"gamma", &gamma}, {"beta", &beta}, {"mean", &mean}, {"var", &var}});
   KUSARI_CHECK(eps > 0.0, ValueError, fn, ": eps must be positive, got ", eps);
   const Shape& ks = g.keepdims_shape;
-  Array inv_std = kusari::rsqrt(var.data().reshape(ks) + eps);
-  Array y = (x.data() - mean.data().reshape(ks)) * (gamma.data().reshape(ks) * inv_std) +
-            beta.data().reshape(ks);
+  const Dtype d = x.dtype();
+  if (gamma.dtype() != d || beta.dtype() != d || mean.dtype() != d || var.dtype() != d) {
+    // The backward is composed, in x's dtype; a fused forward reads the cast values alike.
+    return fixed_batch_normalization(x, in_dtype(gamma, d), in_dtype(beta, d), in_dtype(mean, d),
+                                     in_dtype(var, d), eps, axis);
+  }
+  Array y;
+  if (std::optional<kernels::BatchNormShape> shape =
+          routines::batch_norm_fused_shape(x.data(), g.axes)) {
+    const Dtype stat = routines::batch_norm_stat_dtype(d);
+    Array inv_std = kusari::rsqrt(var.data().astype(stat) + eps);
+    y = routines::batch_norm_normalize(x.data(), *shape, mean.data(), inv_std, gamma.data(),
+                                       beta.data());
+  }
+  if (!y.defined()) {
+    Array inv_std = kusari::rsqrt(var.data().reshape(ks) + eps);
+    y = (x.data() - mean.data().reshape(ks)) * (gamma.data().reshape(ks) * inv_std) +
+        beta.data().reshape(ks);
+  }
   return record(fn, {x, gamma, beta, mean, var}, std::move(y),
                 [g, eps](BackwardContext& ctx) { fixed_batch_norm_backward(ctx, g, eps); });
 }

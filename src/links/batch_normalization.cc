@@ -35,13 +35,15 @@ std::shared_ptr<Initializer> with_dtype(std::shared_ptr<Initializer> init, doubl
 }
 
 // Note [Mixed-precision batch norm]
-// The functions want gamma, beta and the statistics in x's dtype, while Chainer keeps a batch
-// norm's parameters in its own dtype whatever the input's. So an input of another dtype is
-// normalised with gamma and beta cast to its dtype (differentiably: their gradients come back in
-// the parameters' dtype) and the fixed statistics cast likewise; the running statistics are
-// updated in place in their own dtype (batch_normalization converts the batch statistics).
-Variable as_dtype(const Variable& v, Dtype dtype) {
-  return v.dtype() == dtype ? v : functions::cast(v, dtype);
+// Chainer keeps a batch norm's parameters and statistics in the link's own dtype whatever the
+// input's. An input of another dtype is normalised with gamma and beta cast to its dtype
+// (differentiably: their gradients come back in the parameters' dtype), except float32
+// parameters of a float16 or bfloat16 input, which the functions take as they are and which keep
+// the statistics in float32 (Note [Fused batch normalization in autograd]). The running
+// statistics are updated in place in their own dtype.
+Variable as_param_dtype(const Variable& v, Dtype dtype) {
+  if (v.dtype() == dtype || (is_half_precision(dtype) && v.dtype() == float32)) return v;
+  return functions::cast(v, dtype);
 }
 
 }  // namespace
@@ -164,8 +166,8 @@ Variable BatchNormalization::forward(const Variable& x, bool finetune) {
   // Parameters and statistics are used in the input's dtype (Note [Mixed-precision batch norm]).
   Variable g = gamma.defined() ? Variable(gamma) : Variable(Array::full_like(avg_mean(), 1.0));
   Variable b = beta.defined() ? Variable(beta) : Variable(Array::zeros_like(avg_mean()));
-  g = as_dtype(g, x.dtype());
-  b = as_dtype(b, x.dtype());
+  g = as_param_dtype(g, x.dtype());
+  b = as_param_dtype(b, x.dtype());
   const Axes axis = axis_ ? *axis_ : Axes{};
   if (is_train_mode()) {
     double decay = decay_;
@@ -177,8 +179,9 @@ Variable BatchNormalization::forward(const Variable& x, bool finetune) {
     return functions::batch_normalization(x, g, b, eps_, &persistent("avg_mean"),
                                           &persistent("avg_var"), decay, axis, reducer_.get());
   }
-  return functions::fixed_batch_normalization(x, g, b, Variable(avg_mean().astype(x.dtype())),
-                                              Variable(avg_var().astype(x.dtype())), eps_, axis);
+  return functions::fixed_batch_normalization(
+      x, g, b, as_param_dtype(Variable(avg_mean()), x.dtype()),
+      as_param_dtype(Variable(avg_var()), x.dtype()), eps_, axis);
 }
 
 }  // namespace kusari::links

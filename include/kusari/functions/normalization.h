@@ -24,6 +24,11 @@ class BatchStatisticsReducer {
 /// with the unbiased variance var * m / (m - 1), m being the number of elements reduced.
 /// With a `reducer`, the statistics are those of the union of all processes' batches (see
 /// Note [Multi-node batch statistics]); that form is differentiable once, not twice.
+/// gamma, beta and the running statistics have x's dtype, or float32 for a float16 or bfloat16 x
+/// (mixed precision: the statistics are then computed and kept in float32). On 4-d inputs
+/// normalised per channel (NCHW or channels-last) it runs as fused kernels: one statistics pass
+/// and one normalising pass forward, one reduction and one elementwise pass backward; other
+/// forms, and double backprop, use the composed formula.
 Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
                              double eps = 2e-5, Array* running_mean = nullptr,
                              Array* running_var = nullptr, double decay = 0.9,

@@ -1,0 +1,497 @@
+// CUDA kernels: batch normalization in one reduction and one elementwise pass each way
+// (Note [Fused batch normalization]). The data arrays are dense (outer, C, inner) views checked by
+// the routine.
+//
+// Note [Batch norm kernel geometry]
+// Two shapes of loop cover the layouts:
+//   planar (inner > 1, C-ordered NCHW): each (n, c) plane is `inner` contiguous elements. The
+//     elementwise kernels give a block to a plane (threads along it), so the channel is known per
+//     block; the reductions give a channel a 2-d grid of (channel, split) blocks, each summing a
+//     range of its planes.
+//   channels-minor (inner == 1: channels-last, or (N, C)): rows of C contiguous channels. Blocks
+//     are 32 x 8 threads: x along 32 consecutive channels (a warp reads 32 neighbours, so loads
+//     coalesce), y along rows; a grid column of blocks shares the channels and splits the rows.
+// No thread divides per element, except the planar reduction over planes smaller than a block,
+// which walks a flat index with 32-bit division.
+// The reductions write per-(channel, split) partials to a small workspace; a second kernel, one
+// thread per channel, merges them and finishes the statistics (and the running averages).
+#include <algorithm>
+
+#include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/primitives/kernel_util.cuh"
+#include "kernels/normalization.h"
+
+namespace kusari::cuda {
+namespace {
+
+using kernels::BatchNormShape;
+
+/// The statistics' type: double for double data, float otherwise.
+template <typename T>
+using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <typename S, typename T>
+__device__ __forceinline__ S load_as(const T* p, int64_t i) {
+  return static_cast<S>(to_compute(p[i]));
+}
+
+/// A partial statistic: count, mean and sum of squared deviations (of x - shift).
+template <typename S>
+struct Moments {
+  S n, mean, m2;
+};
+
+/// Chan et al.'s pairwise merge.
+template <typename S>
+__device__ __forceinline__ Moments<S> merge(Moments<S> a, Moments<S> b) {
+  const S n = a.n + b.n;
+  if (n == S(0)) return a;
+  const S delta = b.mean - a.mean;
+  const S fb = b.n / n;
+  return {n, a.mean + delta * fb, a.m2 + b.m2 + delta * delta * a.n * fb};
+}
+
+/// The moments of a thread's shifted sums s1 = sum(v), s2 = sum(v^2) over n values.
+template <typename S>
+__device__ __forceinline__ Moments<S> from_sums(S n, S s1, S s2) {
+  if (n == S(0)) return {S(0), S(0), S(0)};
+  const S mean = s1 / n;
+  return {n, mean, s2 > s1 * mean ? s2 - s1 * mean : S(0)};
+}
+
+template <typename S>
+__device__ __forceinline__ Moments<S> shfl_down(Moments<S> m, int offset) {
+  return {__shfl_down_sync(0xffffffffu, m.n, offset), __shfl_down_sync(0xffffffffu, m.mean, offset),
+          __shfl_down_sync(0xffffffffu, m.m2, offset)};
+}
+
+/// Merges the moments of a whole (1-d) block into thread 0's.
+template <typename S>
+__device__ Moments<S> block_merge(Moments<S> m) {
+  __shared__ Moments<S> warp_results[32];
+  for (int off = 16; off > 0; off /= 2) m = merge(m, shfl_down(m, off));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_results[warp] = m;
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = (blockDim.x + 31) / 32;
+    m = lane < warps ? warp_results[lane] : Moments<S>{S(0), S(0), S(0)};
+    for (int off = 16; off > 0; off /= 2) m = merge(m, shfl_down(m, off));
+  }
+  return m;
+}
+
+/// Sums a pair over a whole (1-d) block into thread 0's.
+template <typename S>
+__device__ void block_sum2(S& a, S& b) {
+  __shared__ S sa[32], sb[32];
+  for (int off = 16; off > 0; off /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, off);
+    b += __shfl_down_sync(0xffffffffu, b, off);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    sa[warp] = a;
+    sb[warp] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = (blockDim.x + 31) / 32;
+    a = lane < warps ? sa[lane] : S(0);
+    b = lane < warps ? sb[lane] : S(0);
+    for (int off = 16; off > 0; off /= 2) {
+      a += __shfl_down_sync(0xffffffffu, a, off);
+      b += __shfl_down_sync(0xffffffffu, b, off);
+    }
+  }
+}
+
+constexpr int kPlanarBlock = 256;
+constexpr int kRowsX = 32, kRowsY = 8;
+
+// --- statistics ----------------------------------------------------------------------------------
+
+// The terms each reduction sums: the statistics sum x - shift and its square; the backward sums
+// g and g * (x - mean), g being gy masked by a fused relu's output.
+template <typename T, typename S>
+struct StatTerms {
+  const T* x;
+  __device__ __forceinline__ void add(int64_t i, S shift, S& a, S& b) const {
+    const S v = load_as<S>(x, i) - shift;
+    a += v;
+    b += v * v;
+  }
+};
+
+template <typename T, typename S>
+struct GradTerms {
+  const T* x;
+  const T* gy;
+  const T* relu_y;
+  __device__ __forceinline__ void add(int64_t i, S mean, S& a, S& b) const {
+    S g = load_as<S>(gy, i);
+    if (relu_y != nullptr && !(load_as<S>(relu_y, i) > S(0))) g = S(0);
+    a += g;
+    b += g * (load_as<S>(x, i) - mean);
+  }
+};
+
+// partial[(c * splits + split) * 2 + {0, 1}] = the block's two sums for channel c; `center` is
+// the per-channel value subtracted (the shift of the statistics, the mean of the backward).
+template <typename S, typename Terms, bool kMoments>
+__global__ void planar_partials(BatchNormShape s, Terms terms, const S* center_of, S* partial,
+                                int splits) {
+  const int64_t c = blockIdx.x;
+  const int split = blockIdx.y;
+  // The statistics' shift is the channel's first element; the backward's center its mean.
+  const S center = kMoments ? load_as<S>(terms.x, c * s.inner) : center_of[c];
+  S a = S(0), b = S(0), n = S(0);
+  const int64_t o0 = s.outer * split / splits, o1 = s.outer * (split + 1) / splits;
+  if (s.inner >= kPlanarBlock / 2) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const int64_t base = (o * s.channels + c) * s.inner;
+      for (int64_t i = threadIdx.x; i < s.inner; i += blockDim.x) {
+        terms.add(base + i, center, a, b);
+        n += S(1);
+      }
+    }
+  } else {
+    const uint32_t inner = static_cast<uint32_t>(s.inner);
+    const uint32_t count = static_cast<uint32_t>((o1 - o0) * s.inner);
+    for (uint32_t j = threadIdx.x; j < count; j += blockDim.x) {
+      const uint32_t o = j / inner, i = j - o * inner;
+      terms.add(((o0 + o) * s.channels + c) * s.inner + i, center, a, b);
+      n += S(1);
+    }
+  }
+  S* out = partial + (c * splits + split) * 3;
+  if constexpr (kMoments) {
+    Moments<S> m = block_merge(from_sums(n, a, b));
+    if (threadIdx.x == 0) {
+      out[0] = m.n;
+      out[1] = m.mean;
+      out[2] = m.m2;
+    }
+  } else {
+    block_sum2(a, b);
+    if (threadIdx.x == 0) {
+      out[0] = a;
+      out[1] = b;
+    }
+  }
+}
+
+template <typename S, typename Terms, bool kMoments>
+__global__ void rows_partials(BatchNormShape s, Terms terms, const S* center_of, S* partial,
+                              int splits) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kRowsX + threadIdx.x;
+  const int split = blockIdx.y;
+  const bool active = c < s.channels;
+  S center = S(0);
+  if (active) center = kMoments ? load_as<S>(terms.x, c) : center_of[c];
+  S a = S(0), b = S(0), n = S(0);
+  const int64_t r0 = s.outer * split / splits, r1 = s.outer * (split + 1) / splits;
+  if (active) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowsY) {
+      terms.add(r * s.channels + c, center, a, b);
+      n += S(1);
+    }
+  }
+  __shared__ S sh[3][kRowsY][kRowsX];
+  sh[0][threadIdx.y][threadIdx.x] = a;
+  sh[1][threadIdx.y][threadIdx.x] = b;
+  sh[2][threadIdx.y][threadIdx.x] = n;
+  __syncthreads();
+  if (threadIdx.y != 0 || !active) return;
+  S* out = partial + (c * splits + split) * 3;
+  if constexpr (kMoments) {
+    Moments<S> m = from_sums(sh[2][0][threadIdx.x], sh[0][0][threadIdx.x], sh[1][0][threadIdx.x]);
+    for (int y = 1; y < kRowsY; ++y) {
+      m = merge(m, from_sums(sh[2][y][threadIdx.x], sh[0][y][threadIdx.x], sh[1][y][threadIdx.x]));
+    }
+    out[0] = m.n;
+    out[1] = m.mean;
+    out[2] = m.m2;
+  } else {
+    for (int y = 1; y < kRowsY; ++y) {
+      a += sh[0][y][threadIdx.x];
+      b += sh[1][y][threadIdx.x];
+    }
+    out[0] = a;
+    out[1] = b;
+  }
+}
+
+template <typename T, typename S>
+__global__ void finish_statistics(BatchNormShape s, const T* x, const S* partial, int splits, S eps,
+                                  S* mean, S* var, S* inv_std, S* running_mean, S* running_var,
+                                  S decay, S var_adjust) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= s.channels) return;
+  const S* p = partial + c * splits * 3;
+  Moments<S> m{p[0], p[1], p[2]};
+  for (int k = 1; k < splits; ++k) m = merge(m, Moments<S>{p[k * 3], p[k * 3 + 1], p[k * 3 + 2]});
+  const S mu = load_as<S>(x, c * s.inner) + m.mean;
+  const S v = m.n > S(0) ? m.m2 / m.n : S(0);
+  mean[c] = mu;
+  var[c] = v;
+  if constexpr (std::is_same_v<S, double>) {
+    inv_std[c] = rsqrt(v + eps);
+  } else {
+    inv_std[c] = rsqrtf(v + eps);
+  }
+  if (running_mean) running_mean[c] = decay * running_mean[c] + (S(1) - decay) * mu;
+  if (running_var) running_var[c] = decay * running_var[c] + (S(1) - decay) * v * var_adjust;
+}
+
+template <typename S>
+__global__ void finish_grad_sums(int64_t channels, const S* partial, int splits, const S* inv_std,
+                                 S* gbeta, S* ggamma) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const S* p = partial + c * splits * 3;
+  S a = S(0), b = S(0);
+  for (int k = 0; k < splits; ++k) {
+    a += p[k * 3];
+    b += p[k * 3 + 1];
+  }
+  gbeta[c] = a;
+  ggamma[c] = b * inv_std[c];
+}
+
+// How many splits each channel's reduction gets: enough blocks to fill the GPU a few times,
+// and no block with less than a few thousand elements.
+int reduction_splits(const BatchNormShape& s, int device, bool rows) {
+  const int64_t per_channel = s.outer * s.inner;
+  const int64_t column_blocks = rows ? (s.channels + kRowsX - 1) / kRowsX : s.channels;
+  const int64_t wanted_blocks = static_cast<int64_t>(sm_count(device)) * 4;
+  int64_t splits = (wanted_blocks + column_blocks - 1) / column_blocks;
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, per_channel / 4096));
+  splits = std::min<int64_t>(splits, s.outer);
+  return static_cast<int>(std::clamp<int64_t>(splits, 1, 65535));
+}
+
+// Runs the partial reduction of `terms` into a fresh workspace; returns it and sets *splits.
+template <typename S, bool kMoments, typename Terms>
+Array reduce_partials(const Array& like, const BatchNormShape& s, const Terms& terms,
+                      const S* center, int* splits_out) {
+  const int device = like.device().index();
+  cudaStream_t stream = prepare(like);
+  const bool rows = s.inner == 1;
+  const int splits = reduction_splits(s, device, rows);
+  *splits_out = splits;
+  Array work = Array::empty({s.channels * splits * 3}, dtype_of<S>, like.device());
+  S* wp = work.data<S>();
+  if (rows) {
+    const dim3 grid(static_cast<unsigned>((s.channels + kRowsX - 1) / kRowsX),
+                    static_cast<unsigned>(splits));
+    rows_partials<S, Terms, kMoments>
+        <<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, terms, center, wp, splits);
+  } else {
+    const dim3 grid(static_cast<unsigned>(s.channels), static_cast<unsigned>(splits));
+    planar_partials<S, Terms, kMoments>
+        <<<grid, kPlanarBlock, 0, stream>>>(s, terms, center, wp, splits);
+  }
+  KUSARI_CUDA_CHECK_LAUNCH();
+  return work;
+}
+
+bool fits_kernels(const BatchNormShape& s) {
+  // Grid x carries the channels of the planar kernels; 32-bit flat indices cover a split.
+  return s.channels < (int64_t{1} << 31) && s.outer * s.inner < (int64_t{1} << 32) - 1;
+}
+
+bool batch_norm_statistics(const Array& x, const BatchNormShape& s,
+                           const kernels::BatchNormStatsParams& p, Array& mean, Array& var,
+                           Array& inv_std) {
+  if (!fits_kernels(s)) return false;
+  visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "batch_norm_statistics", [&](auto tag) {
+    using T = decltype(tag);
+    using S = stat_t<T>;
+    const T* xp = static_cast<const T*>(x.raw_data());
+    int splits = 1;
+    Array work = reduce_partials<S, true>(x, s, StatTerms<T, S>{xp}, nullptr, &splits);
+    cudaStream_t stream = compute_stream(x.device().index());
+    const unsigned grid = static_cast<unsigned>((s.channels + 127) / 128);
+    finish_statistics<T, S><<<grid, 128, 0, stream>>>(
+        s, xp, work.data<S>(), splits, static_cast<S>(p.eps), mean.data<S>(), var.data<S>(),
+        inv_std.data<S>(), p.running_mean ? p.running_mean->data<S>() : nullptr,
+        p.running_var ? p.running_var->data<S>() : nullptr, static_cast<S>(p.decay),
+        static_cast<S>(p.var_adjust));
+    KUSARI_CUDA_CHECK_LAUNCH();
+  });
+  return true;
+}
+
+bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* relu_y,
+                                const BatchNormShape& s, const Array& mean, const Array& inv_std,
+                                Array& gbeta, Array& ggamma) {
+  if (!fits_kernels(s)) return false;
+  visit_device_dtype<common::kFloatingDtypes>(
+      x.dtype(), "batch_norm_backward_reduce", [&](auto tag) {
+        using T = decltype(tag);
+        using S = stat_t<T>;
+        GradTerms<T, S> terms{static_cast<const T*>(x.raw_data()),
+                              static_cast<const T*>(gy.raw_data()),
+                              relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr};
+        int splits = 1;
+        Array work = reduce_partials<S, false>(x, s, terms, mean.data<S>(), &splits);
+        cudaStream_t stream = compute_stream(x.device().index());
+        const unsigned grid = static_cast<unsigned>((s.channels + 127) / 128);
+        finish_grad_sums<S><<<grid, 128, 0, stream>>>(s.channels, work.data<S>(), splits,
+                                                      inv_std.data<S>(), gbeta.data<S>(),
+                                                      ggamma.data<S>());
+        KUSARI_CUDA_CHECK_LAUNCH();
+      });
+  return true;
+}
+
+// --- elementwise passes --------------------------------------------------------------------------
+
+/// y = act((x - mean) * scale + shift (+ residual)).
+template <typename T, typename S>
+struct NormalizeOp {
+  const T* x;
+  const T* residual;
+  T* y;
+  const S* mean;
+  const S* inv_std;
+  const S* gamma;
+  const S* beta;
+  bool relu;
+
+  struct Channel {
+    S mu, scale, shift;
+  };
+  __device__ __forceinline__ Channel channel(int64_t c) const {
+    return {mean[c], inv_std[c] * gamma[c], beta[c]};
+  }
+  __device__ __forceinline__ void apply(int64_t i, const Channel& k) const {
+    S v = (load_as<S>(x, i) - k.mu) * k.scale + k.shift;
+    if (residual != nullptr) v += load_as<S>(residual, i);
+    if (relu) v = v > S(0) ? v : S(0);
+    y[i] = from_compute<T>(static_cast<compute_t<T>>(v));
+  }
+};
+
+/// gx = a * (g - b - (x - mean) * d).
+template <typename T, typename S>
+struct BackwardDataOp {
+  const T* x;
+  const T* gy;
+  const T* relu_y;
+  T* gx;
+  const S* mean;
+  const S* inv_std;
+  const S* gamma;
+  const S* gbeta;
+  const S* ggamma;
+  S inv_m;
+
+  struct Channel {
+    S mu, a, b, d;
+  };
+  __device__ __forceinline__ Channel channel(int64_t c) const {
+    const S istd = inv_std[c];
+    return {mean[c], gamma[c] * istd, gbeta[c] * inv_m, istd * ggamma[c] * inv_m};
+  }
+  __device__ __forceinline__ void apply(int64_t i, const Channel& k) const {
+    S g = load_as<S>(gy, i);
+    if (relu_y != nullptr && !(load_as<S>(relu_y, i) > S(0))) g = S(0);
+    const S v = k.a * (g - k.b - (load_as<S>(x, i) - k.mu) * k.d);
+    gx[i] = from_compute<T>(static_cast<compute_t<T>>(v));
+  }
+};
+
+template <typename Op>
+__global__ void planar_elementwise(BatchNormShape s, Op op) {
+  const int64_t plane = blockIdx.x;
+  const auto k = op.channel(plane % s.channels);
+  const int64_t base = plane * s.inner;
+  for (int64_t i = threadIdx.x; i < s.inner; i += blockDim.x) op.apply(base + i, k);
+}
+
+template <typename Op>
+__global__ void rows_elementwise(BatchNormShape s, Op op) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kRowsX + threadIdx.x;
+  if (c >= s.channels) return;
+  const auto k = op.channel(c);
+  const int64_t step = static_cast<int64_t>(gridDim.y) * kRowsY;
+  for (int64_t r = static_cast<int64_t>(blockIdx.y) * kRowsY + threadIdx.y; r < s.outer;
+       r += step) {
+    op.apply(r * s.channels + c, k);
+  }
+}
+
+template <typename Op>
+void launch_elementwise(const Array& like, const BatchNormShape& s, const Op& op) {
+  const int device = like.device().index();
+  cudaStream_t stream = prepare(like);
+  if (s.inner == 1) {
+    const int64_t column_blocks = (s.channels + kRowsX - 1) / kRowsX;
+    const int64_t wanted = static_cast<int64_t>(sm_count(device)) * 8;
+    const int64_t row_blocks =
+        std::clamp<int64_t>((wanted + column_blocks - 1) / column_blocks, 1,
+                            std::min<int64_t>(65535, (s.outer + kRowsY - 1) / kRowsY));
+    const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(row_blocks));
+    rows_elementwise<<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, op);
+  } else {
+    const int block = static_cast<int>(std::min<int64_t>(kPlanarBlock, (s.inner + 31) / 32 * 32));
+    planar_elementwise<<<static_cast<unsigned>(s.outer * s.channels), block, 0, stream>>>(s, op);
+  }
+  KUSARI_CUDA_CHECK_LAUNCH();
+}
+
+bool batch_norm_normalize(const Array& x, const BatchNormShape& s, const Array& mean,
+                          const Array& inv_std, const Array& gamma, const Array& beta,
+                          const Array* residual, bool relu, Array& y) {
+  if (!fits_kernels(s) || s.outer * s.channels >= (int64_t{1} << 31)) return false;
+  visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "batch_norm_normalize", [&](auto tag) {
+    using T = decltype(tag);
+    using S = stat_t<T>;
+    NormalizeOp<T, S> op{static_cast<const T*>(x.raw_data()),
+                         residual ? static_cast<const T*>(residual->raw_data()) : nullptr,
+                         static_cast<T*>(y.raw_data()),
+                         mean.data<S>(),
+                         inv_std.data<S>(),
+                         gamma.data<S>(),
+                         beta.data<S>(),
+                         relu};
+    launch_elementwise(x, s, op);
+  });
+  return true;
+}
+
+bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu_y,
+                              const BatchNormShape& s, const Array& mean, const Array& inv_std,
+                              const Array& gamma, const Array& gbeta, const Array& ggamma,
+                              double inv_m, Array& gx) {
+  if (!fits_kernels(s) || s.outer * s.channels >= (int64_t{1} << 31)) return false;
+  visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "batch_norm_backward_data", [&](auto tag) {
+    using T = decltype(tag);
+    using S = stat_t<T>;
+    BackwardDataOp<T, S> op{static_cast<const T*>(x.raw_data()),
+                            static_cast<const T*>(gy.raw_data()),
+                            relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr,
+                            static_cast<T*>(gx.raw_data()),
+                            mean.data<S>(),
+                            inv_std.data<S>(),
+                            gamma.data<S>(),
+                            gbeta.data<S>(),
+                            ggamma.data<S>(),
+                            static_cast<S>(inv_m)};
+    launch_elementwise(x, s, op);
+  });
+  return true;
+}
+
+}  // namespace
+
+void register_cuda_normalization_kernels() {
+  kernels::batch_norm_statistics.set(DeviceType::kCUDA, &batch_norm_statistics);
+  kernels::batch_norm_normalize.set(DeviceType::kCUDA, &batch_norm_normalize);
+  kernels::batch_norm_backward_reduce.set(DeviceType::kCUDA, &batch_norm_backward_reduce);
+  kernels::batch_norm_backward_data.set(DeviceType::kCUDA, &batch_norm_backward_data);
+}
+
+}  // namespace kusari::cuda

@@ -1,0 +1,76 @@
+// Kernels: batch normalization in a few passes over the data. See Note [Kernel families].
+//
+// Note [Fused batch normalization]
+// Composed from generic routines, a training batch normalization makes several full passes over
+// its input forward (a mean, a centred square, its mean, the normalisation, the scale and shift)
+// and more backward, each a kernel of its own. These kernels do it in the passes the arithmetic
+// needs: forward, one reduction pass for the per-channel statistics and one elementwise pass
+// for y; backward, one reduction pass for the two per-channel sums and one elementwise pass for
+// gx. The statistics are float32 (float64 for float64 data) whatever the data's dtype.
+//
+// The data is seen as (outer, C, inner) with the channel the middle axis: a C-ordered (N, C, H, W)
+// array is (N, C, H*W), a channels-last one (N*H*W, C, 1), an (N, C) array (N, C, 1). Only those
+// dense layouts are taken; every kernel here may decline (a strided view, other axes), and the
+// routines (src/routines/normalization.cc) then compute the same values with generic routines.
+//
+// The statistics are accumulated per thread as sums of (x - K) and (x - K)^2 with K a value of
+// the channel (its first element), so data whose mean is large next to its spread does not
+// cancel away; the partial (count, mean, M2) triples are merged pairwise (Chan et al.), which is
+// exact in real arithmetic and keeps the rounding error of the variance small for any batch.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernel.h"
+#include "kusari/core/array.h"
+
+namespace kusari::kernels {
+
+/// A dense array seen as (outer, channels, inner); see Note [Fused batch normalization].
+struct BatchNormShape {
+  int64_t outer = 0;
+  int64_t channels = 0;
+  int64_t inner = 0;
+};
+
+/// What the statistics pass also does once the statistics are known: inv_std = (var + eps)^-1/2,
+/// and, when the arrays are given (of the statistics' dtype, contiguous, C elements), the running
+/// averages in place: running_mean = decay * running_mean + (1 - decay) * mean, and running_var
+/// likewise with var * var_adjust (the unbiased variance).
+struct BatchNormStatsParams {
+  double eps = 2e-5;
+  Array* running_mean = nullptr;
+  Array* running_var = nullptr;
+  double decay = 0.9;
+  double var_adjust = 1.0;
+};
+
+/// mean, var (biased) and inv_std per channel of x (outputs: C elements of the statistics' dtype).
+inline constinit Kernel<bool(const Array& x, const BatchNormShape& s, const BatchNormStatsParams& p,
+                             Array& mean, Array& var, Array& inv_std)>
+    batch_norm_statistics{"batch_norm_statistics"};
+
+/// y = (x - mean) * inv_std * gamma + beta (+ residual), then max(y, 0) when `relu`; mean, inv_std,
+/// gamma and beta have C elements of the statistics' dtype; residual (may be null) and y are
+/// laid out like x, in x's dtype.
+inline constinit Kernel<bool(const Array& x, const BatchNormShape& s, const Array& mean,
+                             const Array& inv_std, const Array& gamma, const Array& beta,
+                             const Array* residual, bool relu, Array& y)>
+    batch_norm_normalize{"batch_norm_normalize"};
+
+/// gbeta = sum(g) and ggamma = inv_std * sum(g * (x - mean)) per channel, where g = gy, or gy where
+/// relu_y > 0 when relu_y (the output of a normalisation with relu) is given.
+inline constinit Kernel<bool(const Array& x, const Array& gy, const Array* relu_y,
+                             const BatchNormShape& s, const Array& mean, const Array& inv_std,
+                             Array& gbeta, Array& ggamma)>
+    batch_norm_backward_reduce{"batch_norm_backward_reduce"};
+
+/// gx = gamma * inv_std * (g - gbeta * inv_m - (x - mean) * inv_std * ggamma * inv_m), g as in
+/// batch_norm_backward_reduce; inv_m is 1 / (the number of values each statistic was taken over).
+inline constinit Kernel<bool(const Array& x, const Array& gy, const Array* relu_y,
+                             const BatchNormShape& s, const Array& mean, const Array& inv_std,
+                             const Array& gamma, const Array& gbeta, const Array& ggamma,
+                             double inv_m, Array& gx)>
+    batch_norm_backward_data{"batch_norm_backward_data"};
+
+}  // namespace kusari::kernels

@@ -1,0 +1,160 @@
+#include "routines/normalization.h"
+
+#include "kusari/core/error.h"
+
+namespace kusari::routines {
+
+namespace {
+
+// The layout x was taken in: the other data arrays must match it.
+MemoryFormat fused_format(const Array& x) {
+  return x.is_contiguous() ? MemoryFormat::kContiguous : MemoryFormat::kChannelsLast;
+}
+
+// `a` laid out like x (a copy when it is not), with x's shape and dtype.
+Array like_x(const char* fn, const Array& a, const Array& x, const char* name) {
+  KUSARI_CHECK(a.shape() == x.shape(), ShapeError, fn, ": ", name, " of shape ", a.shape(),
+               " does not match x ", x.shape());
+  KUSARI_CHECK(a.dtype() == x.dtype(), DtypeError, fn, ": ", name, " is ", dtype_name(a.dtype()),
+               " but x is ", dtype_name(x.dtype()));
+  KUSARI_CHECK(a.device() == x.device(), DeviceError, fn, ": ", name, " is on ", a.device(),
+               " but x is on ", x.device());
+  const MemoryFormat f = fused_format(x);
+  return a.is_contiguous(f) ? a : a.to_memory_format(f);
+}
+
+// A per-channel array as C contiguous elements of the statistics' dtype.
+Array channel_vector(const char* fn, const Array& a, const kernels::BatchNormShape& s, Dtype stat,
+                     const Array& x, const char* name) {
+  KUSARI_CHECK(a.size() == s.channels, ShapeError, fn, ": ", name, " of shape ", a.shape(),
+               " does not have ", s.channels, " elements (one per channel)");
+  KUSARI_CHECK(a.device() == x.device(), DeviceError, fn, ": ", name, " is on ", a.device(),
+               " but x is on ", x.device());
+  Array v = a.astype(stat);
+  if (!v.is_contiguous()) v = v.astype(stat, true);
+  return v.reshape({s.channels});
+}
+
+bool usable_running(const Array* r, Dtype stat, int64_t channels) {
+  return r != nullptr && r->dtype() == stat && r->is_contiguous() && r->size() == channels;
+}
+
+}  // namespace
+
+std::optional<kernels::BatchNormShape> batch_norm_fused_shape(const Array& x, const Axes& axes) {
+  const int nd = x.ndim();
+  if (nd < 2 || x.size() == 0 || !is_floating(x.dtype())) return std::nullopt;
+  if (static_cast<int>(axes.size()) != nd - 1 || axes[0] != 0) return std::nullopt;
+  for (int k = 1; k < nd - 1; ++k) {
+    if (axes[static_cast<size_t>(k)] != k + 1) return std::nullopt;
+  }
+  kernels::BatchNormShape s;
+  s.channels = x.shape()[1];
+  if (x.is_contiguous()) {
+    s.outer = x.shape()[0];
+    s.inner = x.size() / (s.outer * s.channels);
+    return s;
+  }
+  if (nd == 4 && x.is_contiguous(MemoryFormat::kChannelsLast)) {
+    s.outer = x.size() / s.channels;
+    s.inner = 1;
+    return s;
+  }
+  return std::nullopt;
+}
+
+Dtype batch_norm_stat_dtype(Dtype x_dtype) {
+  return x_dtype == Dtype::kFloat64 ? Dtype::kFloat64 : Dtype::kFloat32;
+}
+
+bool batch_norm_statistics(const Array& x, const kernels::BatchNormShape& s, double eps,
+                           Array* running_mean, Array* running_var, double decay, double var_adjust,
+                           Array& mean, Array& var, Array& inv_std, bool* running_done) {
+  const Dtype stat = batch_norm_stat_dtype(x.dtype());
+  kernels::BatchNormStatsParams p;
+  p.eps = eps;
+  p.decay = decay;
+  p.var_adjust = var_adjust;
+  const bool in_kernel =
+      (running_mean == nullptr || usable_running(running_mean, stat, s.channels)) &&
+      (running_var == nullptr || usable_running(running_var, stat, s.channels)) &&
+      (running_mean == nullptr || running_mean->device() == x.device()) &&
+      (running_var == nullptr || running_var->device() == x.device());
+  if (in_kernel) {
+    p.running_mean = running_mean;
+    p.running_var = running_var;
+  }
+  Array m = Array::empty({s.channels}, stat, x.device());
+  Array v = Array::empty({s.channels}, stat, x.device());
+  Array is = Array::empty({s.channels}, stat, x.device());
+  if (!kernels::batch_norm_statistics.try_run(x.device(), x, s, p, m, v, is)) return false;
+  mean = std::move(m);
+  var = std::move(v);
+  inv_std = std::move(is);
+  *running_done = in_kernel;
+  return true;
+}
+
+Array batch_norm_normalize(const Array& x, const kernels::BatchNormShape& s, const Array& mean,
+                           const Array& inv_std, const Array& gamma, const Array& beta,
+                           const Array* residual, bool relu) {
+  const char* fn = "batch_normalization";
+  const Dtype stat = batch_norm_stat_dtype(x.dtype());
+  Array g = channel_vector(fn, gamma, s, stat, x, "gamma");
+  Array b = channel_vector(fn, beta, s, stat, x, "beta");
+  Array mu = channel_vector(fn, mean, s, stat, x, "mean");
+  Array is = channel_vector(fn, inv_std, s, stat, x, "inv_std");
+  Array r;
+  if (residual) r = like_x(fn, *residual, x, "the residual");
+  Array y = Array::empty(x.shape(), x.dtype(), x.device(), fused_format(x));
+  if (!kernels::batch_norm_normalize.try_run(x.device(), x, s, mu, is, g, b,
+                                             residual ? &r : nullptr, relu, y)) {
+    return Array();
+  }
+  return y;
+}
+
+bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* relu_y,
+                                const kernels::BatchNormShape& s, const Array& mean,
+                                const Array& inv_std, Array& gbeta, Array& ggamma) {
+  const char* fn = "batch_normalization (gradient)";
+  const Dtype stat = batch_norm_stat_dtype(x.dtype());
+  Array g = like_x(fn, gy, x, "gy");
+  Array ry;
+  if (relu_y) ry = like_x(fn, *relu_y, x, "y");
+  Array mu = channel_vector(fn, mean, s, stat, x, "mean");
+  Array is = channel_vector(fn, inv_std, s, stat, x, "inv_std");
+  Array gb = Array::empty({s.channels}, stat, x.device());
+  Array gg = Array::empty({s.channels}, stat, x.device());
+  if (!kernels::batch_norm_backward_reduce.try_run(x.device(), x, g, relu_y ? &ry : nullptr, s, mu,
+                                                   is, gb, gg)) {
+    return false;
+  }
+  gbeta = std::move(gb);
+  ggamma = std::move(gg);
+  return true;
+}
+
+Array batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu_y,
+                               const kernels::BatchNormShape& s, const Array& mean,
+                               const Array& inv_std, const Array& gamma, const Array& gbeta,
+                               const Array& ggamma, double inv_m) {
+  const char* fn = "batch_normalization (gradient)";
+  const Dtype stat = batch_norm_stat_dtype(x.dtype());
+  Array g = like_x(fn, gy, x, "gy");
+  Array ry;
+  if (relu_y) ry = like_x(fn, *relu_y, x, "y");
+  Array mu = channel_vector(fn, mean, s, stat, x, "mean");
+  Array is = channel_vector(fn, inv_std, s, stat, x, "inv_std");
+  Array ga = channel_vector(fn, gamma, s, stat, x, "gamma");
+  Array gb = channel_vector(fn, gbeta, s, stat, x, "gbeta");
+  Array gg = channel_vector(fn, ggamma, s, stat, x, "ggamma");
+  Array gx = Array::empty(x.shape(), x.dtype(), x.device(), fused_format(x));
+  if (!kernels::batch_norm_backward_data.try_run(x.device(), x, g, relu_y ? &ry : nullptr, s, mu,
+                                                 is, ga, gb, gg, inv_m, gx)) {
+    return Array();
+  }
+  return gx;
+}
+
+}  // namespace kusari::routines
