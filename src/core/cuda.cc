@@ -33,8 +33,8 @@ const Loaded& loaded() {
     s->runtime = KUSARI_CUDA_ENTRY();
 #else
     std::string error;
-    void* entry = ::kusari::detail::load_library_symbol("KUSARI_CUDA_LIBRARY", KUSARI_CUDA_LIBRARY_FILE,
-                                                        KUSARI_CUDA_ENTRY_NAME, &error);
+    void* entry = ::kusari::detail::load_library_symbol(
+        "KUSARI_CUDA_LIBRARY", KUSARI_CUDA_LIBRARY_FILE, KUSARI_CUDA_ENTRY_NAME, &error);
     if (entry != nullptr) {
       s->runtime = reinterpret_cast<Runtime* (*)()>(entry)();
     } else {
@@ -46,19 +46,38 @@ const Loaded& loaded() {
   return *state;
 }
 
-std::atomic<bool>& tf32_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* env = std::getenv("KUSARI_ALLOW_TF32");
-    return env != nullptr && std::string_view(env) == "1";
-  }()};
+// The default of a TF32 switch: its own variable, else KUSARI_ALLOW_TF32, else `fallback`.
+bool tf32_default(const char* own, bool fallback) {
+  for (const char* name : {own, "KUSARI_ALLOW_TF32"}) {
+    const char* env = std::getenv(name);
+    if (env == nullptr || *env == '\0') continue;
+    const std::string_view v(env);
+    KUSARI_CHECK(v == "0" || v == "1", ValueError, "kusari: ", name, "='", v,
+                 "' is not a TF32 setting (expected 0 or 1)");
+    return v == "1";
+  }
+  return fallback;
+}
+
+std::atomic<bool>& tf32_convolution_flag() {
+  static std::atomic<bool> flag{tf32_default("KUSARI_ALLOW_TF32_CONV", true)};
+  return flag;
+}
+
+std::atomic<bool>& tf32_matmul_flag() {
+  static std::atomic<bool> flag{tf32_default("KUSARI_ALLOW_TF32_MATMUL", false)};
   return flag;
 }
 
 }  // namespace
 
-Runtime* runtime() { return loaded().runtime; }
+Runtime* runtime() {
+  return loaded().runtime;
+}
 
-const std::string& unavailable_reason() { return loaded().reason; }
+const std::string& unavailable_reason() {
+  return loaded().reason;
+}
 
 Runtime& require_runtime(const char* what) {
   Runtime* r = runtime();
@@ -66,15 +85,34 @@ Runtime& require_runtime(const char* what) {
   return *r;
 }
 
-MemoryStats memory_stats(int device) { return require_runtime("cuda::memory_stats").memory_stats(device); }
+MemoryStats memory_stats(int device) {
+  return require_runtime("cuda::memory_stats").memory_stats(device);
+}
 
 void empty_cache() {
   if (Runtime* r = runtime()) r->empty_cache();
 }
 
-void set_allow_tf32(bool allow) { tf32_flag().store(allow, std::memory_order_relaxed); }
+void set_allow_tf32(bool allow) {
+  set_allow_tf32_convolution(allow);
+  set_allow_tf32_matmul(allow);
+}
 
-bool allow_tf32() { return tf32_flag().load(std::memory_order_relaxed); }
+void set_allow_tf32_convolution(bool allow) {
+  tf32_convolution_flag().store(allow, std::memory_order_relaxed);
+}
+
+bool allow_tf32_convolution() {
+  return tf32_convolution_flag().load(std::memory_order_relaxed);
+}
+
+void set_allow_tf32_matmul(bool allow) {
+  tf32_matmul_flag().store(allow, std::memory_order_relaxed);
+}
+
+bool allow_tf32_matmul() {
+  return tf32_matmul_flag().load(std::memory_order_relaxed);
+}
 
 bool is_capturing(Device device) {
   if (!device.is_cuda() || device.index() < 0) return false;
@@ -102,14 +140,18 @@ void Graph::replay() {
   impl_->replay();
 }
 
-bool Graph::captured() const { return impl_ && impl_->captured(); }
+bool Graph::captured() const {
+  return impl_ && impl_->captured();
+}
 
 Device Graph::device() const {
   KUSARI_CHECK(captured(), DeviceError, "cuda::Graph::device: nothing has been captured");
   return impl_->device();
 }
 
-int64_t Graph::num_nodes() const { return impl_ ? impl_->num_nodes() : 0; }
+int64_t Graph::num_nodes() const {
+  return impl_ ? impl_->num_nodes() : 0;
+}
 
 void Graph::reset() {
   if (impl_) impl_->reset();
@@ -128,7 +170,9 @@ void ScalarReader::start(const Array& value) {
   impl_->start(value);
 }
 
-bool ScalarReader::pending() const { return impl_ && impl_->pending(); }
+bool ScalarReader::pending() const {
+  return impl_ && impl_->pending();
+}
 
 int64_t ScalarReader::get() {
   KUSARI_CHECK(pending(), ValueError, "cuda::ScalarReader::get: no read was started");

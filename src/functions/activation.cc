@@ -13,22 +13,21 @@ namespace kusari::functions {
 // second derivative flows back through the same function. Piecewise rules select with a constant
 // mask computed from the input, so the kink itself is never differentiated.
 
-namespace {
-
 // gy where y > 0, else 0, as one fused kernel (kusari::relu_grad). It is linear in gy with a
 // constant mask, so its own gradient is the same function of the incoming gradient.
-Variable relu_grad(const Variable& gy, const Array& y) {
-  return record("relu_grad", {gy}, kusari::relu_grad(gy.data(), y),
-                [y](BackwardContext& ctx) { ctx.set_input_grad(0, relu_grad(ctx.output_grad(), y)); });
+Variable detail::relu_grad(const Variable& gy, const Array& y) {
+  return record("relu_grad", {gy}, kusari::relu_grad(gy.data(), y), [y](BackwardContext& ctx) {
+    ctx.set_input_grad(0, relu_grad(ctx.output_grad(), y));
+  });
 }
-
-}  // namespace
 
 Variable relu(const Variable& x) {
   detail::check_floating("relu", x);
   return record(
       "relu", {x}, kusari::relu(x.data()),
-      [](BackwardContext& ctx) { ctx.set_input_grad(0, relu_grad(ctx.output_grad(), ctx.output().data())); },
+      [](BackwardContext& ctx) {
+        ctx.set_input_grad(0, detail::relu_grad(ctx.output_grad(), ctx.output().data()));
+      },
       kRetainOutput);
 }
 

@@ -16,14 +16,23 @@ inline Shape keepdims_shape(const Shape& shape, const Axes& axes) {
 }
 
 /// A 0-d zero of x's dtype and device, as a constant Variable.
-inline Variable zero_like(const Variable& x) { return Variable(Array::zeros({}, x.dtype(), x.device())); }
+inline Variable zero_like(const Variable& x) {
+  return Variable(Array::zeros({}, x.dtype(), x.device()));
+}
 
 /// gy where cond holds, 0 elsewhere (cond is a constant mask; differentiable in gy).
-inline Variable masked(const Variable& gy, const Array& cond) { return where(cond, gy, zero_like(gy)); }
+inline Variable masked(const Variable& gy, const Array& cond) {
+  return where(cond, gy, zero_like(gy));
+}
 
 /// Throws DtypeError naming `fn` unless x has a floating dtype.
 inline void check_floating(const char* fn, const Variable& x) {
-  KUSARI_CHECK(is_floating(x.dtype()), DtypeError, fn, ": expected a floating-point input, got ", dtype_name(x.dtype()));
+  KUSARI_CHECK(is_floating(x.dtype()), DtypeError, fn, ": expected a floating-point input, got ",
+               dtype_name(x.dtype()));
 }
+
+/// gy where y > 0, else 0 (ReLU's gradient from its output y), differentiably in gy: its own
+/// gradient is the same mask applied to the incoming gradient. One fused kernel.
+Variable relu_grad(const Variable& gy, const Array& y);
 
 }  // namespace kusari::functions::detail

@@ -8,7 +8,9 @@
 
 #include "functions/function_util.h"
 #include "kusari/core/routines.h"
+#include "kusari/functions/activation.h"
 #include "kusari/functions/array.h"
+#include "kusari/functions/math.h"
 #include "routines/normalization.h"
 
 namespace kusari::functions {
@@ -147,10 +149,11 @@ Variable in_dtype(const Variable& v, Dtype dtype) {
 // the second derivatives too, provided mean and inv_std are themselves differentiable functions
 // of x there. Plain backward reuses the forward's statistics as constants; double backprop
 // recomputes them from x with differentiable functions.
+// `gy` is the gradient of the normalised output (the node's output gradient, or that gradient
+// through a fused relu).
 void batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g, double eps,
-                         const Array& mean, const Array& inv_std) {
+                         const Array& mean, const Array& inv_std, const Variable& gy) {
   Variable x = ctx.input(0), gamma = in_dtype(ctx.input(1), ctx.input(0).dtype());
-  const Variable& gy = ctx.output_grad();
   Variable mu, istd;
   if (ctx.is_double_backprop()) {
     mu = functions::mean(x, g.axes, true);
@@ -243,13 +246,13 @@ void reduce_fused_statistics(BatchStatisticsReducer& reducer, int64_t m_local, d
 }
 
 // The backward through the fused kernels; false when a kernel declined (nothing is set then).
+// With relu_y (the output of a fused relu), gy is masked by relu_y > 0 inside the kernels.
 bool fused_batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g,
                                const FusedStatistics& fs, BatchStatisticsReducer* reducer,
-                               double total) {
+                               double total, const Array& gy, const Array* relu_y) {
   const Array& x = ctx.input(0).data();
-  const Array& gy = ctx.output_grad().data();
   Array gbeta, ggamma;
-  if (!routines::batch_norm_backward_reduce(x, gy, nullptr, fs.shape, fs.mean, fs.inv_std, gbeta,
+  if (!routines::batch_norm_backward_reduce(x, gy, relu_y, fs.shape, fs.mean, fs.inv_std, gbeta,
                                             ggamma)) {
     return false;
   }
@@ -264,7 +267,7 @@ bool fused_batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g,
       sum_gamma = sums[1].astype(gbeta.dtype());
     }
     Array gx =
-        routines::batch_norm_backward_data(x, gy, nullptr, fs.shape, fs.mean, fs.inv_std,
+        routines::batch_norm_backward_data(x, gy, relu_y, fs.shape, fs.mean, fs.inv_std,
                                            ctx.input(1).data(), sum_beta, sum_gamma, 1.0 / total);
     if (!gx.defined()) return false;
     ctx.set_input_grad(0, Variable(std::move(gx)));
@@ -281,21 +284,20 @@ bool fused_batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g,
 
 // The composed backward from fused statistics (for double backprop, or a kernel that declined).
 void composed_backward_from_fused(BackwardContext& ctx, const BatchNormGeometry& g, double eps,
-                                  const FusedStatistics& fs) {
+                                  const FusedStatistics& fs, const Variable& gy) {
   const Dtype d = ctx.input(0).dtype();
   batch_norm_backward(ctx, g, eps, fs.mean.astype(d).reshape(g.keepdims_shape),
-                      fs.inv_std.astype(d).reshape(g.keepdims_shape));
+                      fs.inv_std.astype(d).reshape(g.keepdims_shape), gy);
 }
 
 // The multi-node composed backward (Note [Multi-node batch statistics]).
 void multi_node_composed_backward(BackwardContext& ctx, const BatchNormGeometry& g, double total,
                                   BatchStatisticsReducer* reducer, const Array& mean,
-                                  const Array& inv_std) {
+                                  const Array& inv_std, const Array& gy) {
   KUSARI_CHECK(!ctx.is_double_backprop(), NotImplementedError,
                "batch_normalization: the multi-node form is differentiable once; "
                "double backprop through it is not supported");
   const Array& x = ctx.input(0).data();
-  const Array& gy = ctx.output_grad().data();
   Array x_hat = (x - mean) * inv_std;
   Array gbeta = kusari::sum(gy, g.axes, true);
   Array ggamma = kusari::sum(gy * x_hat, g.axes, true);
@@ -317,6 +319,71 @@ void multi_node_composed_backward(BackwardContext& ctx, const BatchNormGeometry&
   }
 }
 
+// The training forward through the fused kernels, with an optional residual added and relu
+// applied inside the normalising pass (Note [Batch norm epilogues]); undefined when the kernels
+// do not take x (nothing has been updated then).
+Variable fused_batch_normalization(const char* fn, const Variable& x, const Variable& gamma,
+                                   const Variable& beta, const Variable& residual, bool relu,
+                                   const BatchNormGeometry& g, double eps, Array* running_mean,
+                                   Array* running_var, double decay,
+                                   BatchStatisticsReducer* reducer) {
+  std::optional<kernels::BatchNormShape> shape = routines::batch_norm_fused_shape(x.data(), g.axes);
+  if (!shape) return Variable();
+  FusedStatistics fs;
+  fs.shape = *shape;
+  Array var;
+  bool running_done = false;
+  // A reducer's running averages take the global statistics: they are updated below.
+  const double adjust = static_cast<double>(g.m) / std::max(static_cast<double>(g.m) - 1.0, 1.0);
+  if (!routines::batch_norm_statistics(x.data(), *shape, eps, reducer ? nullptr : running_mean,
+                                       reducer ? nullptr : running_var, decay, adjust, fs.mean, var,
+                                       fs.inv_std, &running_done)) {
+    return Variable();
+  }
+  double total = static_cast<double>(g.m);
+  if (reducer) reduce_fused_statistics(*reducer, g.m, eps, fs.mean, var, fs.inv_std, &total);
+  const bool has_residual = residual.defined();
+  Array y =
+      routines::batch_norm_normalize(x.data(), *shape, fs.mean, fs.inv_std, gamma.data(),
+                                     beta.data(), has_residual ? &residual.data() : nullptr, relu);
+  if (!y.defined()) return Variable();
+  if (reducer != nullptr || !running_done) {
+    update_running(running_mean, fs.mean, g.param_shape, decay);
+    if (running_var != nullptr) {
+      update_running(running_var, var * (total / std::max(total - 1.0, 1.0)), g.param_shape, decay);
+    }
+  }
+  // The relu's mask is its output: kept for the backward (as functions::relu keeps it).
+  Array relu_y = relu ? y : Array();
+  auto rule = [g, eps, fs, reducer, total, relu_y](BackwardContext& ctx) {
+    const bool with_relu = relu_y.defined();
+    const bool with_residual = ctx.num_inputs() == 4;
+    if (!ctx.is_double_backprop()) {
+      const Array& gy = ctx.output_grad().data();
+      if (fused_batch_norm_backward(ctx, g, fs, reducer, total, gy,
+                                    with_relu ? &relu_y : nullptr)) {
+        if (with_residual && ctx.needs_input_grad(3)) {
+          ctx.set_input_grad(3, Variable(with_relu ? kusari::relu_grad(gy, relu_y) : gy));
+        }
+        return;
+      }
+    }
+    // The gradient of the normalised output, differentiable in the output's gradient.
+    Variable gy = with_relu ? detail::relu_grad(ctx.output_grad(), relu_y) : ctx.output_grad();
+    if (with_residual && ctx.needs_input_grad(3)) ctx.set_input_grad(3, gy);
+    if (reducer) {
+      const Dtype d = ctx.input(0).dtype();
+      multi_node_composed_backward(ctx, g, total, reducer,
+                                   fs.mean.astype(d).reshape(g.keepdims_shape),
+                                   fs.inv_std.astype(d).reshape(g.keepdims_shape), gy.data());
+      return;
+    }
+    composed_backward_from_fused(ctx, g, eps, fs, gy);
+  };
+  if (has_residual) return record(fn, {x, gamma, beta, residual}, std::move(y), std::move(rule));
+  return record(fn, {x, gamma, beta}, std::move(y), std::move(rule));
+}
+
 }  // namespace
 
 Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
@@ -331,46 +398,9 @@ Variable batch_normalization(const Variable& x, const Variable& gamma, const Var
   check_running(fn, "running_var", running_var, x, g);
 
   // The fused kernels (Note [Fused batch normalization in autograd]).
-  if (std::optional<kernels::BatchNormShape> shape =
-          routines::batch_norm_fused_shape(x.data(), g.axes)) {
-    FusedStatistics fs;
-    fs.shape = *shape;
-    Array var;
-    bool running_done = false;
-    // A reducer's running averages take the global statistics: they are updated below.
-    const double adjust = static_cast<double>(g.m) / std::max(static_cast<double>(g.m) - 1.0, 1.0);
-    if (routines::batch_norm_statistics(x.data(), *shape, eps, reducer ? nullptr : running_mean,
-                                        reducer ? nullptr : running_var, decay, adjust, fs.mean,
-                                        var, fs.inv_std, &running_done)) {
-      double total = static_cast<double>(g.m);
-      if (reducer) reduce_fused_statistics(*reducer, g.m, eps, fs.mean, var, fs.inv_std, &total);
-      Array y = routines::batch_norm_normalize(x.data(), *shape, fs.mean, fs.inv_std, gamma.data(),
-                                               beta.data());
-      if (y.defined()) {
-        if (reducer != nullptr || !running_done) {
-          update_running(running_mean, fs.mean, g.param_shape, decay);
-          if (running_var != nullptr) {
-            update_running(running_var, var * (total / std::max(total - 1.0, 1.0)), g.param_shape,
-                           decay);
-          }
-        }
-        return record(
-            fn, {x, gamma, beta}, std::move(y), [g, eps, fs, reducer, total](BackwardContext& ctx) {
-              if (!ctx.is_double_backprop() &&
-                  fused_batch_norm_backward(ctx, g, fs, reducer, total))
-                return;
-              if (reducer) {
-                const Dtype d = ctx.input(0).dtype();
-                multi_node_composed_backward(ctx, g, total, reducer,
-                                             fs.mean.astype(d).reshape(g.keepdims_shape),
-                                             fs.inv_std.astype(d).reshape(g.keepdims_shape));
-                return;
-              }
-              composed_backward_from_fused(ctx, g, eps, fs);
-            });
-      }
-    }
-  }
+  Variable fused = fused_batch_normalization(fn, x, gamma, beta, Variable(), false, g, eps,
+                                             running_mean, running_var, decay, reducer);
+  if (fused.defined()) return fused;
 
   // The composed form, with the parameters in x's dtype.
   if (gamma.dtype() != x.dtype() || beta.dtype() != x.dtype()) {
@@ -393,13 +423,69 @@ Variable batch_normalization(const Variable& x, const Variable& gamma, const Var
   if (reducer) {
     return record(fn, {x, gamma, beta}, std::move(y),
                   [g, total, reducer, mean = s.mean, inv_std = s.inv_std](BackwardContext& ctx) {
-                    multi_node_composed_backward(ctx, g, total, reducer, mean, inv_std);
+                    multi_node_composed_backward(ctx, g, total, reducer, mean, inv_std,
+                                                 ctx.output_grad().data());
                   });
   }
   return record(fn, {x, gamma, beta}, std::move(y),
                 [g, eps, mean = s.mean, inv_std = s.inv_std](BackwardContext& ctx) {
-                  batch_norm_backward(ctx, g, eps, mean, inv_std);
+                  batch_norm_backward(ctx, g, eps, mean, inv_std, ctx.output_grad());
                 });
+}
+
+namespace {
+
+// Note [Batch norm epilogues]
+// A residual block ends in relu(bn(x) + shortcut) and its other batch norms are followed by a
+// relu. Composed, each is one more full pass over the activation forward (the add, the relu) and
+// more backward (the relu's mask, the add's gradient), plus an activation-sized temporary. With
+// the fused kernels the addition and the relu happen inside the normalising pass, and backward
+// the relu's mask is applied inside the two batch norm passes; the shortcut's gradient is gy
+// masked by y > 0 (one pass), and y itself is what is kept for the mask, as functions::relu
+// keeps its output. Anything the kernels do not take is computed by composing the three
+// functions, which is also what double backprop differentiates.
+void check_residual(const char* fn, const Variable& x, const Variable& residual) {
+  if (!residual.defined()) return;
+  KUSARI_CHECK(residual.shape() == x.shape(), ShapeError, fn, ": the residual of shape ",
+               residual.shape(), " does not match x of shape ", x.shape());
+  KUSARI_CHECK(residual.dtype() == x.dtype(), DtypeError, fn, ": the residual is ",
+               dtype_name(residual.dtype()), " but x is ", dtype_name(x.dtype()));
+  KUSARI_CHECK(residual.device() == x.device(), DeviceError, fn, ": the residual is on ",
+               residual.device(), " but x is on ", x.device());
+}
+
+Variable add_relu(const Variable& y, const Variable& residual) {
+  return relu(residual.defined() ? add(y, residual) : y);
+}
+
+}  // namespace
+
+Variable batch_normalization_relu(const Variable& x, const Variable& gamma, const Variable& beta,
+                                  const Variable& residual, double eps, Array* running_mean,
+                                  Array* running_var, double decay, const Axes& axis,
+                                  BatchStatisticsReducer* reducer) {
+  const char* fn = "batch_normalization_relu";
+  BatchNormGeometry g = batch_norm_geometry(fn, x, axis, {{"gamma", &gamma}, {"beta", &beta}});
+  KUSARI_CHECK(eps > 0.0, ValueError, fn, ": eps must be positive, got ", eps);
+  KUSARI_CHECK(decay >= 0.0 && decay <= 1.0, ValueError, fn, ": decay must be in [0, 1], got ",
+               decay);
+  check_running(fn, "running_mean", running_mean, x, g);
+  check_running(fn, "running_var", running_var, x, g);
+  check_residual(fn, x, residual);
+  Variable fused = fused_batch_normalization(fn, x, gamma, beta, residual, true, g, eps,
+                                             running_mean, running_var, decay, reducer);
+  if (fused.defined()) return fused;
+  return add_relu(
+      batch_normalization(x, gamma, beta, eps, running_mean, running_var, decay, axis, reducer),
+      residual);
+}
+
+Variable fixed_batch_normalization_relu(const Variable& x, const Variable& gamma,
+                                        const Variable& beta, const Variable& mean,
+                                        const Variable& var, const Variable& residual, double eps,
+                                        const Axes& axis) {
+  check_residual("fixed_batch_normalization_relu", x, residual);
+  return add_relu(fixed_batch_normalization(x, gamma, beta, mean, var, eps, axis), residual);
 }
 
 Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,

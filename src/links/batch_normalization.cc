@@ -152,6 +152,15 @@ void BatchNormalization::start_finetuning() {
 }
 
 Variable BatchNormalization::forward(const Variable& x, bool finetune) {
+  return normalize(x, finetune, false, Variable());
+}
+
+Variable BatchNormalization::forward_relu(const Variable& x, const Variable& residual) {
+  return normalize(x, false, true, residual);
+}
+
+Variable BatchNormalization::normalize(const Variable& x, bool finetune, bool relu,
+                                       const Variable& residual) {
   KUSARI_CHECK(x.defined(), ValueError, kName, ": the input is undefined");
   KUSARI_CHECK(is_floating(x.dtype()), DtypeError, kName, ": expected a floating-point input, got ",
                dtype_name(x.dtype()));
@@ -176,12 +185,19 @@ Variable BatchNormalization::forward(const Variable& x, bool finetune) {
       persistent("N").fill(n);
       decay = 1.0 - 1.0 / static_cast<double>(n);
     }
+    if (relu) {
+      return functions::batch_normalization_relu(x, g, b, residual, eps_, &persistent("avg_mean"),
+                                                 &persistent("avg_var"), decay, axis,
+                                                 reducer_.get());
+    }
     return functions::batch_normalization(x, g, b, eps_, &persistent("avg_mean"),
                                           &persistent("avg_var"), decay, axis, reducer_.get());
   }
-  return functions::fixed_batch_normalization(
-      x, g, b, as_param_dtype(Variable(avg_mean()), x.dtype()),
-      as_param_dtype(Variable(avg_var()), x.dtype()), eps_, axis);
+  const Variable mean = as_param_dtype(Variable(avg_mean()), x.dtype());
+  const Variable var = as_param_dtype(Variable(avg_var()), x.dtype());
+  if (relu)
+    return functions::fixed_batch_normalization_relu(x, g, b, mean, var, residual, eps_, axis);
+  return functions::fixed_batch_normalization(x, g, b, mean, var, eps_, axis);
 }
 
 }  // namespace kusari::links

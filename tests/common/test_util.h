@@ -12,6 +12,7 @@
 
 #include "kusari/config.h"
 #include "kusari/core/array.h"
+#include "kusari/core/cuda.h"
 #include "kusari/core/debug.h"
 #include "kusari/core/random.h"
 #include "kusari/core/routines.h"
@@ -53,15 +54,42 @@ inline std::string device_name(const ::testing::TestParamInfo<Device>& info) {
   return info.param.is_cpu() ? "cpu" : "cuda" + std::to_string(info.param.index());
 }
 
-/// Base fixture for tests parameterised over devices; skips GPU runs when no GPU is present.
+/// Sets the GPU's TF32 switches for the scope and restores the previous ones at its end. The
+/// tests compare float32 GPU results with the CPU's at float32 tolerances, so their fixtures turn
+/// TF32 (on by default for convolutions) off; a test of TF32 itself turns it on inside.
+class Tf32Scope {
+ public:
+  Tf32Scope(bool convolution, bool matmul)
+      : convolution_(cuda::allow_tf32_convolution()), matmul_(cuda::allow_tf32_matmul()) {
+    cuda::set_allow_tf32_convolution(convolution);
+    cuda::set_allow_tf32_matmul(matmul);
+  }
+  ~Tf32Scope() {
+    cuda::set_allow_tf32_convolution(convolution_);
+    cuda::set_allow_tf32_matmul(matmul_);
+  }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool convolution_;
+  bool matmul_;
+};
+
+/// Base fixture for tests parameterised over devices; skips GPU runs when no GPU is present, and
+/// runs float32 GPU work without TF32 (Tf32Scope).
 class DeviceTest : public ::testing::TestWithParam<Device> {
  protected:
   void SetUp() override {
     if (GetParam().is_cuda() && !cuda_available()) {
-      GTEST_SKIP() << "no CUDA device is available on this machine; the GPU variant of this test is skipped";
+      GTEST_SKIP()
+          << "no CUDA device is available on this machine; the GPU variant of this test is skipped";
     }
   }
   Device device() const { return GetParam(); }
+
+ private:
+  Tf32Scope full_float32_{false, false};
 };
 
 /// Turns debug mode on for the scope (checks that read back from a GPU, e.g. label ranges).
@@ -77,18 +105,19 @@ class DebugModeScope {
 };
 
 /// Asserts that two arrays have the same shape and are close elementwise.
-inline ::testing::AssertionResult ArraysClose(const Array& actual, const Array& expected, double rtol = 1e-5,
-                                              double atol = 1e-7) {
+inline ::testing::AssertionResult ArraysClose(const Array& actual, const Array& expected,
+                                              double rtol = 1e-5, double atol = 1e-7) {
   if (actual.shape() != expected.shape()) {
-    return ::testing::AssertionFailure() << "shapes differ: " << actual.shape() << " vs expected " << expected.shape();
+    return ::testing::AssertionFailure()
+           << "shapes differ: " << actual.shape() << " vs expected " << expected.shape();
   }
   std::vector<double> a = actual.to_vector<double>(), e = expected.to_vector<double>();
   for (size_t i = 0; i < a.size(); ++i) {
     const bool both_nan = std::isnan(a[i]) && std::isnan(e[i]);
     if (!both_nan && !(std::abs(a[i] - e[i]) <= atol + rtol * std::abs(e[i]))) {
-      return ::testing::AssertionFailure() << "element " << i << ": " << a[i] << " vs expected " << e[i]
-                                           << " (rtol " << rtol << ", atol " << atol << ")\nactual:   "
-                                           << actual << "\nexpected: " << expected;
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << a[i] << " vs expected " << e[i] << " (rtol " << rtol
+             << ", atol " << atol << ")\nactual:   " << actual << "\nexpected: " << expected;
     }
   }
   return ::testing::AssertionSuccess();
@@ -96,6 +125,6 @@ inline ::testing::AssertionResult ArraysClose(const Array& actual, const Array& 
 
 }  // namespace kusari::testing
 
-#define KUSARI_INSTANTIATE_DEVICE_TEST(Suite) \
+#define KUSARI_INSTANTIATE_DEVICE_TEST(Suite)                                                      \
   INSTANTIATE_TEST_SUITE_P(Devices, Suite, ::testing::ValuesIn(::kusari::testing::test_devices()), \
                            ::kusari::testing::device_name)

@@ -29,10 +29,16 @@ struct MemoryStats {
 MemoryStats memory_stats(int device = 0);
 /// Returns every cached free block of every device to the driver (never done in the hot loop).
 void empty_cache();
-/// Lets float32 matrix products and convolutions use TF32 tensor cores (faster, ~10 bits of
-/// mantissa in the products). Off by default; also KUSARI_ALLOW_TF32=1.
-void set_allow_tf32(bool allow);
-bool allow_tf32();
+/// TF32 tensor cores for float32 work on GPUs: the products keep ~10 bits of mantissa (sums and
+/// range stay float32), and run several times faster. As in PyTorch, convolutions may use them by
+/// default and matrix products may not. The switches are read at each call. Environment:
+/// KUSARI_ALLOW_TF32=0|1 sets both defaults; KUSARI_ALLOW_TF32_CONV and KUSARI_ALLOW_TF32_MATMUL
+/// set one each (and win over KUSARI_ALLOW_TF32).
+void set_allow_tf32(bool allow);  ///< Both switches at once.
+void set_allow_tf32_convolution(bool allow);
+bool allow_tf32_convolution();
+void set_allow_tf32_matmul(bool allow);
+bool allow_tf32_matmul();
 
 /// A recorded sequence of GPU work, replayed with one launch (a CUDA graph).
 ///
@@ -53,7 +59,8 @@ bool allow_tf32();
 ///     for (...) {
 ///       x.assign(next_x);  t.assign(next_t);    // new data into the same arrays
 ///       graph.replay();                         // forward and backward
-///       optimizer.update();                     // eager: the gradients are where backward put them
+///       optimizer.update();                     // eager: the gradients are where backward put
+///       them
 ///     }
 ///
 /// Arrays made during the capture (the loss, the gradients) keep their memory for the graph's

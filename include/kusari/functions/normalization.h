@@ -34,11 +34,30 @@ Variable batch_normalization(const Variable& x, const Variable& gamma, const Var
                              Array* running_var = nullptr, double decay = 0.9,
                              const Axes& axis = {}, BatchStatisticsReducer* reducer = nullptr);
 
+/// relu(batch_normalization(x, gamma, beta, ...) + residual), the end of a residual block; an
+/// undefined `residual` gives relu(batch_normalization(...)). The arguments are as in
+/// batch_normalization; the residual has x's shape, dtype and device. Where the fused kernels
+/// take x the addition and the relu run inside the normalising pass and their gradients inside
+/// the backward passes (Note [Batch norm epilogues]); otherwise, and for double backprop, it is
+/// the three functions composed.
+Variable batch_normalization_relu(const Variable& x, const Variable& gamma, const Variable& beta,
+                                  const Variable& residual = Variable(), double eps = 2e-5,
+                                  Array* running_mean = nullptr, Array* running_var = nullptr,
+                                  double decay = 0.9, const Axes& axis = {},
+                                  BatchStatisticsReducer* reducer = nullptr);
+
 /// Batch normalization with given statistics (Chainer's fixed_batch_normalization, used at test
 /// time): y = gamma * (x - mean) / sqrt(var + eps) + beta. mean and var have gamma's shape and are
 /// differentiable like the other inputs. `axis` is as in batch_normalization.
 Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
                                    const Variable& mean, const Variable& var, double eps = 2e-5,
                                    const Axes& axis = {});
+
+/// relu(fixed_batch_normalization(x, gamma, beta, mean, var, ...) + residual) (residual may be
+/// undefined), the test-time form of batch_normalization_relu.
+Variable fixed_batch_normalization_relu(const Variable& x, const Variable& gamma,
+                                        const Variable& beta, const Variable& mean,
+                                        const Variable& var, const Variable& residual = Variable(),
+                                        double eps = 2e-5, const Axes& axis = {});
 
 }  // namespace kusari::functions

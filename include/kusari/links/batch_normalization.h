@@ -5,8 +5,8 @@
 #include <memory>
 #include <optional>
 
-#include "kusari/links/initializers.h"
 #include "kusari/functions/normalization.h"
+#include "kusari/links/initializers.h"
 #include "kusari/links/link.h"
 
 namespace kusari::links {
@@ -65,6 +65,10 @@ class BatchNormalization : public Link {
   Variable forward(const Variable& x) override { return forward(x, false); }
   /// Normalises x as described above; `finetune` is Chainer's forward(x, finetune=True).
   Variable forward(const Variable& x, bool finetune);
+  /// relu(forward(x) + residual), or relu(forward(x)) with an undefined residual: the end of a
+  /// residual block, with the addition and the relu inside the normalising pass where the fused
+  /// kernels take x (functions::batch_normalization_relu).
+  Variable forward_relu(const Variable& x, const Variable& residual = Variable());
   /// Resets the fine-tuning count N to 0 (Chainer's start_finetuning).
   void start_finetuning();
 
@@ -81,12 +85,14 @@ class BatchNormalization : public Link {
   /// The axes the statistics are taken over, when given.
   const std::optional<Axes>& axis() const { return axis_; }
 
- /// Makes the batch statistics (in train mode) those of all processes sharing `reducer`
+  /// Makes the batch statistics (in train mode) those of all processes sharing `reducer`
   /// (multi-node batch normalization; see kusari::mn::create_mnbn_model). Null: local statistics.
   void set_statistics_reducer(std::shared_ptr<functions::BatchStatisticsReducer> reducer) {
     reducer_ = std::move(reducer);
   }
-  const std::shared_ptr<functions::BatchStatisticsReducer>& statistics_reducer() const { return reducer_; }
+  const std::shared_ptr<functions::BatchStatisticsReducer>& statistics_reducer() const {
+    return reducer_;
+  }
 
  protected:
   const char* type_name() const override { return "BatchNormalization"; }
@@ -96,6 +102,8 @@ class BatchNormalization : public Link {
   void initialize(const Shape& shape);
   // The parameter shape x implies (checked against the current one when sized).
   Shape param_shape_for(const Variable& x) const;
+  // forward(x, finetune), then + residual and relu when `relu` (residual may be undefined).
+  Variable normalize(const Variable& x, bool finetune, bool relu, const Variable& residual);
 
   double decay_;
   double eps_;

@@ -39,13 +39,18 @@ TEST(CudaBackend, MissingDeviceIsADeviceError) {
   EXPECT_NO_THROW(cuda::empty_cache());
 }
 
-TEST(CudaBackend, Tf32SwitchRoundTrips) {
-  const bool before = cuda::allow_tf32();
+TEST(CudaBackend, Tf32SwitchesRoundTrip) {
+  const testing::Tf32Scope restore(cuda::allow_tf32_convolution(), cuda::allow_tf32_matmul());
   cuda::set_allow_tf32(true);
-  EXPECT_TRUE(cuda::allow_tf32());
-  cuda::set_allow_tf32(false);
-  EXPECT_FALSE(cuda::allow_tf32());
-  cuda::set_allow_tf32(before);
+  EXPECT_TRUE(cuda::allow_tf32_convolution());
+  EXPECT_TRUE(cuda::allow_tf32_matmul());
+  cuda::set_allow_tf32_matmul(false);
+  EXPECT_TRUE(cuda::allow_tf32_convolution());
+  EXPECT_FALSE(cuda::allow_tf32_matmul());
+  cuda::set_allow_tf32_convolution(false);
+  EXPECT_FALSE(cuda::allow_tf32_convolution());
+  cuda::set_allow_tf32(true);
+  EXPECT_TRUE(cuda::allow_tf32_matmul());
 }
 
 class CudaMemoryPool : public CudaTest {};

@@ -13,6 +13,7 @@
 #include "kusari/core/cuda.h"
 #include "kusari/core/random.h"
 #include "kusari/core/routines.h"
+#include "test_util.h"
 
 namespace kusari::testing {
 
@@ -26,6 +27,9 @@ class CudaTest : public ::testing::Test {
     }
   }
   static Device gpu() { return Device::cuda(0); }
+
+ private:
+  Tf32Scope full_float32_{false, false};  // float32 compared at float32 tolerances
 };
 
 /// Every dtype, in the order of the Dtype enum.

@@ -108,7 +108,7 @@ TEST_F(CudaMatmul, LargeFloat32IsAccurateWithoutTf32AndCloseWithIt) {
   const Array a = testing::random_array({256, 512}, float32, -1, 1, 7);
   const Array b = testing::random_array({512, 128}, float32, -1, 1, 8);
   const Array expected = matmul(a.astype(float64), b.astype(float64)).astype(float32);
-  const bool before = cuda::allow_tf32();
+  const testing::Tf32Scope restore(cuda::allow_tf32_convolution(), cuda::allow_tf32_matmul());
   cuda::set_allow_tf32(false);
   EXPECT_TRUE(
       GpuMatchesCpu(matmul(a.to_device(gpu()), b.to_device(gpu())), expected, {1e-4, 1e-4}));
@@ -116,7 +116,6 @@ TEST_F(CudaMatmul, LargeFloat32IsAccurateWithoutTf32AndCloseWithIt) {
   // TF32 keeps 10 bits of mantissa in the products.
   EXPECT_TRUE(
       GpuMatchesCpu(matmul(a.to_device(gpu()), b.to_device(gpu())), expected, {2e-2, 5e-2}));
-  cuda::set_allow_tf32(before);
 }
 
 }  // namespace

@@ -167,6 +167,109 @@ TEST_P(BatchNormFusedTest, Float32ParametersOf16BitInputFallBackToo) {
   EXPECT_EQ(b.grad().dtype(), float32);
 }
 
+// relu(bn(x) + residual) through the fused epilogue (Note [Batch norm epilogues]) against the
+// composed float64 formula. The relu's mask is taken from the fused output, so that an element
+// rounded to the other side of 0 in a 16-bit dtype is compared with the same mask.
+TEST_P(BatchNormFusedTest, ReluEpilogueMatchesComposed) {
+  for (Dtype d : {float64, float32, bfloat16, float16}) {
+    for (bool cl : {false, true}) {
+      for (bool with_residual : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(d) << (cl ? " channels-last" : "")
+                                          << (with_residual ? " + residual" : ""));
+        const Shape shape{6, 10, 7, 5};
+        const Dtype pd = is_half_precision(d) ? float32 : d;
+        auto layout = [cl](Array a) {
+          return cl ? a.to_memory_format(MemoryFormat::kChannelsLast) : a;
+        };
+        Array x = layout(uniform(shape, float64, -2, 3).astype(d));
+        Array r = layout(uniform(shape, float64, -1, 1).astype(d));
+        Array gy = layout(uniform(shape, float64).astype(d));
+        Array gamma = uniform({10}, pd, 0.5, 1.5), beta = uniform({10}, pd);
+        Array rm = Array::zeros({10}, pd, device()), rv = Array::ones({10}, pd, device());
+
+        Variable vx(x, true), vg(gamma, true), vb(beta, true), vr(r, true);
+        Variable y = F::batch_normalization_relu(vx, vg, vb, with_residual ? vr : Variable(), 1e-3,
+                                                 &rm, &rv, 0.8);
+        EXPECT_EQ(y.dtype(), d);
+        if (cl) EXPECT_TRUE(y.data().is_contiguous(MemoryFormat::kChannelsLast));
+        y.set_grad(gy);
+        y.backward();
+
+        const Array mask = greater(y.data(), 0.0).astype(float64);
+        const Array gy_masked = gy.astype(float64) * mask;
+        Result ref = run_train(composed_view(x.astype(float64)), gamma.astype(float64),
+                               beta.astype(float64), composed_view(gy_masked));
+        Array y_ref = ref.y;
+        if (with_residual) y_ref = y_ref + r.astype(float64);
+        y_ref = maximum(y_ref, 0.0);
+        const Tolerance t = tolerance(d);
+        EXPECT_TRUE(ArraysClose(y.data().astype(float64), y_ref, t.rtol, t.atol));
+        EXPECT_TRUE(ArraysClose(vx.grad().astype(float64), ref.gx, t.rtol, t.atol * 4));
+        EXPECT_TRUE(ArraysClose(vg.grad().astype(float64), ref.ggamma, t.rtol, t.atol * 8));
+        EXPECT_TRUE(ArraysClose(vb.grad().astype(float64), ref.gbeta, t.rtol, t.atol * 8));
+        EXPECT_TRUE(ArraysClose(rm.astype(float64), ref.running_mean, 1e-5, 1e-5));
+        EXPECT_TRUE(ArraysClose(rv.astype(float64), ref.running_var, 1e-4, 1e-5));
+        if (with_residual) {
+          EXPECT_TRUE(ArraysClose(vr.grad().astype(float64), gy_masked, 0, 0));
+        } else {
+          EXPECT_FALSE(vr.grad().defined());
+        }
+      }
+    }
+  }
+}
+
+TEST_P(BatchNormFusedTest, ReluEpilogueGradientChecks) {
+  // First and second derivatives: the fused backward, and the composed one double backprop uses.
+  VariadicFunction with_residual = [](const std::vector<Variable>& v) {
+    return std::vector<Variable>{F::batch_normalization_relu(v[0], v[1], v[2], v[3])};
+  };
+  VariadicFunction without = [](const std::vector<Variable>& v) {
+    return std::vector<Variable>{F::batch_normalization_relu(v[0], v[1], v[2])};
+  };
+  // float64 only: float32's step (1e-2) carries outputs across the relu's kink, where the
+  // numerical derivative is meaningless (the composed relu(bn(x)) fails the same check there).
+  const Dtype d = float64;
+  Array x = uniform({3, 4, 3, 2}, d).to_memory_format(MemoryFormat::kChannelsLast);
+  Array r = uniform({3, 4, 3, 2}, d).to_memory_format(MemoryFormat::kChannelsLast);
+  check(with_residual, {x, uniform({4}, d, 0.5, 1.5), uniform({4}, d), r});
+  check(without, {uniform({2, 5, 3, 3}, d), uniform({5}, d, 0.5, 1.5), uniform({5}, d)});
+}
+
+TEST_P(BatchNormFusedTest, ReluEpilogueFallsBackAndChecksTheResidual) {
+  // A layout the kernels decline gives the composed result; a residual of another shape or
+  // dtype is refused by name.
+  Array x = composed_view(uniform({4, 3, 2, 2}, float64));
+  Array r = uniform({4, 3, 2, 2}, float64);
+  Array g = uniform({3}, float64, 0.5, 1.5), b = uniform({3}, float64);
+  Variable y = F::batch_normalization_relu(Variable(x), Variable(g), Variable(b), Variable(r));
+  Array ref =
+      maximum(F::batch_normalization(Variable(x), Variable(g), Variable(b)).data() + r, 0.0);
+  EXPECT_TRUE(ArraysClose(y.data(), ref, 1e-12, 1e-12));
+  EXPECT_TRUE(testing::ThrowsWith<ShapeError>(
+      [&] {
+        F::batch_normalization_relu(Variable(x), Variable(g), Variable(b),
+                                    Variable(uniform({4, 3, 2, 1}, float64)));
+      },
+      {"batch_normalization_relu: the residual of shape", "does not match x"}));
+  EXPECT_TRUE(testing::ThrowsWith<DtypeError>(
+      [&] {
+        F::batch_normalization_relu(Variable(x), Variable(g), Variable(b),
+                                    Variable(r.astype(float32)));
+      },
+      {"batch_normalization_relu", "the residual is float32 but x is float64"}));
+  // Eval mode: relu(fixed_bn(x) + r).
+  Array mean = uniform({3}, float64), var = uniform({3}, float64, 0.5, 2);
+  Variable ye = F::fixed_batch_normalization_relu(Variable(x), Variable(g), Variable(b),
+                                                  Variable(mean), Variable(var), Variable(r));
+  Array ref_e = maximum(F::fixed_batch_normalization(Variable(x), Variable(g), Variable(b),
+                                                     Variable(mean), Variable(var))
+                                .data() +
+                            r,
+                        0.0);
+  EXPECT_TRUE(ArraysClose(ye.data(), ref_e, 1e-12, 1e-12));
+}
+
 KUSARI_INSTANTIATE_DEVICE_TEST(BatchNormFusedTest);
 
 }  // namespace

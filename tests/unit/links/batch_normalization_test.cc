@@ -191,6 +191,33 @@ TEST_P(BatchNormalizationLinkTest, FinetuneAveragesOverCalls) {
   EXPECT_TRUE(ArraysClose(bn.avg_mean(), from({1, 7}, {2}), 1e-14));
 }
 
+TEST_P(BatchNormalizationLinkTest, ForwardReluIsReluOfForwardPlusResidual) {
+  // Two links with the same state: one runs forward_relu, the other the composed functions.
+  for (bool train : {true, false}) {
+    for (bool channels_last : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (train ? "train" : "test")
+                                        << (channels_last ? " channels-last" : ""));
+      TrainMode mode(train);
+      L::BatchNormalization fused(4), composed(4);
+      fused.to_device(device());
+      composed.to_device(device());
+      Array x = input({3, 4, 5, 2}), r = input({3, 4, 5, 2});
+      if (channels_last) {
+        x = x.to_memory_format(MemoryFormat::kChannelsLast);
+        r = r.to_memory_format(MemoryFormat::kChannelsLast);
+      }
+      Variable y = fused.forward_relu(x, r);
+      Variable ref = F::relu(F::add(composed(x), Variable(r)));
+      EXPECT_TRUE(ArraysClose(y.data(), ref.data(), 1e-5, 1e-5));
+      EXPECT_TRUE(ArraysClose(fused.avg_mean(), composed.avg_mean(), 1e-6, 1e-6));
+      EXPECT_TRUE(ArraysClose(fused.avg_var(), composed.avg_var(), 1e-5, 1e-6));
+      Variable y1 = fused.forward_relu(x);
+      EXPECT_TRUE(ArraysClose(y1.data(), F::relu(composed(x)).data(), 1e-5, 1e-5));
+      if (channels_last) EXPECT_TRUE(y.data().is_contiguous(MemoryFormat::kChannelsLast));
+    }
+  }
+}
+
 TEST_P(BatchNormalizationLinkTest, GradientsReachGammaAndBeta) {
   for (bool train : {true, false}) {
     SCOPED_TRACE(train);

@@ -10,16 +10,16 @@
 // (broadcast ones have stride 0) are compacted like an elementwise loop; the innermost becomes
 // the batch of one cublasGemmStridedBatchedEx_64 call (a stride of 0 is allowed there) and any
 // others are walked on the host.
-// Precision: float32 computes in float32 (CUBLAS_COMPUTE_32F) unless allow_tf32() permits TF32
-// tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); float16 and bfloat16 read and write 16 bits and
+// Precision: float32 computes in float32 (CUBLAS_COMPUTE_32F) unless allow_tf32_matmul() permits
+// TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); float16 and bfloat16 read and write 16 bits and
 // accumulate in float32 (the handle also forbids reduced-precision split-K reductions), so the
 // result is rounded once like the CPU's; float64 computes in float64.
 #include <vector>
 
-#include "backends/matrix_layout.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
-#include "kernels/linalg.h"
 #include "backends/cuda/primitives/kernel_util.cuh"
+#include "backends/matrix_layout.h"
+#include "kernels/linalg.h"
 #include "kusari/core/cuda.h"
 
 namespace kusari::cuda {
@@ -50,7 +50,6 @@ __global__ void matmul_integer_kernel(int64_t batch, int64_t m, int64_t n, int64
 }
 
 // --- launchers -----------------------------------------------------------------------------------
-
 
 /// Batch geometry of out, a, b over the batch axes (all but the last two), compacted.
 StridedIndexer<3> batch_geometry(const Array& out, const Array& a, const Array& b) {
@@ -90,7 +89,7 @@ void matmul_cublas(const Array& a_in, const Array& b_in, Array& out) {
   const void* beta = &beta_f;
   switch (out.dtype()) {
     case Dtype::kFloat32:
-      types = {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+      types = {CUDA_R_32F, allow_tf32_matmul() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
       break;
     case Dtype::kFloat16:
       types = {CUDA_R_16F, CUBLAS_COMPUTE_32F};

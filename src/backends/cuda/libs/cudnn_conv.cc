@@ -15,7 +15,8 @@
 //     reached, not per call.
 //   - KUSARI_CUDNN_DETERMINISTIC=1 keeps only algorithms cuDNN marks deterministic (some
 //     gradient algorithms add with atomics).
-//   - float32 uses TF32 tensor cores only when allow_tf32() (CUDNN_DEFAULT_MATH on Ampere and
+//   - float32 uses TF32 tensor cores only when allow_tf32_convolution() (the default;
+//   CUDNN_DEFAULT_MATH on Ampere and
 //     later); otherwise the descriptor says CUDNN_FMA_MATH and only FMA algorithms are taken.
 //     float16 and bfloat16 use tensor cores with float32 accumulation; float64 computes in
 //     float64. The math mode is part of the key, so switching TF32 at run time gets new plans.
@@ -39,8 +40,8 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/cuda/runtime/cuda_backend.h"
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/runtime/cuda_backend.h"
 #include "kernels/nn.h"
 #include "kusari/core/cuda.h"
 #include "kusari/core/error.h"
@@ -213,9 +214,8 @@ std::shared_ptr<ConvPlan> describe(Dtype dtype, const ConvShape& s, const Conv2d
   KUSARI_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
   KUSARI_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
   KUSARI_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&plan->conv));
-  KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, format, dt, to_int(s.n, "N"),
-                                                to_int(s.c, "C"), to_int(s.h, "H"),
-                                                to_int(s.w, "W")));
+  KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(
+      plan->x, format, dt, to_int(s.n, "N"), to_int(s.c, "C"), to_int(s.h, "H"), to_int(s.w, "W")));
   KUSARI_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, format, dt, to_int(s.n, "N"),
                                                 to_int(s.o, "out channels"), to_int(s.oh, "out H"),
                                                 to_int(s.ow, "out W")));
@@ -301,7 +301,7 @@ template <Direction D>
 std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShape& s,
                                          const Conv2dParams& p, bool nhwc, const void* a,
                                          const void* b, void* out) {
-  const bool tf32 = dtype == Dtype::kFloat32 && allow_tf32();
+  const bool tf32 = dtype == Dtype::kFloat32 && allow_tf32_convolution();
   const bool fma_only = dtype == Dtype::kFloat32 && !tf32;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   if (fma_only) math = CUDNN_FMA_MATH;
@@ -377,7 +377,9 @@ Array in_layout(const Array& a, bool nhwc) {
 }
 
 /// An NCHW buffer for an output that is not contiguous.
-Array nchw_like(const Array& out) { return Array::empty(out.shape(), out.dtype(), out.device()); }
+Array nchw_like(const Array& out) {
+  return Array::empty(out.shape(), out.dtype(), out.device());
+}
 
 /// alpha = 1 and beta = 0 in the type cuDNN scales with (double for float64, else float).
 struct Scales {

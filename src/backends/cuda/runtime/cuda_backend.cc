@@ -475,7 +475,7 @@ cublasHandle_t cublas_handle(int device) {
     KUSARI_CUBLAS_CHECK(cublasCreate(&handle));
     KUSARI_CUBLAS_CHECK(cublasSetStream(handle, s.stream));
     // Float32 products use TF32 only through the compute type (CUBLAS_COMPUTE_32F_FAST_TF32,
-    // when allow_tf32()); 16-bit products accumulate and reduce in float32.
+    // when allow_tf32_matmul()); 16-bit products accumulate and reduce in float32.
     KUSARI_CUBLAS_CHECK(cublasSetMathMode(
         handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
