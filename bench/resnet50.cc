@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
@@ -151,6 +152,13 @@ struct Figure {
   double ms = 0, peak_bytes = 0;
 };
 
+/// The peer script: bench/peers/resnet50.py of the source tree this program was built from, or of
+/// $KUSARI_BENCH_DIR when set (a build copied to another machine).
+std::string peer_script() {
+  const char* dir = std::getenv("KUSARI_BENCH_DIR");
+  return std::string(dir && *dir ? dir : KUSARI_BENCH_DIR) + "/peers/resnet50.py";
+}
+
 std::optional<std::map<std::string, double>> try_results(const std::string& command,
                                                          const std::string& what) {
   try {
@@ -250,16 +258,14 @@ int main(int argc, char** argv) {
       }
     }
     if (c.no_peer) continue;
-    if (auto p = try_results(
-            c.python + " " + KUSARI_BENCH_DIR + "/peers/resnet50.py " + peer_args(c, row, "eager"),
-            "pytorch " + row)) {
+    if (auto p = try_results(c.python + " " + peer_script() + " " + peer_args(c, row, "eager"),
+                             "pytorch " + row)) {
       figures.push_back({row, "pytorch eager", p->at("ms"), p->at("peak_bytes")});
       keep_best(best_torch, row, p->at("ms"));
       torchvision = torchvision && p->count("torchvision") && p->at("torchvision") == 1;
     }
     if (c.compile) {
-      if (auto p = try_results(c.python + " " + KUSARI_BENCH_DIR + "/peers/resnet50.py " +
-                                   peer_args(c, row, "compile"),
+      if (auto p = try_results(c.python + " " + peer_script() + " " + peer_args(c, row, "compile"),
                                "torch.compile " + row)) {
         if (p->count("compile_unavailable")) {
           compile_missing = true;
