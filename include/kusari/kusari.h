@@ -23,6 +23,7 @@
 #include "kusari/iterators/multithread_iterator.h"
 #include "kusari/iterators/serial_iterator.h"
 #include "kusari/links.h"
+#include "kusari/models.h"
 #include "kusari/optimizers/adagrad.h"
 #include "kusari/optimizers/adam.h"
 #include "kusari/optimizers/hooks.h"

@@ -1,0 +1,302 @@
+// ResNet training steps (forward, backward, MomentumSGD 0.9) on random images, kusari beside
+// PyTorch (torchvision's model, SGD with momentum 0.9) in the same run, for each of the rows
+//   f32-nchw   float32, NCHW
+//   f32-cl     float32, channels-last (model->to_memory_format and channels-last inputs)
+//   bf16-nchw  mixed precision: kusari's bfloat16 model (batch norm in float32) with float32
+//              master weights (use_fp32_update), against torch.autocast(bfloat16)
+//   bf16-cl    the same in channels-last
+// Per row: kusari eager; on a GPU kusari with the whole step (forward, backward and the update)
+// replayed from a CUDA graph; PyTorch eager (cudnn.benchmark on); with --compile torch.compile.
+// Every row runs in a process of its own (this program started again with --child, or the peer
+// script), so each peak memory is that row's: the CUDA memory pool's peak in use
+// (cuda::memory_stats) against torch.cuda.max_memory_allocated, or the peak resident set of
+// the process on a CPU. Ratios are of throughput (images per second): above 1, kusari is faster.
+//
+//   bench_resnet50 [--arch resnet50] [--device cuda|cpu] [--batch 64] [--size 224] [--steps 20]
+//                  [--warmup 5] [--rows f32-nchw,f32-cl,bf16-nchw,bf16-cl] [--tf32 on|off]
+//                  [--compile] [--python python3] [--no-peer]
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "kusari/core/cuda.h"
+#include "kusari/kusari.h"
+#include "kusari/models.h"
+
+namespace {
+
+namespace F = kusari::functions;
+
+struct Config {
+  std::string arch = "resnet50", device = "cuda", rows, tf32 = "off", python = "python3";
+  int batch = 64, size = 224, steps = 20, warmup = 5;
+  bool compile = false, no_peer = false;
+};
+
+int depth_of(const std::string& arch) {
+  return std::stoi(arch.substr(std::string("resnet").size()));
+}
+
+/// Milliseconds per call of `step` after `warmup` calls, with one synchronisation at the end.
+double time_steps(const kusari::Device& device, int warmup, int steps,
+                  const std::function<void()>& step) {
+  for (int i = 0; i < warmup; ++i) step();
+  device.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  device.synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps *
+         1e3;
+}
+
+double peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // kilobytes on Linux
+}
+
+/// One row of kusari in this process; prints RESULT lines (eager_ms, peak_bytes, and on a GPU
+/// graph_ms and graph_peak_bytes).
+int run_child(const Config& c, const std::string& row) {
+  const bool cuda = c.device == "cuda";
+  const kusari::Device device = cuda ? kusari::Device::cuda(0) : kusari::Device::cpu();
+  if (cuda) kusari::cuda::set_allow_tf32(c.tf32 == "on");
+  const kusari::Dtype dtype = row.rfind("bf16", 0) == 0 ? kusari::bfloat16 : kusari::float32;
+  const kusari::MemoryFormat format = row.size() > 3 && row.substr(row.size() - 3) == "-cl"
+                                          ? kusari::MemoryFormat::kChannelsLast
+                                          : kusari::MemoryFormat::kContiguous;
+  kusari::manual_seed(0);
+  kusari::models::ResNetOptions options;
+  options.dtype = dtype;
+  options.memory_format = format;
+  auto model = kusari::models::resnet(depth_of(c.arch), options);
+  model->to_device(device);
+  kusari::optimizers::MomentumSGD opt(0.1, 0.9);
+  opt.setup(model);
+  if (dtype != kusari::float32) opt.use_fp32_update();
+  kusari::Array x =
+      kusari::Array::uniform({c.batch, 3, c.size, c.size}, 0, 1, kusari::float32, device)
+          .astype(dtype)
+          .to_memory_format(format);
+  std::vector<int32_t> labels(static_cast<size_t>(c.batch));
+  for (int i = 0; i < c.batch; ++i) labels[static_cast<size_t>(i)] = (i * 37) % 1000;
+  kusari::Array t = kusari::Array::from_vector(labels, std::nullopt, device);
+  auto step = [&] {
+    model->cleargrads();
+    kusari::Variable loss = F::softmax_cross_entropy((*model)(kusari::Variable(x)), t);
+    loss.backward();
+    loss = kusari::Variable();  // free the graph before the update
+    opt.update();
+  };
+  const double eager_ms = time_steps(device, c.warmup, c.steps, step);
+  std::printf("RESULT params %lld\n", static_cast<long long>(model->count_params()));
+  std::printf("RESULT eager_ms %.6f\n", eager_ms);
+  std::printf("RESULT peak_bytes %.0f\n",
+              cuda ? static_cast<double>(kusari::cuda::memory_stats(0).peak_in_use_bytes)
+                   : peak_rss_bytes());
+  if (!cuda) return 0;
+  // The whole step recorded once (the learning rate is constant, so freezing it is right) and
+  // replayed; the eager steps above made the momentum buffers and cuDNN's plans.
+  try {
+    kusari::cuda::Graph graph;
+    graph.capture(device, step);
+    const double graph_ms = time_steps(device, c.warmup, c.steps, [&] { graph.replay(); });
+    std::printf("RESULT graph_ms %.6f\n", graph_ms);
+    std::printf("RESULT graph_peak_bytes %.0f\n",
+                static_cast<double>(kusari::cuda::memory_stats(0).peak_in_use_bytes));
+  } catch (const std::exception& e) {
+    std::printf("graph capture failed: %s\n", e.what());
+  }
+  return 0;
+}
+
+/// This program's flags for a child running `row`.
+std::string child_command(const std::string& self, const Config& c, const std::string& row) {
+  std::ostringstream s;
+  s << self << " --child " << row << " --arch " << c.arch << " --device " << c.device << " --batch "
+    << c.batch << " --size " << c.size << " --steps " << c.steps << " --warmup " << c.warmup
+    << " --tf32 " << c.tf32;
+  return s.str();
+}
+
+std::string peer_args(const Config& c, const std::string& row, const std::string& mode) {
+  std::ostringstream s;
+  s << "--arch " << c.arch << " --device " << c.device << " --batch " << c.batch << " --size "
+    << c.size << " --steps " << c.steps << " --warmup " << c.warmup << " --row " << row
+    << " --mode " << mode << " --tf32 " << c.tf32;
+  return s.str();
+}
+
+std::vector<std::string> split_rows(const std::string& rows) {
+  std::vector<std::string> out;
+  std::stringstream s(rows);
+  std::string item;
+  while (std::getline(s, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+/// One measured line of the table.
+struct Figure {
+  std::string row, what;
+  double ms = 0, peak_bytes = 0;
+};
+
+/// The peer script: bench/peers/resnet50.py of the source tree this program was built from, or of
+/// $KUSARI_BENCH_DIR when set (a build copied to another machine).
+std::string peer_script() {
+  const char* dir = std::getenv("KUSARI_BENCH_DIR");
+  return std::string(dir && *dir ? dir : KUSARI_BENCH_DIR) + "/peers/resnet50.py";
+}
+
+std::optional<std::map<std::string, double>> try_results(const std::string& command,
+                                                         const std::string& what) {
+  try {
+    return kusari::bench::run_for_results(command);
+  } catch (const std::exception& e) {
+    std::printf("(%s failed: %s)\n", what.c_str(), e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ResNet training steps, kusari beside PyTorch (torchvision)"};
+  Config c;
+  std::string child;
+  app.add_option("--arch", c.arch, "resnet18, resnet34, resnet50, resnet101 or resnet152")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"}));
+  app.add_option("--device", c.device, "cuda (GPU 0) or cpu")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--batch", c.batch, "Images per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--size", c.size, "Image height and width")
+      ->capture_default_str()
+      ->check(CLI::Range(32, 1 << 14));
+  app.add_option("--steps", c.steps, "Timed steps per row")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--warmup", c.warmup, "Untimed steps before them")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option(
+      "--rows", c.rows,
+      "Comma list of f32-nchw, f32-cl, bf16-nchw, bf16-cl (default: all four on cuda, the float32 "
+      "rows on cpu)");
+  app.add_option("--tf32", c.tf32,
+                 "TF32 tensor cores for float32 convolutions and matrix products, both sides")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_flag("--compile", c.compile, "Also time the PyTorch peer under torch.compile");
+  app.add_option("--python", c.python, "Interpreter that runs the PyTorch peer")
+      ->capture_default_str();
+  app.add_flag("--no-peer", c.no_peer, "Time kusari only");
+  app.add_option("--child", child, "(internal) run one row of kusari in this process")->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (c.device == "cuda" && !kusari::cuda_available()) {
+    std::fprintf(
+        stderr,
+        "bench_resnet50: --device cuda, but no CUDA device is available (use --device cpu)\n");
+    return 1;
+  }
+  if (c.rows.empty())
+    c.rows = c.device == "cuda" ? "f32-nchw,f32-cl,bf16-nchw,bf16-cl" : "f32-nchw,f32-cl";
+  const std::vector<std::string> rows = split_rows(c.rows);
+  for (const std::string& r : rows) {
+    if (r != "f32-nchw" && r != "f32-cl" && r != "bf16-nchw" && r != "bf16-cl") {
+      std::fprintf(stderr,
+                   "bench_resnet50: --rows: unknown row '%s' (expected f32-nchw, f32-cl, "
+                   "bf16-nchw, bf16-cl)\n",
+                   r.c_str());
+      return 1;
+    }
+  }
+  if (!child.empty()) return run_child(c, child);
+
+  const bool cuda = c.device == "cuda";
+  std::printf(
+      "%s training step (forward, backward, momentum SGD 0.9), batch %d, %dx%d, 1000 classes, %s, "
+      "%d timed steps after %d warm-up\n",
+      c.arch.c_str(), c.batch, c.size, c.size, cuda ? "one GPU" : "CPU", c.steps, c.warmup);
+  if (cuda) {
+    std::printf(
+        "TF32 %s on both sides (kusari cuda::set_allow_tf32, torch cudnn/matmul allow_tf32)\n",
+        c.tf32.c_str());
+  } else {
+    std::printf("(--tf32 has no effect on a CPU)\n");
+  }
+  std::vector<Figure> figures;
+  std::map<std::string, double> best_kusari, best_torch, best_compile;  // img/s per dtype
+  auto img_per_s = [&](double ms) { return c.batch * 1000.0 / ms; };
+  auto keep_best = [&](std::map<std::string, double>& m, const std::string& row, double ms) {
+    const std::string dt = row.substr(0, row.find('-'));
+    m[dt] = std::max(m[dt], img_per_s(ms));
+  };
+  bool torchvision = true, compile_missing = false;
+  for (const std::string& row : rows) {
+    if (auto k = try_results(child_command(argv[0], c, row), "kusari " + row)) {
+      figures.push_back({row, "kusari eager", k->at("eager_ms"), k->at("peak_bytes")});
+      keep_best(best_kusari, row, k->at("eager_ms"));
+      if (k->count("graph_ms")) {
+        figures.push_back(
+            {row, "kusari CUDA graph (whole step)", k->at("graph_ms"), k->at("graph_peak_bytes")});
+        keep_best(best_kusari, row, k->at("graph_ms"));
+      }
+    }
+    if (c.no_peer) continue;
+    if (auto p = try_results(c.python + " " + peer_script() + " " + peer_args(c, row, "eager"),
+                             "pytorch " + row)) {
+      figures.push_back({row, "pytorch eager", p->at("ms"), p->at("peak_bytes")});
+      keep_best(best_torch, row, p->at("ms"));
+      torchvision = torchvision && p->count("torchvision") && p->at("torchvision") == 1;
+    }
+    if (c.compile) {
+      if (auto p = try_results(c.python + " " + peer_script() + " " + peer_args(c, row, "compile"),
+                               "torch.compile " + row)) {
+        if (p->count("compile_unavailable")) {
+          compile_missing = true;
+        } else {
+          figures.push_back({row, "torch.compile", p->at("ms"), p->at("peak_bytes")});
+          keep_best(best_compile, row, p->at("ms"));
+        }
+      }
+    }
+  }
+  if (compile_missing)
+    std::printf("(torch.compile is not available in this PyTorch: no compile rows)\n");
+  if (!c.no_peer && !torchvision) {
+    std::printf("(torchvision is not installed: the peer defines the same ResNet itself)\n");
+  }
+  std::printf("%-10s %-32s %10s %10s %10s\n", "row", "", "img/s", "ms/step",
+              cuda ? "peak MiB" : "peak RSS MiB");
+  for (const Figure& f : figures) {
+    std::printf("%-10s %-32s %10.1f %10.2f %10.0f\n", f.row.c_str(), f.what.c_str(),
+                img_per_s(f.ms), f.ms, f.peak_bytes / (1024.0 * 1024.0));
+  }
+  for (const auto& [dt, k] : best_kusari) {
+    if (best_torch.count(dt)) {
+      std::printf("ratio %s: best kusari / best pytorch eager (img/s) = %.3f\n", dt.c_str(),
+                  k / best_torch.at(dt));
+    }
+    if (best_compile.count(dt)) {
+      std::printf("ratio %s: best kusari / best torch.compile (img/s) = %.3f\n", dt.c_str(),
+                  k / best_compile.at(dt));
+    }
+  }
+  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
+  return 0;
+}

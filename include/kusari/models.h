@@ -1,0 +1,6 @@
+// The model zoo: networks built like their reference implementations (torchvision's), ready to
+// train or to benchmark. Users often write
+//   namespace M = kusari::models;
+#pragma once
+
+#include "kusari/models/resnet.h"
