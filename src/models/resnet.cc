@@ -68,10 +68,11 @@ BasicBlock::BasicBlock(int64_t in_channels, int64_t channels, int64_t stride,
   if (downsample) add_link("downsample", downsample);
 }
 
+// The relus and the residual join run inside the batch norms' normalising passes
+// (BatchNormalization::forward_relu, Note [Batch norm epilogues]).
 Variable BasicBlock::forward(const Variable& x) {
-  Variable h = F::relu((*bn1)((*conv1)(x)));
-  h = (*bn2)((*conv2)(h));
-  return F::relu(h + (downsample ? (*downsample)(x) : x));
+  Variable h = bn1->forward_relu((*conv1)(x));
+  return bn2->forward_relu((*conv2)(h), downsample ? (*downsample)(x) : x);
 }
 
 Bottleneck::Bottleneck(int64_t in_channels, int64_t channels, int64_t stride,
@@ -88,10 +89,9 @@ Bottleneck::Bottleneck(int64_t in_channels, int64_t channels, int64_t stride,
 }
 
 Variable Bottleneck::forward(const Variable& x) {
-  Variable h = F::relu((*bn1)((*conv1)(x)));
-  h = F::relu((*bn2)((*conv2)(h)));
-  h = (*bn3)((*conv3)(h));
-  return F::relu(h + (downsample ? (*downsample)(x) : x));
+  Variable h = bn1->forward_relu((*conv1)(x));
+  h = bn2->forward_relu((*conv2)(h));
+  return bn3->forward_relu((*conv3)(h), downsample ? (*downsample)(x) : x);
 }
 
 ResNet::ResNet(ResNetBlock block, const std::vector<int64_t>& blocks_per_stage,
@@ -141,7 +141,7 @@ ResNet::ResNet(ResNetBlock block, const std::vector<int64_t>& blocks_per_stage,
 Variable ResNet::features(const Variable& x) {
   KUSARI_CHECK(x.ndim() == 4 && x.shape()[1] == 3, ShapeError,
                "ResNet: expected images (N, 3, H, W), got ", x.shape());
-  Variable h = F::relu((*bn1)((*conv1)(x)));
+  Variable h = bn1->forward_relu((*conv1)(x));
   h = F::max_pooling_2d(h, 3, 2, 1, /*cover_all=*/false);
   h = (*layer4)((*layer3)((*layer2)((*layer1)(h))));
   return F::mean(h, Axes{2, 3});

@@ -302,6 +302,11 @@ class ResNetCuda : public ::testing::Test {
     }
   }
   static Device gpu() { return Device::cuda(0); }
+
+ private:
+  // The parity tests compare float32 at float32 tolerances: no TF32 (the default for
+  // convolutions) while they run.
+  testing::Tf32Scope full_float32_{false, false};
 };
 
 /// Forward and backward of a ResNet-18 on the CPU (NCHW) and on the GPU (in `format`): the
