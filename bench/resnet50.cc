@@ -13,7 +13,7 @@
 // the process on a CPU. Ratios are of throughput (images per second): above 1, kusari is faster.
 //
 //   bench_resnet50 [--arch resnet50] [--device cuda|cpu] [--batch 64] [--size 224] [--steps 20]
-//                  [--warmup 5] [--rows f32-nchw,f32-cl,bf16-nchw,bf16-cl] [--tf32 on|off]
+//                  [--warmup 5] [--rows f32-nchw,f32-cl,bf16-nchw,bf16-cl] [--tf32 default|on|off]
 //                  [--compile] [--python python3] [--no-peer]
 #include <sys/resource.h>
 
@@ -37,7 +37,7 @@ namespace {
 namespace F = kusari::functions;
 
 struct Config {
-  std::string arch = "resnet50", device = "cuda", rows, tf32 = "off", python = "python3";
+  std::string arch = "resnet50", device = "cuda", rows, tf32 = "default", python = "python3";
   int batch = 64, size = 224, steps = 20, warmup = 5;
   bool compile = false, no_peer = false;
 };
@@ -69,7 +69,9 @@ double peak_rss_bytes() {
 int run_child(const Config& c, const std::string& row) {
   const bool cuda = c.device == "cuda";
   const kusari::Device device = cuda ? kusari::Device::cuda(0) : kusari::Device::cpu();
-  if (cuda) kusari::cuda::set_allow_tf32(c.tf32 == "on");
+  // "default": the libraries' defaults, the same on both sides (TF32 convolutions, float32
+  // matrix products).
+  if (cuda && c.tf32 != "default") kusari::cuda::set_allow_tf32(c.tf32 == "on");
   const kusari::Dtype dtype = row.rfind("bf16", 0) == 0 ? kusari::bfloat16 : kusari::float32;
   const kusari::MemoryFormat format = row.size() > 3 && row.substr(row.size() - 3) == "-cl"
                                           ? kusari::MemoryFormat::kChannelsLast
@@ -198,9 +200,10 @@ int main(int argc, char** argv) {
       "Comma list of f32-nchw, f32-cl, bf16-nchw, bf16-cl (default: all four on cuda, the float32 "
       "rows on cpu)");
   app.add_option("--tf32", c.tf32,
-                 "TF32 tensor cores for float32 convolutions and matrix products, both sides")
+                 "TF32 tensor cores for float32 work, both sides: default (convolutions yes, "
+                 "matrix products no, as both libraries default to), on or off")
       ->capture_default_str()
-      ->check(CLI::IsMember({"on", "off"}));
+      ->check(CLI::IsMember({"default", "on", "off"}));
   app.add_flag("--compile", c.compile, "Also time the PyTorch peer under torch.compile");
   app.add_option("--python", c.python, "Interpreter that runs the PyTorch peer")
       ->capture_default_str();
@@ -234,7 +237,8 @@ int main(int argc, char** argv) {
       c.arch.c_str(), c.batch, c.size, c.size, cuda ? "one GPU" : "CPU", c.steps, c.warmup);
   if (cuda) {
     std::printf(
-        "TF32 %s on both sides (kusari cuda::set_allow_tf32, torch cudnn/matmul allow_tf32)\n",
+        "TF32 %s on both sides (kusari cuda::set_allow_tf32, torch cudnn/matmul allow_tf32; "
+        "default: convolutions only)\n",
         c.tf32.c_str());
   } else {
     std::printf("(--tf32 has no effect on a CPU)\n");

@@ -106,14 +106,15 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--row", default="f32-nchw", choices=["f32-nchw", "f32-cl", "bf16-nchw", "bf16-cl"])
     p.add_argument("--mode", default="eager", choices=["eager", "compile"])
-    p.add_argument("--tf32", default="off", choices=["on", "off"])
+    p.add_argument("--tf32", default="default", choices=["default", "on", "off"])
     args = p.parse_args()
 
     cuda = args.device == "cuda"
     if cuda:
         torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
-        torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
+        if args.tf32 != "default":  # PyTorch's defaults: cuDNN TF32 on, matmul TF32 off
+            torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+            torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
     dev = torch.device("cuda" if cuda else "cpu")
     if args.mode == "compile" and not hasattr(torch, "compile"):
         print("RESULT compile_unavailable 1")
