@@ -62,6 +62,15 @@ inline UpdateRule update_rule(const UpdateParams& p) { return static_cast<Update
 inline constinit Kernel<void(Array& param, const Array& grad, Array* state, int n_state, const UpdateParams& params,
                              const Array* skip)>
     update_parameter{"update_parameter"};
+/// Multi-tensor form of update_parameter: one step of one rule on n_tensors parameters of one
+/// floating dtype and device, in a few passes for all of them (Note [Multi-tensor updates] in
+/// src/routines/update.cc). `state` holds n_state arrays per tensor, tensor-major
+/// (state[k * n_state + j] is state j of tensor k); param[k], grad[k] and tensor k's states are
+/// contiguous, of one size (nonzero). Each element is computed exactly as update_parameter
+/// computes it, so the results are the same bit for bit.
+inline constinit Kernel<void(Array* param, const Array* grad, Array* state, int n_tensors,
+                             int n_state, const UpdateParams& params, const Array* skip)>
+    update_parameters{"update_parameters"};
 /// out (one int64) = the number of Inf and NaN values in the n contiguous floating arrays (all
 /// on out's device), in one pass; on a GPU a few launches for all of them.
 inline constinit Kernel<void(const Array* arrays, int n, Array& out)> count_nonfinite{"count_nonfinite"};

@@ -13,10 +13,8 @@ void AdaGrad::init_state(ParamState& s) {
   s.add("h", Array());
 }
 
-void AdaGrad::update_one(ParamState& s) {
-  Array p = s.param.data();  // a handle to the parameter's memory
-  update_parameter(UpdateRule::kAdaGrad, p, s.param.grad(), {&s.get("h")}, {lr(), eps()},
-                   skip_flag());
+std::optional<Optimizer::UpdateStep> AdaGrad::update_step(ParamState& s) {
+  return UpdateStep{UpdateRule::kAdaGrad, {lr(), eps()}, {&s.get("h")}};
 }
 
 }  // namespace kusari::optimizers

@@ -45,7 +45,7 @@ void Adam::init_state(ParamState& s) {
   if (amsgrad()) s.add("vhat", Array());
 }
 
-void Adam::update_one(ParamState& s) {
+std::optional<Optimizer::UpdateStep> Adam::update_step(ParamState& s) {
   const Array& data = s.param.data();
   // As Chainer does: an eps that rounds to zero in the compute type would divide by zero.
   const double e = eps();
@@ -56,11 +56,10 @@ void Adam::update_one(ParamState& s) {
   if (ams && !s.find("vhat")) s.add("vhat", Array());  // amsgrad switched on after the first step
   std::vector<Array*> state{&s.get("m"), &s.get("v")};
   if (ams) state.push_back(&s.get("vhat"));
-  Array p = data;  // a handle to the parameter's memory
-  update_parameter(
-      UpdateRule::kAdam, p, s.param.grad(), state,
+  return UpdateStep{
+      UpdateRule::kAdam,
       {bias_corrected_alpha(s.t), beta1(), beta2(), e, eta(), weight_decay_rate(), ams ? 1.0 : 0.0},
-      skip_flag());
+      std::move(state)};
 }
 
 }  // namespace kusari::optimizers

@@ -1,6 +1,8 @@
 #include "kusari/optimizers/optimizer.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <sstream>
 
 #include "kusari/core/routines.h"
@@ -121,8 +123,72 @@ void Optimizer::call_hooks(OptimizerHook::Timing timing) {
   }
 }
 
+void Optimizer::update_one(ParamState& s) {
+  std::optional<UpdateStep> step = update_step(s);
+  KUSARI_CHECK(step.has_value(), NotImplementedError, type_name(),
+               ": the optimizer defines neither update_one nor update_step, so it cannot step ",
+               s.path);
+  Array p = s.param.data();  // a handle to the parameter's memory
+  update_parameter(step->rule, p, s.param.grad(), step->state, step->hyper, skip_flag());
+}
+
+// Note [Grouped optimizer updates]
+// With use_multi_tensor_update (the default) update() asks each parameter for its step
+// (update_step) instead of applying it (update_one), in the same order and at the same point of
+// the step (after its state is made and its t incremented), then steps the collected parameters
+// in groups, one kusari::update_parameters call per group (Note [Multi-tensor updates]). A group
+// is the parameters whose step has the same rule, the same hyperparameter values (so, for Adam,
+// the same step count t), the same number of states, dtype and device; groups are formed in
+// the order of their first parameter. Parameters stepped through float32 master copies are in
+// the float32 group and rounded back to their dtype after the groups ran. Each element gets the
+// same arithmetic as in update_parameter, so the parameters and states are the same bits as
+// with use_multi_tensor_update(false), which steps each parameter by update_one.
+//
+// The hooks do not prevent grouping: kPre hooks run on all gradients before any step and kPost
+// hooks after all of them (Note [Optimizer step order]), so no hook sees a parameter between
+// the step of one parameter and the next. An optimizer whose update_step returns nullopt (a
+// custom one computing its step with array routines) is stepped per parameter as before.
+namespace {
+
+// Hyperparameter lists equal bit for bit (a NaN learning rate groups with itself).
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::bit_cast<uint64_t>(a[i]) != std::bit_cast<uint64_t>(b[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void Optimizer::run_grouped_steps(std::vector<GroupedStep>& steps) {
+  std::vector<bool> done(steps.size(), false);
+  for (size_t first = 0; first < steps.size(); ++first) {
+    if (done[first]) continue;
+    const GroupedStep& a = steps[first];
+    std::vector<Array*> params;
+    std::vector<Array> grads;
+    std::vector<std::vector<Array*>> state;
+    for (size_t j = first; j < steps.size(); ++j) {
+      GroupedStep& b = steps[j];
+      if (done[j] || b.step.rule != a.step.rule || !same_bits(b.step.hyper, a.step.hyper) ||
+          b.step.state.size() != a.step.state.size() || b.param.dtype() != a.param.dtype() ||
+          b.param.device() != a.param.device()) {
+        continue;
+      }
+      done[j] = true;
+      params.push_back(&b.param);
+      grads.push_back(b.grad);
+      state.push_back(b.step.state);
+    }
+    update_parameters(a.step.rule, params, grads, state, a.step.hyper, skip_flag());
+    ++last_update_calls_;
+  }
+}
+
 void Optimizer::update() {
   std::vector<ParamState>& states = param_states();  // (settles the previous step's verdict)
+  last_update_calls_ = 0;
   // Undo a loss scale (the leaves remember the factor their gradient was computed with). With
   // float32 master weights a 16-bit gradient is widened to float32 first: unscaled in float16,
   // the small gradients that loss scaling saved from underflow would underflow again. The hooks
@@ -154,6 +220,7 @@ void Optimizer::update() {
   }
   call_hooks(OptimizerHook::Timing::kPre);
   ++t_;  // before the updates: see Note [Optimizer step order]
+  std::vector<GroupedStep> grouped;
   for (size_t i = 0; i < states.size(); ++i) {
     ParamState& s = states[i];
     if (!s.param.impl().update_enabled || !s.param.grad().defined()) continue;
@@ -184,12 +251,25 @@ void Optimizer::update() {
       }
     }
     ++s.t;
-    update_one(s);
-    if (fp32_master) {
-      s.param = real;
+    std::optional<UpdateStep> step = multi_tensor_update_ ? update_step(s) : std::nullopt;
+    if (step) {
+      grouped.push_back({i, std::move(*step), s.param.data(), s.param.grad(), fp32_master});
+    } else {
+      update_one(s);
+      ++last_update_calls_;
+    }
+    if (fp32_master) s.param = real;
+    if (fp32_master && !step) {
       Array data = real.data();
       data.assign(s.get("master").astype(data.dtype()));
     }
+  }
+  run_grouped_steps(grouped);
+  for (const GroupedStep& u : grouped) {
+    if (!u.master) continue;
+    ParamState& s = states[u.index];
+    Array data = s.param.data();
+    data.assign(s.get("master").astype(data.dtype()));
   }
   for (ParamState& s : states) {
     const Array grad = s.param.grad();

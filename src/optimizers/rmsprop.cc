@@ -15,15 +15,14 @@ void RMSprop::init_state(ParamState& s) {
   s.add("ms", Array());
 }
 
-void RMSprop::update_one(ParamState& s) {
+std::optional<Optimizer::UpdateStep> RMSprop::update_step(ParamState& s) {
   const Array& data = s.param.data();
   const double e = eps();
   KUSARI_CHECK(e == 0.0 || data.dtype() == Dtype::kFloat64 || static_cast<float>(e) != 0.0f,
                ValueError, type_name(), ": eps (", e, ") is too small for ",
                dtype_name(data.dtype()), " parameters");
-  Array p = data;  // a handle to the parameter's memory
-  update_parameter(UpdateRule::kRmsprop, p, s.param.grad(), {&s.get("ms")},
-                   {lr(), alpha(), e, eps_inside_sqrt() ? 1.0 : 0.0}, skip_flag());
+  return UpdateStep{
+      UpdateRule::kRmsprop, {lr(), alpha(), e, eps_inside_sqrt() ? 1.0 : 0.0}, {&s.get("ms")}};
 }
 
 }  // namespace kusari::optimizers

@@ -8,9 +8,8 @@ SGD::SGD(double lr) {
   declare_hyperparam("lr", lr);
 }
 
-void SGD::update_one(ParamState& s) {
-  Array p = s.param.data();  // a handle to the parameter's memory
-  update_parameter(UpdateRule::kSgd, p, s.param.grad(), {}, {lr()}, skip_flag());
+std::optional<Optimizer::UpdateStep> SGD::update_step(ParamState&) {
+  return UpdateStep{UpdateRule::kSgd, {lr()}, {}};
 }
 
 MomentumSGD::MomentumSGD(double lr, double momentum) {
@@ -22,10 +21,8 @@ void MomentumSGD::init_state(ParamState& s) {
   s.add("v", Array());
 }
 
-void MomentumSGD::update_one(ParamState& s) {
-  Array p = s.param.data();
-  update_parameter(UpdateRule::kMomentumSgd, p, s.param.grad(), {&s.get("v")}, {lr(), momentum()},
-                   skip_flag());
+std::optional<Optimizer::UpdateStep> MomentumSGD::update_step(ParamState& s) {
+  return UpdateStep{UpdateRule::kMomentumSgd, {lr(), momentum()}, {&s.get("v")}};
 }
 
 NesterovAG::NesterovAG(double lr, double momentum) {
@@ -37,10 +34,8 @@ void NesterovAG::init_state(ParamState& s) {
   s.add("v", Array());
 }
 
-void NesterovAG::update_one(ParamState& s) {
-  Array p = s.param.data();
-  update_parameter(UpdateRule::kNesterov, p, s.param.grad(), {&s.get("v")}, {lr(), momentum()},
-                   skip_flag());
+std::optional<Optimizer::UpdateStep> NesterovAG::update_step(ParamState& s) {
+  return UpdateStep{UpdateRule::kNesterov, {lr(), momentum()}, {&s.get("v")}};
 }
 
 }  // namespace kusari::optimizers

@@ -254,6 +254,28 @@ TEST(DataParallelTest, MultiNodeOptimizerBroadcastsFirstThenAverages) {
   EXPECT_DOUBLE_EQ(actual->hyperparam("lr"), 0.5);
 }
 
+TEST(DataParallelTest, MultiNodeOptimizerForwardsMultiTensorUpdates) {
+  auto comm = create_communicator("flat");
+  manual_seed(300 + static_cast<uint64_t>(comm->rank()));
+  auto model = std::make_shared<links::Linear>(3, 2);
+  auto actual = std::make_shared<optimizers::MomentumSGD>(0.1, 0.9);
+  auto opt = create_multi_node_optimizer(actual, comm);
+  opt->setup(model);
+  Array x = Array::from({1, 2, 3}, Shape{1, 3}, float32) * static_cast<double>(comm->rank() + 1);
+  auto lossfun = [&]() { return F::sum((*model)(Variable(x))); };
+  opt->update(lossfun);  // (broadcasts)
+  EXPECT_TRUE(opt->multi_tensor_update());
+  opt->update(lossfun);
+  EXPECT_EQ(opt->last_update_calls(), 1) << "W and b are one float32 group";
+  opt->use_multi_tensor_update(false);
+  EXPECT_FALSE(actual->multi_tensor_update());
+  opt->update(lossfun);
+  EXPECT_EQ(opt->last_update_calls(), 2) << "one call per parameter";
+  EXPECT_EQ(actual->last_update_calls(), 2);
+  EXPECT_TRUE(same_on_all_ranks(*comm, model->W.data()));
+  EXPECT_TRUE(same_on_all_ranks(*comm, model->b.data()));
+}
+
 TEST(DataParallelTest, MixedPrecisionStepsAgreeAcrossRanks) {
   // bfloat16 and float16 (loss-scaled) parameters with float32 master weights: the lazily sized
   // weight is created in the dtype, broadcast, then every step averages 16-bit gradients and

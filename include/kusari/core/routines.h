@@ -172,6 +172,17 @@ Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Poo
 void update_parameter(UpdateRule rule, Array& param, const Array& grad,
                       const std::vector<Array*>& state, const std::vector<double>& hyper,
                       const Array* skip = nullptr);
+/// update_parameter on many parameters at once: one step of `rule` with the same `hyper` on
+/// every params[i] from grads[i] with states[i] (each list as update_parameter's state, all of
+/// one length), in a few kernel launches for all of them (on a GPU one per 64 tensors, with no
+/// host-to-device copy, so it can be captured in a CUDA graph). The parameters share one device
+/// and one floating dtype; each is checked as update_parameter checks it, and each element is
+/// computed exactly as update_parameter computes it (the same bits). See Note [Multi-tensor
+/// updates].
+void update_parameters(UpdateRule rule, const std::vector<Array*>& params,
+                       const std::vector<Array>& grads,
+                       const std::vector<std::vector<Array*>>& states,
+                       const std::vector<double>& hyper, const Array* skip = nullptr);
 /// The number of Inf and NaN values in all of `arrays` (floating, on one device, of any shapes
 /// and floating dtypes), as one int64 on that device, not read back: one pass over the memory,
 /// and on a GPU one launch per dtype for up to 48 arrays (dynamic loss scaling counts a model's

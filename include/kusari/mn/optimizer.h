@@ -43,6 +43,11 @@ class MultiNodeOptimizer : public Optimizer {
     actual_->loss_scaling(interval, scale);
   }
   void use_fp32_update(bool flag = true) override { actual_->use_fp32_update(flag); }
+  void use_multi_tensor_update(bool flag = true) override {
+    actual_->use_multi_tensor_update(flag);
+  }
+  bool multi_tensor_update() const override { return actual_->multi_tensor_update(); }
+  int64_t last_update_calls() const override { return actual_->last_update_calls(); }
   double& hyperparam(const std::string& name) override;
   bool has_hyperparam(const std::string& name) const override;
   double lr() const override;

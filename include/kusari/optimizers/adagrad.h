@@ -21,7 +21,7 @@ class AdaGrad : public Optimizer {
 
  protected:
   void init_state(ParamState& state) override;
-  void update_one(ParamState& state) override;
+  std::optional<UpdateStep> update_step(ParamState& state) override;
   bool skips_on_device() const override { return true; }
 };
 

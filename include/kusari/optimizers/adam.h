@@ -80,7 +80,7 @@ class Adam : public Optimizer {
 
  protected:
   void init_state(ParamState& state) override;
-  void update_one(ParamState& state) override;
+  std::optional<UpdateStep> update_step(ParamState& state) override;
   bool skips_on_device() const override { return true; }
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kusari/core/cuda.h"
+#include "kusari/core/op_types.h"
 #include "kusari/links/link.h"
 #include "kusari/serializers/serializer.h"
 
@@ -128,6 +129,17 @@ class Optimizer : public Serializable {
   /// use_fp32_update).
   virtual void use_fp32_update(bool flag = true) { fp32_update_ = flag; }
 
+  /// Steps the parameters in groups through the multi-tensor update kernel (true, the default)
+  /// or one parameter at a time (false); the results are the same bit for bit (Note [Grouped
+  /// optimizer updates]).
+  virtual void use_multi_tensor_update(bool flag = true) { multi_tensor_update_ = flag; }
+  /// True when update() steps the parameters in groups.
+  virtual bool multi_tensor_update() const { return multi_tensor_update_; }
+  /// The number of update routine calls the last update() made: one per group of parameters
+  /// stepped together (kusari::update_parameters), plus one per parameter stepped alone
+  /// (update_one). 0 when the step was skipped or nothing had a gradient.
+  virtual int64_t last_update_calls() const { return last_update_calls_; }
+
   /// Saves or loads t, epoch and the per-parameter states ("l1/W/m", ...), Chainer's layout;
   /// with dynamic loss scaling also "loss_scale" and "loss_scale_good_steps".
   void serialize(Serializer& serializer) override;
@@ -139,13 +151,28 @@ class Optimizer : public Serializable {
   void declare_hyperparam(const std::string& name, double value);
   /// Allocates the per-parameter state before the parameter's first update.
   virtual void init_state(ParamState& state) {}
-  /// Applies one step to one parameter whose gradient is present.
-  virtual void update_one(ParamState& state) = 0;
-  /// True when update_one applies every step through kusari::update_parameter with
-  /// skip_flag(): dynamic loss scaling then skips an overflowing step on the device and learns
-  /// of it later, instead of reading the overflow count before the updates (Note [Dynamic loss
-  /// scaling]). The built-in optimizers do; an optimizer that computes its step otherwise keeps
-  /// the default, false, and is checked before its updates.
+  /// One parameter's step as the fused update kernels take it (kusari::update_parameter's
+  /// arguments but the parameter and gradient): the rule, its hyperparameters and the state
+  /// arrays (pointers into the ParamState's arrays).
+  struct UpdateStep {
+    UpdateRule rule;
+    std::vector<double> hyper;
+    std::vector<Array*> state;
+  };
+  /// The step of `state`'s parameter (its state initialised, its t already incremented), or
+  /// nullopt when the optimizer computes its steps in update_one. The built-in optimizers
+  /// describe every step so; update() then steps parameters of one dtype, device and step
+  /// together (Note [Grouped optimizer updates]).
+  virtual std::optional<UpdateStep> update_step(ParamState& state) { return std::nullopt; }
+  /// Applies one step to one parameter whose gradient is present. The default applies
+  /// update_step() through kusari::update_parameter; an optimizer without update_step()
+  /// overrides this.
+  virtual void update_one(ParamState& state);
+  /// True when every step goes through kusari::update_parameter (or update_parameters) with
+  /// skip_flag(), as update_step()'s steps do: dynamic loss scaling then skips an overflowing step
+  /// on the device and learns of it later, instead of reading the overflow count before the updates
+  /// (Note [Dynamic loss scaling]). The built-in optimizers do; an optimizer that computes its step
+  /// otherwise keeps the default, false, and is checked before its updates.
   virtual bool skips_on_device() const { return false; }
   /// During update(): the flag to pass to kusari::update_parameter (null when none).
   const Array* skip_flag() const { return skip_.defined() ? &skip_ : nullptr; }
@@ -170,11 +197,25 @@ class Optimizer : public Serializable {
   int64_t epoch_ = 0;
   double loss_scale_ = 1.0;
   bool fp32_update_ = false;
+  bool multi_tensor_update_ = true;
+  int64_t last_update_calls_ = 0;
   bool dynamic_loss_scaling_ = false;
   int64_t loss_scale_interval_ = 1000;
   int64_t good_steps_ = 0;
 
  private:
+  /// A parameter's step collected by update() for a group (Note [Grouped optimizer updates]):
+  /// the index of its state, the step, the arrays stepped (the master copy and its float32
+  /// gradient for a parameter with one) and whether it has a master copy to round back.
+  struct GroupedStep {
+    size_t index;
+    UpdateStep step;
+    Array param;
+    Array grad;
+    bool master;
+  };
+  /// Steps `steps` in groups, one kusari::update_parameters call each.
+  void run_grouped_steps(std::vector<GroupedStep>& steps);
   /// Dynamic loss scaling: the number of non-finite gradient values (an int64 on the gradients'
   /// device, not read), undefined when no gradient is present; `one_device`: all on one device.
   Array overflow_count(std::vector<ParamState>& states, bool* one_device) const;

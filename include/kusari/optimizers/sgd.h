@@ -16,7 +16,7 @@ class SGD : public Optimizer {
   const char* type_name() const override { return "SGD"; }
 
  protected:
-  void update_one(ParamState& state) override;
+  std::optional<UpdateStep> update_step(ParamState& state) override;
   bool skips_on_device() const override { return true; }
 };
 
@@ -37,7 +37,7 @@ class MomentumSGD : public Optimizer {
 
  protected:
   void init_state(ParamState& state) override;
-  void update_one(ParamState& state) override;
+  std::optional<UpdateStep> update_step(ParamState& state) override;
   bool skips_on_device() const override { return true; }
 };
 
@@ -58,7 +58,7 @@ class NesterovAG : public Optimizer {
 
  protected:
   void init_state(ParamState& state) override;
-  void update_one(ParamState& state) override;
+  std::optional<UpdateStep> update_step(ParamState& state) override;
   bool skips_on_device() const override { return true; }
 };
 

@@ -29,64 +29,124 @@ __device__ __forceinline__ C nan_max(C a, C b) {
   return (b != b || b > a) ? b : a;
 }
 
+// One step of the rule on element i of p, g, s0, s1, s2: the code both update kernels run, so
+// that the per-parameter and the multi-tensor launches agree bit for bit.
+template <typename T>
+__device__ __forceinline__ void step_element(int64_t i, T* __restrict__ p, const T* __restrict__ g,
+                                             T* __restrict__ s0, T* __restrict__ s1,
+                                             T* __restrict__ s2,
+                                             const UpdateConstants<compute_t<T>>& k) {
+  using C = compute_t<T>;
+  const C gi = to_compute(g[i]);
+  switch (k.rule) {
+    case UpdateRule::kSgd:
+      p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi);
+      break;
+    case UpdateRule::kMomentumSgd: {
+      // c: lr, momentum
+      s0[i] = from_compute<T>(k.c[1] * to_compute(s0[i]) - k.c[0] * gi);
+      p[i] = from_compute<T>(to_compute(p[i]) + to_compute(s0[i]));
+      break;
+    }
+    case UpdateRule::kNesterov: {
+      // c: lr, momentum, momentum^2, (1 + momentum) lr
+      s0[i] = from_compute<T>(k.c[1] * to_compute(s0[i]) - k.c[0] * gi);
+      p[i] = from_compute<T>(to_compute(p[i]) + (k.c[2] * to_compute(s0[i]) - k.c[3] * gi));
+      break;
+    }
+    case UpdateRule::kAdam: {
+      // c: alpha_t, 1 - beta1, 1 - beta2, eps, eta, weight_decay_rate; flag: amsgrad
+      C mi = to_compute(s0[i]), vi = to_compute(s1[i]);
+      mi += k.c[1] * (gi - mi);
+      vi += k.c[2] * (gi * gi - vi);
+      s0[i] = from_compute<T>(mi);
+      s1[i] = from_compute<T>(vi);
+      mi = to_compute(s0[i]);
+      vi = to_compute(s1[i]);
+      if (k.flag) {
+        s2[i] = from_compute<T>(nan_max(to_compute(s2[i]), vi));
+        vi = to_compute(s2[i]);
+      }
+      const C pi = to_compute(p[i]);
+      p[i] =
+          from_compute<T>(pi - k.c[4] * (k.c[0] * mi / (dmath::sqrt(vi) + k.c[3]) + k.c[5] * pi));
+      break;
+    }
+    case UpdateRule::kRmsprop: {
+      // c: lr, alpha, 1 - alpha, eps; flag: eps inside the square root
+      s0[i] = from_compute<T>(k.c[1] * to_compute(s0[i]) + k.c[2] * gi * gi);
+      const C msi = to_compute(s0[i]);
+      const C denom = k.flag ? dmath::sqrt(msi + k.c[3]) : dmath::sqrt(msi) + k.c[3];
+      p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi / denom);
+      break;
+    }
+    case UpdateRule::kAdaGrad: {
+      // c: lr, eps
+      s0[i] = from_compute<T>(to_compute(s0[i]) + gi * gi);
+      const C hi = to_compute(s0[i]);
+      p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi / (dmath::sqrt(hi) + k.c[1]));
+      break;
+    }
+  }
+}
+
 // p, g, s0, s1, s2 (n,) contiguous: one step of the rule per element; none when *skip != 0.
 template <typename T>
 __global__ void update_kernel(int64_t n, T* p, const T* g, T* s0, T* s1, T* s2,
                               UpdateConstants<compute_t<T>> k, const int64_t* skip) {
-  using C = compute_t<T>;
   if (skip != nullptr && *skip != 0) return;
-  for (int64_t i = grid_start(); i < n; i += grid_step()) {
-    const C gi = to_compute(g[i]);
-    switch (k.rule) {
-      case UpdateRule::kSgd:
-        p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi);
-        break;
-      case UpdateRule::kMomentumSgd: {
-        // c: lr, momentum
-        s0[i] = from_compute<T>(k.c[1] * to_compute(s0[i]) - k.c[0] * gi);
-        p[i] = from_compute<T>(to_compute(p[i]) + to_compute(s0[i]));
-        break;
-      }
-      case UpdateRule::kNesterov: {
-        // c: lr, momentum, momentum^2, (1 + momentum) lr
-        s0[i] = from_compute<T>(k.c[1] * to_compute(s0[i]) - k.c[0] * gi);
-        p[i] = from_compute<T>(to_compute(p[i]) + (k.c[2] * to_compute(s0[i]) - k.c[3] * gi));
-        break;
-      }
-      case UpdateRule::kAdam: {
-        // c: alpha_t, 1 - beta1, 1 - beta2, eps, eta, weight_decay_rate; flag: amsgrad
-        C mi = to_compute(s0[i]), vi = to_compute(s1[i]);
-        mi += k.c[1] * (gi - mi);
-        vi += k.c[2] * (gi * gi - vi);
-        s0[i] = from_compute<T>(mi);
-        s1[i] = from_compute<T>(vi);
-        mi = to_compute(s0[i]);
-        vi = to_compute(s1[i]);
-        if (k.flag) {
-          s2[i] = from_compute<T>(nan_max(to_compute(s2[i]), vi));
-          vi = to_compute(s2[i]);
-        }
-        const C pi = to_compute(p[i]);
-        p[i] =
-            from_compute<T>(pi - k.c[4] * (k.c[0] * mi / (dmath::sqrt(vi) + k.c[3]) + k.c[5] * pi));
-        break;
-      }
-      case UpdateRule::kRmsprop: {
-        // c: lr, alpha, 1 - alpha, eps; flag: eps inside the square root
-        s0[i] = from_compute<T>(k.c[1] * to_compute(s0[i]) + k.c[2] * gi * gi);
-        const C msi = to_compute(s0[i]);
-        const C denom = k.flag ? dmath::sqrt(msi + k.c[3]) : dmath::sqrt(msi) + k.c[3];
-        p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi / denom);
-        break;
-      }
-      case UpdateRule::kAdaGrad: {
-        // c: lr, eps
-        s0[i] = from_compute<T>(to_compute(s0[i]) + gi * gi);
-        const C hi = to_compute(s0[i]);
-        p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi / (dmath::sqrt(hi) + k.c[1]));
-        break;
+  for (int64_t i = grid_start(); i < n; i += grid_step()) step_element(i, p, g, s0, s1, s2, k);
+}
+
+// Note [Multi-tensor launches]
+// update_parameters steps many tensors of one dtype in one launch. Their pointers and sizes
+// travel by value in the kernel's arguments (TensorTable, under the 4 KiB argument limit), so a
+// step copies nothing from the host to the device and can be captured in a CUDA graph. Each
+// tensor is cut into chunks of kChunk elements; chunk_end[k] is the number of chunks of tensors
+// 0..k, a chunk -> tensor map in prefix form: block b takes chunks b, b + gridDim.x, ..., finds
+// each chunk's tensor by a binary search of chunk_end (at most 6 steps for 64 tensors) and its
+// threads stride over the chunk. Up to kMaxTensors tensors go into one launch, so ResNet-50's
+// 161 parameters take 3 launches per dtype. Every element runs step_element with the
+// constants update_parameter would pass, hence the same bits.
+constexpr int kMaxTensors = 64;
+constexpr int64_t kChunk = 4096;
+
+struct TensorTable {
+  void* p[kMaxTensors];
+  const void* g[kMaxTensors];
+  void* s[3][kMaxTensors];
+  int64_t size[kMaxTensors];
+  int32_t chunk_end[kMaxTensors];
+  int32_t n;
+};
+static_assert(sizeof(TensorTable) + sizeof(UpdateConstants<double>) + sizeof(void*) <= 4096,
+              "update_multi_kernel's arguments must fit the 4 KiB kernel parameter limit");
+
+template <typename T>
+__global__ void update_multi_kernel(TensorTable t, UpdateConstants<compute_t<T>> k,
+                                    const int64_t* skip) {
+  if (skip != nullptr && *skip != 0) return;
+  const int32_t chunks = t.chunk_end[t.n - 1];
+  for (int32_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    int lo = 0, hi = t.n - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (t.chunk_end[mid] > c) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
       }
     }
+    const int32_t first = lo == 0 ? 0 : t.chunk_end[lo - 1];
+    const int64_t begin = static_cast<int64_t>(c - first) * kChunk;
+    const int64_t end = begin + kChunk < t.size[lo] ? begin + kChunk : t.size[lo];
+    T* p = static_cast<T*>(t.p[lo]);
+    const T* g = static_cast<const T*>(t.g[lo]);
+    T* s0 = static_cast<T*>(t.s[0][lo]);
+    T* s1 = static_cast<T*>(t.s[1][lo]);
+    T* s2 = static_cast<T*>(t.s[2][lo]);
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      step_element(i, p, g, s0, s1, s2, k);
   }
 }
 
@@ -175,6 +235,48 @@ void update_parameter(Array& param, const Array& grad, Array* state, int n_state
   KUSARI_CUDA_CHECK_LAUNCH();
 }
 
+void update_parameters(Array* param, const Array* grad, Array* state, int n_tensors, int n_state,
+                       const kernels::UpdateParams& params, const Array* skip) {
+  // kusari::update_parameters (the routine) checked every tensor as update_parameter does.
+  if (n_tensors == 0) return;
+  const int device = param[0].device().index();
+  cudaStream_t stream = prepare(param[0]);
+  const int64_t* skip_ptr = skip ? static_cast<const int64_t*>(skip->raw_data()) : nullptr;
+  common::visit_floating_dtype(param[0].dtype(), "update_parameters", [&](auto tag) {
+    using T = device_t<decltype(tag)>;
+    const UpdateConstants<compute_t<T>> k = update_constants<compute_t<T>>(params);
+    TensorTable table{};
+    int64_t chunks = 0;
+    auto launch = [&] {
+      if (table.n == 0) return;
+      const unsigned grid = grid_for(chunks * kBlockSize, device);  // (about one block per chunk)
+      update_multi_kernel<T><<<grid, kBlockSize, 0, stream>>>(table, k, skip_ptr);
+      KUSARI_CUDA_CHECK_LAUNCH();
+      table = TensorTable{};
+      chunks = 0;
+    };
+    for (int i = 0; i < n_tensors; ++i) {
+      const int64_t n = param[i].size();
+      const int64_t tensor_chunks = (n + kChunk - 1) / kChunk;
+      KUSARI_CHECK(tensor_chunks < (int64_t{1} << 30), ValueError, "update_parameters: tensor ", i,
+                   " has ", n, " elements, more than ", (int64_t{1} << 30) * kChunk,
+                   " (the most one launch takes)");
+      if (table.n == kMaxTensors || chunks + tensor_chunks > (int64_t{1} << 30)) launch();
+      const int j = table.n++;
+      table.p[j] = param[i].raw_data();
+      table.g[j] = grad[i].raw_data();
+      for (int s = 0; s < 3; ++s) {
+        table.s[s][j] =
+            s < n_state ? state[static_cast<ptrdiff_t>(i) * n_state + s].raw_data() : nullptr;
+      }
+      table.size[j] = n;
+      chunks += tensor_chunks;
+      table.chunk_end[j] = static_cast<int32_t>(chunks);
+    }
+    launch();
+  });
+}
+
 void count_nonfinite(const Array* arrays, int n, Array& out) {
   const int device = out.device().index();
   cudaStream_t stream = prepare(out);
@@ -208,6 +310,7 @@ void count_nonfinite(const Array* arrays, int n, Array& out) {
 
 void register_cuda_update_kernels() {
   kernels::update_parameter.set(DeviceType::kCUDA, &update_parameter);
+  kernels::update_parameters.set(DeviceType::kCUDA, &update_parameters);
   kernels::count_nonfinite.set(DeviceType::kCUDA, &count_nonfinite);
 }
 
