@@ -9,13 +9,19 @@
 //     block; the reductions give a channel a 2-d grid of (channel, split) blocks, each summing a
 //     range of its planes.
 //   channels-minor (inner == 1: channels-last, or (N, C)): rows of C contiguous channels. Blocks
-//     are 32 x 8 threads: x along 32 consecutive channels (a warp reads 32 neighbours, so loads
-//     coalesce), y along rows; a grid column of blocks shares the channels and splits the rows.
+//     are 256 threads, bx x by: x along consecutive channels, each thread V of them read and
+//     written as one 16-byte pack (V = 16 / sizeof(T), when C is a multiple of V and the arrays
+//     are 16-byte aligned; else V = 1), so a warp moves up to 512 contiguous bytes per load and
+//     keeps more bytes in flight; bx is the power of two up to 32 that covers C / V (a narrow C
+//     leaves no thread idle), y along rows; a grid column of blocks shares the channels and
+//     splits the rows.
 // No thread divides per element, except the planar reduction over planes smaller than a block,
 // which walks a flat index with 32-bit division.
 // The reductions write per-(channel, split) partials to a small workspace; a second kernel, one
 // thread per channel, merges them and finishes the statistics (and the running averages).
 #include <algorithm>
+#include <array>
+#include <cstdint>
 
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/primitives/kernel_util.cuh"
@@ -33,6 +39,22 @@ using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <typename S, typename T>
 __device__ __forceinline__ S load_as(const T* p, int64_t i) {
   return static_cast<S>(to_compute(p[i]));
+}
+
+/// V consecutive elements, loaded and stored as one access.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <int V, typename T>
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p, int64_t i) {
+  return *reinterpret_cast<const Pack<T, V>*>(p + i);
+}
+
+template <int V, typename T>
+__device__ __forceinline__ void store_pack(T* p, int64_t i, const Pack<T, V>& v) {
+  *reinterpret_cast<Pack<T, V>*>(p + i) = v;
 }
 
 /// A partial statistic: count, mean and sum of squared deviations (of x - shift).
@@ -107,7 +129,7 @@ __device__ void block_sum2(S& a, S& b) {
 }
 
 constexpr int kPlanarBlock = 256;
-constexpr int kRowsX = 32, kRowsY = 8;
+constexpr int kRowsThreads = 256;
 
 // --- statistics ----------------------------------------------------------------------------------
 
@@ -121,6 +143,16 @@ struct StatTerms {
     a += v;
     b += v * v;
   }
+  template <int V>
+  __device__ __forceinline__ void add_pack(int64_t i, const S* shift, S* a, S* b) const {
+    const Pack<T, V> xv = load_pack<V>(x, i);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const S v = static_cast<S>(to_compute(xv.v[j])) - shift[j];
+      a[j] += v;
+      b[j] += v * v;
+    }
+  }
 };
 
 template <typename T, typename S>
@@ -133,6 +165,19 @@ struct GradTerms {
     if (relu_y != nullptr && !(load_as<S>(relu_y, i) > S(0))) g = S(0);
     a += g;
     b += g * (load_as<S>(x, i) - mean);
+  }
+  template <int V>
+  __device__ __forceinline__ void add_pack(int64_t i, const S* mean, S* a, S* b) const {
+    const Pack<T, V> gv = load_pack<V>(gy, i), xv = load_pack<V>(x, i);
+    Pack<T, V> yv;
+    if (relu_y != nullptr) yv = load_pack<V>(relu_y, i);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      S g = static_cast<S>(to_compute(gv.v[j]));
+      if (relu_y != nullptr && !(static_cast<S>(to_compute(yv.v[j])) > S(0))) g = S(0);
+      a[j] += g;
+      b[j] += g * (static_cast<S>(to_compute(xv.v[j])) - mean[j]);
+    }
   }
 };
 
@@ -181,44 +226,63 @@ __global__ void planar_partials(BatchNormShape s, Terms terms, const S* center_o
   }
 }
 
-template <typename S, typename Terms, bool kMoments>
+// Blocks of bx x by threads (blockDim), each thread V channels (Note [Batch norm kernel geometry]).
+template <typename S, int V, typename Terms, bool kMoments>
 __global__ void rows_partials(BatchNormShape s, Terms terms, const S* center_of, S* partial,
                               int splits) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kRowsX + threadIdx.x;
+  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * bx + tx) * V;
   const int split = blockIdx.y;
   const bool active = c < s.channels;
-  S center = S(0);
-  if (active) center = kMoments ? load_as<S>(terms.x, c) : center_of[c];
-  S a = S(0), b = S(0), n = S(0);
+  S center[V], a[V], b[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    center[j] = !active ? S(0) : kMoments ? load_as<S>(terms.x, c + j) : center_of[c + j];
+    a[j] = S(0);
+    b[j] = S(0);
+  }
+  S n = S(0);
   const int64_t r0 = s.outer * split / splits, r1 = s.outer * (split + 1) / splits;
   if (active) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowsY) {
-      terms.add(r * s.channels + c, center, a, b);
+    for (int64_t r = r0 + ty; r < r1; r += by) {
+      terms.template add_pack<V>(r * s.channels + c, center, a, b);
       n += S(1);
     }
   }
-  __shared__ S sh[3][kRowsY][kRowsX];
-  sh[0][threadIdx.y][threadIdx.x] = a;
-  sh[1][threadIdx.y][threadIdx.x] = b;
-  sh[2][threadIdx.y][threadIdx.x] = n;
+  // sh[k][t]: the thread's sums (k = 2j, 2j + 1) and count (k = 2V), t = ty * bx + tx.
+  __shared__ S sh[(2 * V + 1) * kRowsThreads];
+  const int t = ty * bx + tx;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sh[(2 * j) * kRowsThreads + t] = a[j];
+    sh[(2 * j + 1) * kRowsThreads + t] = b[j];
+  }
+  sh[2 * V * kRowsThreads + t] = n;
   __syncthreads();
-  if (threadIdx.y != 0 || !active) return;
-  S* out = partial + (c * splits + split) * 3;
-  if constexpr (kMoments) {
-    Moments<S> m = from_sums(sh[2][0][threadIdx.x], sh[0][0][threadIdx.x], sh[1][0][threadIdx.x]);
-    for (int y = 1; y < kRowsY; ++y) {
-      m = merge(m, from_sums(sh[2][y][threadIdx.x], sh[0][y][threadIdx.x], sh[1][y][threadIdx.x]));
+  if (ty != 0 || !active) return;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const S* sa = sh + (2 * j) * kRowsThreads;
+    const S* sb = sh + (2 * j + 1) * kRowsThreads;
+    const S* sn = sh + 2 * V * kRowsThreads;
+    S* out = partial + ((c + j) * splits + split) * 3;
+    if constexpr (kMoments) {
+      Moments<S> m = from_sums(sn[tx], sa[tx], sb[tx]);
+      for (int y = 1; y < by; ++y) {
+        m = merge(m, from_sums(sn[y * bx + tx], sa[y * bx + tx], sb[y * bx + tx]));
+      }
+      out[0] = m.n;
+      out[1] = m.mean;
+      out[2] = m.m2;
+    } else {
+      S ta = sa[tx], tb = sb[tx];
+      for (int y = 1; y < by; ++y) {
+        ta += sa[y * bx + tx];
+        tb += sb[y * bx + tx];
+      }
+      out[0] = ta;
+      out[1] = tb;
     }
-    out[0] = m.n;
-    out[1] = m.mean;
-    out[2] = m.m2;
-  } else {
-    for (int y = 1; y < kRowsY; ++y) {
-      a += sh[0][y][threadIdx.x];
-      b += sh[1][y][threadIdx.x];
-    }
-    out[0] = a;
-    out[1] = b;
   }
 }
 
@@ -261,9 +325,8 @@ __global__ void finish_grad_sums(int64_t channels, const S* partial, int splits,
 
 // How many splits each channel's reduction gets: enough blocks to fill the GPU a few times,
 // and no block with less than a few thousand elements.
-int reduction_splits(const BatchNormShape& s, int device, bool rows) {
+int reduction_splits(const BatchNormShape& s, int device, int64_t column_blocks) {
   const int64_t per_channel = s.outer * s.inner;
-  const int64_t column_blocks = rows ? (s.channels + kRowsX - 1) / kRowsX : s.channels;
   const int64_t wanted_blocks = static_cast<int64_t>(sm_count(device)) * 4;
   int64_t splits = (wanted_blocks + column_blocks - 1) / column_blocks;
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, per_channel / 4096));
@@ -271,22 +334,56 @@ int reduction_splits(const BatchNormShape& s, int device, bool rows) {
   return static_cast<int>(std::clamp<int64_t>(splits, 1, 65535));
 }
 
+// The threads of a channels-minor block along the channels: the power of two up to 32 that
+// covers C / V packs.
+int rows_block_x(int64_t packs) {
+  int bx = 1;
+  while (bx < 32 && bx < packs) bx *= 2;
+  return bx;
+}
+
+bool aligned16(const void* p) {
+  return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// The pack width of the channels-minor kernels for these arrays: 16 / sizeof(T) when C is a
+// multiple of it and every array is 16-byte aligned, else 1.
+template <typename T, size_t N>
+int rows_pack(const BatchNormShape& s, const std::array<const void*, N>& arrays) {
+  constexpr int kWide = static_cast<int>(16 / sizeof(T));
+  if (s.channels % kWide != 0) return 1;
+  for (const void* p : arrays) {
+    if (!aligned16(p)) return 1;
+  }
+  return kWide;
+}
+
 // Runs the partial reduction of `terms` into a fresh workspace; returns it and sets *splits.
-template <typename S, bool kMoments, typename Terms>
+// `pack` is the channels-minor pack width (rows_pack).
+template <typename S, bool kMoments, typename T, typename Terms>
 Array reduce_partials(const Array& like, const BatchNormShape& s, const Terms& terms,
-                      const S* center, int* splits_out) {
+                      const S* center, int pack, int* splits_out) {
   const int device = like.device().index();
   cudaStream_t stream = prepare(like);
   const bool rows = s.inner == 1;
-  const int splits = reduction_splits(s, device, rows);
+  constexpr int kWide = static_cast<int>(16 / sizeof(T));
+  const int64_t packs = rows ? s.channels / pack : s.channels;
+  const int bx = rows ? rows_block_x(packs) : 1;
+  const int64_t column_blocks = rows ? (packs + bx - 1) / bx : s.channels;
+  const int splits = reduction_splits(s, device, column_blocks);
   *splits_out = splits;
   Array work = Array::empty({s.channels * splits * 3}, dtype_of<S>, like.device());
   S* wp = work.data<S>();
   if (rows) {
-    const dim3 grid(static_cast<unsigned>((s.channels + kRowsX - 1) / kRowsX),
-                    static_cast<unsigned>(splits));
-    rows_partials<S, Terms, kMoments>
-        <<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, terms, center, wp, splits);
+    const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(splits));
+    const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(kRowsThreads / bx));
+    if (pack == kWide && kWide > 1) {
+      rows_partials<S, kWide, Terms, kMoments>
+          <<<grid, block, 0, stream>>>(s, terms, center, wp, splits);
+    } else {
+      rows_partials<S, 1, Terms, kMoments>
+          <<<grid, block, 0, stream>>>(s, terms, center, wp, splits);
+    }
   } else {
     const dim3 grid(static_cast<unsigned>(s.channels), static_cast<unsigned>(splits));
     planar_partials<S, Terms, kMoments>
@@ -310,7 +407,9 @@ bool batch_norm_statistics(const Array& x, const BatchNormShape& s,
     using S = stat_t<T>;
     const T* xp = static_cast<const T*>(x.raw_data());
     int splits = 1;
-    Array work = reduce_partials<S, true>(x, s, StatTerms<T, S>{xp}, nullptr, &splits);
+    Array work =
+        reduce_partials<S, true, T>(x, s, StatTerms<T, S>{xp}, nullptr,
+                                    rows_pack<T>(s, std::array<const void*, 1>{xp}), &splits);
     cudaStream_t stream = compute_stream(x.device().index());
     const unsigned grid = static_cast<unsigned>((s.channels + 127) / 128);
     finish_statistics<T, S><<<grid, 128, 0, stream>>>(
@@ -335,7 +434,9 @@ bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* re
                               static_cast<const T*>(gy.raw_data()),
                               relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr};
         int splits = 1;
-        Array work = reduce_partials<S, false>(x, s, terms, mean.data<S>(), &splits);
+        Array work = reduce_partials<S, false, T>(
+            x, s, terms, mean.data<S>(),
+            rows_pack<T>(s, std::array<const void*, 3>{terms.x, terms.gy, terms.relu_y}), &splits);
         cudaStream_t stream = compute_stream(x.device().index());
         const unsigned grid = static_cast<unsigned>((s.channels + 127) / 128);
         finish_grad_sums<S><<<grid, 128, 0, stream>>>(s.channels, work.data<S>(), splits,
@@ -372,6 +473,23 @@ struct NormalizeOp {
     if (relu) v = v > S(0) ? v : S(0);
     y[i] = from_compute<T>(static_cast<compute_t<T>>(v));
   }
+  template <int V>
+  __device__ __forceinline__ void apply_pack(int64_t i, const Channel* k) const {
+    const Pack<T, V> xv = load_pack<V>(x, i);
+    Pack<T, V> rv, out;
+    if (residual != nullptr) rv = load_pack<V>(residual, i);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      S v = (static_cast<S>(to_compute(xv.v[j])) - k[j].mu) * k[j].scale + k[j].shift;
+      if (residual != nullptr) v += static_cast<S>(to_compute(rv.v[j]));
+      if (relu) v = v > S(0) ? v : S(0);
+      out.v[j] = from_compute<T>(static_cast<compute_t<T>>(v));
+    }
+    store_pack<V>(y, i, out);
+  }
+  std::array<const void*, 4> arrays() const {
+    return {x, residual, y};
+  }
 };
 
 /// gx = a * (g - b - (x - mean) * d).
@@ -401,6 +519,23 @@ struct BackwardDataOp {
     const S v = k.a * (g - k.b - (load_as<S>(x, i) - k.mu) * k.d);
     gx[i] = from_compute<T>(static_cast<compute_t<T>>(v));
   }
+  template <int V>
+  __device__ __forceinline__ void apply_pack(int64_t i, const Channel* k) const {
+    const Pack<T, V> gv = load_pack<V>(gy, i), xv = load_pack<V>(x, i);
+    Pack<T, V> yv, out;
+    if (relu_y != nullptr) yv = load_pack<V>(relu_y, i);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      S g = static_cast<S>(to_compute(gv.v[j]));
+      if (relu_y != nullptr && !(static_cast<S>(to_compute(yv.v[j])) > S(0))) g = S(0);
+      const S v = k[j].a * (g - k[j].b - (static_cast<S>(to_compute(xv.v[j])) - k[j].mu) * k[j].d);
+      out.v[j] = from_compute<T>(static_cast<compute_t<T>>(v));
+    }
+    store_pack<V>(gx, i, out);
+  }
+  std::array<const void*, 4> arrays() const {
+    return {x, gy, relu_y, gx};
+  }
 };
 
 template <typename Op>
@@ -411,30 +546,41 @@ __global__ void planar_elementwise(BatchNormShape s, Op op) {
   for (int64_t i = threadIdx.x; i < s.inner; i += blockDim.x) op.apply(base + i, k);
 }
 
-template <typename Op>
+template <int V, typename Op>
 __global__ void rows_elementwise(BatchNormShape s, Op op) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kRowsX + threadIdx.x;
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (c >= s.channels) return;
-  const auto k = op.channel(c);
-  const int64_t step = static_cast<int64_t>(gridDim.y) * kRowsY;
-  for (int64_t r = static_cast<int64_t>(blockIdx.y) * kRowsY + threadIdx.y; r < s.outer;
+  typename Op::Channel k[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) k[j] = op.channel(c + j);
+  const int64_t step = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  for (int64_t r = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < s.outer;
        r += step) {
-    op.apply(r * s.channels + c, k);
+    op.template apply_pack<V>(r * s.channels + c, k);
   }
 }
 
-template <typename Op>
+template <typename T, typename Op>
 void launch_elementwise(const Array& like, const BatchNormShape& s, const Op& op) {
   const int device = like.device().index();
   cudaStream_t stream = prepare(like);
   if (s.inner == 1) {
-    const int64_t column_blocks = (s.channels + kRowsX - 1) / kRowsX;
+    constexpr int kWide = static_cast<int>(16 / sizeof(T));
+    const int pack = rows_pack<T>(s, op.arrays());
+    const int64_t packs = s.channels / pack;
+    const int bx = rows_block_x(packs), by = kRowsThreads / bx;
+    const int64_t column_blocks = (packs + bx - 1) / bx;
     const int64_t wanted = static_cast<int64_t>(sm_count(device)) * 8;
     const int64_t row_blocks =
         std::clamp<int64_t>((wanted + column_blocks - 1) / column_blocks, 1,
-                            std::min<int64_t>(65535, (s.outer + kRowsY - 1) / kRowsY));
+                            std::min<int64_t>(65535, (s.outer + by - 1) / by));
     const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(row_blocks));
-    rows_elementwise<<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, op);
+    const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(by));
+    if (pack == kWide && kWide > 1) {
+      rows_elementwise<kWide><<<grid, block, 0, stream>>>(s, op);
+    } else {
+      rows_elementwise<1><<<grid, block, 0, stream>>>(s, op);
+    }
   } else {
     const int block = static_cast<int>(std::min<int64_t>(kPlanarBlock, (s.inner + 31) / 32 * 32));
     planar_elementwise<<<static_cast<unsigned>(s.outer * s.channels), block, 0, stream>>>(s, op);
@@ -457,7 +603,7 @@ bool batch_norm_normalize(const Array& x, const BatchNormShape& s, const Array& 
                          gamma.data<S>(),
                          beta.data<S>(),
                          relu};
-    launch_elementwise(x, s, op);
+    launch_elementwise<T>(x, s, op);
   });
   return true;
 }
@@ -480,7 +626,7 @@ bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu
                             gbeta.data<S>(),
                             ggamma.data<S>(),
                             static_cast<S>(inv_m)};
-    launch_elementwise(x, s, op);
+    launch_elementwise<T>(x, s, op);
   });
   return true;
 }
