@@ -112,11 +112,13 @@ inline void tap_row(const T* __restrict row, int64_t stride, int64_t shift, int6
     }
     return;
   }
-  for (int64_t ox = lo; ox < hi; ++ox) {
-    const T v = row[ox * s + shift], b = best[ox];
+  // Positions in I's width too: 64-bit index arithmetic would halve the vector lanes.
+  const I is = static_cast<I>(s), start = static_cast<I>(base + shift);
+  for (I ox = static_cast<I>(lo); ox < static_cast<I>(hi); ++ox) {
+    const T v = row[ox * is + shift], b = best[ox];
     const bool take = (idx[ox] < 0) | (v > b) | ((v != v) & (b == b));
     best[ox] = take ? v : b;
-    idx[ox] = take ? static_cast<I>(base + ox * s + shift) : idx[ox];
+    idx[ox] = take ? start + ox * is : idx[ox];
   }
 }
 
