@@ -43,8 +43,9 @@ void check_conv_shapes(const char* fn, const Shape& x, const Shape& w, const Sha
 
 /// kChannelsLast when a or b is channels-last, else kContiguous.
 MemoryFormat channels_last_if_any(const Array& a, const Array& b) {
-  const bool cl = a.memory_format() == MemoryFormat::kChannelsLast || b.memory_format() == MemoryFormat::kChannelsLast;
-  return cl ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous;
+  constexpr MemoryFormat kCL = MemoryFormat::kChannelsLast;
+  const bool cl = a.memory_format() == kCL || b.memory_format() == kCL;
+  return cl ? kCL : MemoryFormat::kContiguous;
 }
 
 }  // namespace
@@ -68,7 +69,8 @@ Array conv2d(const Array& x, const Array& w, const Array& b, const Conv2dParams&
   KUSARI_CHECK(oh > 0 && ow > 0, ShapeError, fn, ": the kernel ", w.shape(), " (with pad and dilation) is larger than the input ",
                x.shape());
   // Note [Memory formats]: the output is channels-last when x or W is (PyTorch's rule).
-  Array y = Array::empty({x.shape()[0], w.shape()[0], oh, ow}, x.dtype(), x.device(), channels_last_if_any(x, w));
+  Array y = Array::empty({x.shape()[0], w.shape()[0], oh, ow}, x.dtype(), x.device(),
+                         channels_last_if_any(x, w));
   if (y.size() > 0) kernels::conv2d_forward(x.device(), x, w, b, p, y);
   return y;
 }
