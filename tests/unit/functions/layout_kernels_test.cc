@@ -164,7 +164,8 @@ TEST_P(LayoutKernelsTest, ConvolutionNhwcMatchesNchw) {
       }
       outs[cl] = {y.data(), vx.grad(), vw.grad(), vb.grad()};
     }
-    const double tol = device().is_cpu() ? 1e-5 : 2e-3;
+    // cuDNN may pick other algorithms (and reduced-precision math) per layout.
+    const double tol = device().is_cpu() ? 1e-5 : 1e-2;
     for (size_t k = 0; k < outs[0].size(); ++k) {
       EXPECT_TRUE(testing::ArraysClose(outs[1][k], outs[0][k], tol, tol)) << "output " << k;
     }
@@ -175,6 +176,8 @@ TEST_P(LayoutKernelsTest, ConvolutionCachesFollowInPlaceFilterUpdates) {
   // The same geometry with a filter whose storage is updated in place between the calls (as an
   // optimizer does): every call must see the current values, in both layouts.
   manual_seed(3);
+  // The filter changes by far more than this between the steps, so a stale one cannot pass.
+  const double tol = device().is_cpu() ? 1e-5 : 1e-2;
   for (MemoryFormat f : {kC, kCL}) {
     const Array x = rand({4, 8, 10, 10}).to_memory_format(f);
     Array w = rand({16, 8, 3, 3}).to_memory_format(f);
@@ -183,7 +186,7 @@ TEST_P(LayoutKernelsTest, ConvolutionCachesFollowInPlaceFilterUpdates) {
       const Array ref =
           F::convolution_2d(Variable(x.to_memory_format(kC)), Variable(w.copy()), Variable(), 1, 1)
               .data();
-      EXPECT_TRUE(testing::ArraysClose(y, ref, 1e-5, 1e-5))
+      EXPECT_TRUE(testing::ArraysClose(y, ref, tol, tol))
           << memory_format_name(f) << " step " << step;
       Variable vx(x, true);
       Variable vw(w, true);
@@ -193,9 +196,9 @@ TEST_P(LayoutKernelsTest, ConvolutionCachesFollowInPlaceFilterUpdates) {
       Variable rw(w.copy(), true);
       Variable ry = F::convolution_2d(rx, rw, Variable(), 1, 1);
       F::sum(F::mul(ry, ry)).backward();
-      EXPECT_TRUE(testing::ArraysClose(vx.grad(), rx.grad(), 1e-4, 1e-4))
+      EXPECT_TRUE(testing::ArraysClose(vx.grad(), rx.grad(), 10 * tol, 10 * tol))
           << memory_format_name(f) << " step " << step;
-      EXPECT_TRUE(testing::ArraysClose(vw.grad(), rw.grad(), 1e-4, 1e-4))
+      EXPECT_TRUE(testing::ArraysClose(vw.grad(), rw.grad(), 10 * tol, 10 * tol))
           << memory_format_name(f) << " step " << step;
       // An in-place update: same storage, new values.
       multiply_to(w, 0.5);
