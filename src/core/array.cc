@@ -39,9 +39,15 @@ Array::Array(std::shared_ptr<void> data, size_t alloc_nbytes, Device device, Dty
 //     (broadcast operands such as a (1, C, 1, 1) bias do not vote), else contiguous
 //     (routines::output_format, PyTorch's suggest_memory_format rule). Gradients of such ops
 //     are computed by the same ops, so they come out channels-last too.
-//   - Convolution and pooling outputs (and their gradients of x) take x's (or gy's) layout; the
-//     gradient of a filter takes x's layout. cuDNN is told the layout (NHWC descriptors); the
-//     CPU kernels compute in NCHW and copy into the channels-last output.
+//   - A convolution's output is channels-last when x or the filter is (PyTorch's rule: a
+//     channels-last network whose first input has one channel, which is both layouts at once,
+//     still runs channels-last from its second convolution on); its gradient of x takes gy's
+//     layout, the gradient of a filter is channels-last when x or gy is. Pooling outputs (and
+//     their gradients of x) take x's layout. cuDNN is told the layout (NHWC descriptors); on the
+//     CPU oneDNN reads and writes NHWC memory as it is (Note [oneDNN layouts]) and pooling has
+//     NHWC loops of its own (Note [CPU pooling]; on the GPU Note [GPU pooling layouts]), so no
+//     layout is copied; only the im2col convolution (float64, or without oneDNN) computes in NCHW
+//     and copies into the channels-last output.
 //   - The strided loops order the axes by the output's strides before merging them
 //     (Note [Strided loops], Note [Strided indexing on the GPU]), so an elementwise op on
 //     channels-last arrays is one contiguous pass.

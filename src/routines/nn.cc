@@ -41,6 +41,13 @@ void check_conv_shapes(const char* fn, const Shape& x, const Shape& w, const Sha
                ") and x with ", w[1] * p.groups, " channels)");
 }
 
+/// kChannelsLast when a or b is channels-last, else kContiguous.
+MemoryFormat channels_last_if_any(const Array& a, const Array& b) {
+  constexpr MemoryFormat kCL = MemoryFormat::kChannelsLast;
+  const bool cl = a.memory_format() == kCL || b.memory_format() == kCL;
+  return cl ? kCL : MemoryFormat::kContiguous;
+}
+
 }  // namespace
 
 Array conv2d(const Array& x, const Array& w, const Array& b, const Conv2dParams& p) {
@@ -61,8 +68,9 @@ Array conv2d(const Array& x, const Array& w, const Array& b, const Conv2dParams&
   const int64_t ow = conv_out_size(x.shape()[3], w.shape()[3], p.stride[1], p.pad[1], p.dilation[1]);
   KUSARI_CHECK(oh > 0 && ow > 0, ShapeError, fn, ": the kernel ", w.shape(), " (with pad and dilation) is larger than the input ",
                x.shape());
-  // Note [Memory formats]: the output takes x's layout.
-  Array y = Array::empty({x.shape()[0], w.shape()[0], oh, ow}, x.dtype(), x.device(), x.memory_format());
+  // Note [Memory formats]: the output is channels-last when x or W is (PyTorch's rule).
+  Array y = Array::empty({x.shape()[0], w.shape()[0], oh, ow}, x.dtype(), x.device(),
+                         channels_last_if_any(x, w));
   if (y.size() > 0) kernels::conv2d_forward(x.device(), x, w, b, p, y);
   return y;
 }
@@ -88,7 +96,8 @@ Array conv2d_backward_filter(const Array& x, const Array& gy, const Shape& w_sha
   KUSARI_CHECK(w_shape.size() == 4 && gy.ndim() == 4 && x.ndim() == 4, ShapeError, fn, ": expected 4-d shapes, got x ",
                x.shape(), ", gy ", gy.shape(), ", W ", w_shape);
   check_conv_shapes(fn, x.shape(), w_shape, gy.shape(), p);
-  Array gw = Array::empty(w_shape, gy.dtype(), gy.device(), x.memory_format());
+  // Channels-last when x or gy is (gy is when x or W was).
+  Array gw = Array::empty(w_shape, gy.dtype(), gy.device(), channels_last_if_any(x, gy));
   if (gw.size() > 0) kernels::conv2d_backward_filter(gy.device(), x, gy, p, gw);
   return gw;
 }

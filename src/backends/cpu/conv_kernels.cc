@@ -14,13 +14,15 @@
 // a ValueError, so a misspelt setting never goes unnoticed. It is read on every call (a getenv is
 // nothing next to a convolution), so a program or a test can switch paths at run time.
 // float16 and bfloat16 are converted to float32, computed there, and rounded once at the end.
-// Both paths take stride, pad, dilation and groups, and make non-contiguous operands contiguous
-// first. A channels-last output (Note [Memory formats]) is computed into a contiguous NCHW
-// buffer and copied into its NHWC memory with one strided copy.
+// Both paths take stride, pad, dilation and groups. oneDNN reads and writes channels-last
+// arrays as they are (Note [oneDNN layouts]); im2col makes non-contiguous operands contiguous
+// first and computes a channels-last output into an NCHW buffer that one strided copy moves into
+// its NHWC memory.
 #include <cblas.h>
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -33,8 +35,8 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
-#include "kernels/nn.h"
 #include "backends/cpu/loops.h"
+#include "kernels/nn.h"
 #include "kusari/config.h"
 #include "kusari/core/error.h"
 
@@ -280,23 +282,53 @@ void backward_filter_im2col(const Array& x_in, const Array& gy_in, const Conv2dP
 #if KUSARI_HAVE_DNNL
 
 // Note [oneDNN primitive cache]
-// A oneDNN primitive is created once per (operation, shapes, stride, pad, dilation, groups, bias)
-// and kept in a process-wide map behind a mutex; a training loop therefore pays the creation cost
-// on its first iteration only. The memory formats are the plain ones our arrays have (nchw,
-// oihw / goihw), so no reorders are needed around a call. Primitives are created with a
-// user-managed scratchpad that each call allocates, so one cached primitive may run on several
-// threads at once. A geometry oneDNN cannot handle is remembered as an empty entry and goes to
-// im2col. The cache holds at most kMaxCachedPrimitives entries and starts over when full
-// (programs with ever-changing shapes would otherwise grow it without bound).
+// A oneDNN primitive is created once per (operation, shapes, stride, pad, dilation, groups, bias,
+// layouts) and kept in a process-wide map behind a mutex, together with the reorders its layouts
+// need (Note [oneDNN layouts]); a training loop therefore pays the creation cost on its first
+// iteration only. Primitives are created with a user-managed scratchpad, and every buffer a call
+// needs (scratchpad, reordered operands) comes from the calling thread's own arena, so one cached
+// primitive may run on several threads at once and a step allocates no fresh pages. A geometry
+// oneDNN cannot handle is remembered as an empty entry and goes to im2col. The cache holds at
+// most kMaxCachedPrimitives entries and starts over when full (programs with ever-changing shapes
+// would otherwise grow it without bound).
+//
+// Note [oneDNN layouts]
+// Our arrays are NCHW or channels-last (Note [Memory formats]); oneDNN's fast convolutions want
+// either NHWC activations or its own blocked layouts (nChw16c and the like on AVX-512, where its
+// plain-NCHW implementation is an im2col GEMM two to three times slower).
+//   - Channels-last activations are given to oneDNN as they are (nhwc memory descriptors): no
+//     copy and no reorder; the output is written straight into the channels-last result.
+//   - NCHW float32 activations: the primitive is created with format_tag::any, oneDNN picks its
+//     blocked layout, and the activations are reordered into it and the result back out (two
+//     cheap passes next to the convolution; a single-channel input usually stays plain).
+//   - Filters are always format_tag::any and are reordered from the array's layout (oihw or, for a
+//     channels-last filter, ohwi; goihw-like with groups) on every call. Caching the reordered
+//     filter would save a pass over a few thousand to a few million numbers, but an optimizer
+//     updates the filter in place and an array carries no version counter, so a cached copy could
+//     silently go stale; the reorder is cheap, the primitive cache is where the time goes.
+//   - The layout of a call follows its output (y, gx: Note [Memory formats]; gW: x's layout),
+//     and an input in the other layout is converted to it first.
+// Every reorder primitive is created with its convolution and cached with it.
 constexpr size_t kMaxCachedPrimitives = 1024;
 
 enum class DnnlOp : int64_t { kForward, kBackwardData, kBackwardWeights };
 
-using DnnlKey = std::array<int64_t, 18>;
+using DnnlKey = std::array<int64_t, 20>;
+
+/// One operand of a cached primitive: the array's memory as given (user), the primitive's (md),
+/// and the reorder between them when they differ.
+struct DnnlOperand {
+  dnnl::memory::desc user, md;
+  dnnl::reorder reorder;  // user -> md for inputs, md -> user for outputs
+  bool needs_reorder = false;
+};
 
 struct DnnlEntry {
   dnnl::primitive primitive;
-  dnnl::memory::desc src, weights, bias, dst, scratchpad;
+  // Forward: src, weights, bias, dst. Gradient of x: diff_dst, weights, diff_src. Gradient of W:
+  // src, diff_dst, diff_weights. Ids are DNNL_ARG_*.
+  std::vector<std::pair<int, DnnlOperand>> operands;
+  dnnl::memory::desc scratchpad;
   bool valid = false;
 };
 
@@ -305,50 +337,99 @@ dnnl::engine& dnnl_engine() {
   return engine;
 }
 
-std::shared_ptr<const DnnlEntry> create_entry(DnnlOp op, const ConvGeometry& g, bool bias) {
+/// The memory descriptor of a dense 4-d activation (n, c, h, w) in NCHW or NHWC.
+dnnl::memory::desc activation_md(int64_t n, int64_t c, int64_t h, int64_t w, bool nhwc) {
+  using tag = dnnl::memory::format_tag;
+  return dnnl::memory::desc({n, c, h, w}, dnnl::memory::data_type::f32,
+                            nhwc ? tag::nhwc : tag::nchw);
+}
+
+/// The memory descriptor of a dense filter (o, c / groups, kh, kw) in OIHW or, channels-last, OHWI
+/// order, as oneDNN's (o, i, h, w) or, with groups, (g, o / g, i, h, w) weights.
+dnnl::memory::desc weights_md(const ConvGeometry& g, bool ohwi) {
+  const int64_t cg = g.cg();
+  // Strides of the (o, i, h, w) array.
+  const int64_t so = cg * g.kh * g.kw;
+  const int64_t si = ohwi ? 1 : g.kh * g.kw, sh = ohwi ? g.kw * cg : g.kw, sw = ohwi ? cg : 1;
+  if (g.groups == 1) {
+    return dnnl::memory::desc({g.o, cg, g.kh, g.kw}, dnnl::memory::data_type::f32,
+                              {so, si, sh, sw});
+  }
+  return dnnl::memory::desc({g.groups, g.og(), cg, g.kh, g.kw}, dnnl::memory::data_type::f32,
+                            {g.og() * so, so, si, sh, sw});
+}
+
+DnnlOperand operand(const dnnl::memory::desc& user, const dnnl::memory::desc& md, bool input) {
+  DnnlOperand out;
+  out.user = user;
+  out.md = md;
+  out.needs_reorder = !(user == md);
+  if (out.needs_reorder) {
+    out.reorder =
+        input
+            ? dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), user, dnnl_engine(), md))
+            : dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), md, dnnl_engine(), user));
+  }
+  return out;
+}
+
+std::shared_ptr<const DnnlEntry> create_entry(DnnlOp op, const ConvGeometry& g, bool bias,
+                                              bool nhwc, bool ohwi) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   using dnnl::memory;
   auto entry = std::make_shared<DnnlEntry>();
   try {
-    const memory::desc src({g.n, g.c, g.h, g.w}, dt::f32, tag::nchw);
-    const memory::desc dst({g.n, g.o, g.oh, g.ow}, dt::f32, tag::nchw);
-    const memory::desc weights =
-        g.groups == 1 ? memory::desc({g.o, g.cg(), g.kh, g.kw}, dt::f32, tag::oihw)
-                      : memory::desc({g.groups, g.og(), g.cg(), g.kh, g.kw}, dt::f32, tag::goihw);
+    // The arrays as they are, and what the primitive is asked to take (Note [oneDNN layouts]).
+    const memory::desc src_user = activation_md(g.n, g.c, g.h, g.w, nhwc);
+    const memory::desc dst_user = activation_md(g.n, g.o, g.oh, g.ow, nhwc);
+    const memory::desc w_user = weights_md(g, ohwi);
+    const memory::desc src_any =
+        nhwc ? src_user : memory::desc({g.n, g.c, g.h, g.w}, dt::f32, tag::any);
+    const memory::desc dst_any =
+        nhwc ? dst_user : memory::desc({g.n, g.o, g.oh, g.ow}, dt::f32, tag::any);
+    const memory::desc w_any(w_user.dims(), dt::f32, tag::any);
     const memory::desc bias_md = bias ? memory::desc({g.o}, dt::f32, tag::x) : memory::desc();
-    entry->src = src;
-    entry->weights = weights;
-    entry->bias = bias_md;
-    entry->dst = dst;
     // oneDNN counts dilation from 0 (no gaps); the right padding may be whatever keeps the
     // output size, and the symmetric pad does.
     const memory::dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, pad{g.ph, g.pw};
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const dnnl::convolution_forward::desc fwd_desc(
-        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, weights,
-        bias_md, dst, strides, dilates, pad, pad);
+        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any, w_any,
+        bias_md, dst_any, strides, dilates, pad, pad);
     const dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, attr, dnnl_engine());
     switch (op) {
       case DnnlOp::kForward:
         entry->primitive = dnnl::convolution_forward(fwd_pd);
         entry->scratchpad = fwd_pd.scratchpad_desc();
+        entry->operands = {{DNNL_ARG_SRC, operand(src_user, fwd_pd.src_desc(), true)},
+                           {DNNL_ARG_WEIGHTS, operand(w_user, fwd_pd.weights_desc(), true)},
+                           {DNNL_ARG_DST, operand(dst_user, fwd_pd.dst_desc(), false)}};
+        if (bias)
+          entry->operands.push_back({DNNL_ARG_BIAS, operand(bias_md, fwd_pd.bias_desc(), true)});
         break;
       case DnnlOp::kBackwardData: {
-        const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src,
-                                                      weights, dst, strides, dilates, pad, pad);
+        const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, src_any,
+                                                      w_any, dst_any, strides, dilates, pad, pad);
         const dnnl::convolution_backward_data::primitive_desc pd(d, attr, dnnl_engine(), fwd_pd);
         entry->primitive = dnnl::convolution_backward_data(pd);
         entry->scratchpad = pd.scratchpad_desc();
+        entry->operands = {{DNNL_ARG_DIFF_DST, operand(dst_user, pd.diff_dst_desc(), true)},
+                           {DNNL_ARG_WEIGHTS, operand(w_user, pd.weights_desc(), true)},
+                           {DNNL_ARG_DIFF_SRC, operand(src_user, pd.diff_src_desc(), false)}};
         break;
       }
       case DnnlOp::kBackwardWeights: {
-        const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, src,
-                                                         weights, dst, strides, dilates, pad, pad);
+        const dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct,
+                                                         src_any, w_any, dst_any, strides, dilates,
+                                                         pad, pad);
         const dnnl::convolution_backward_weights::primitive_desc pd(d, attr, dnnl_engine(), fwd_pd);
         entry->primitive = dnnl::convolution_backward_weights(pd);
         entry->scratchpad = pd.scratchpad_desc();
+        entry->operands = {{DNNL_ARG_SRC, operand(src_user, pd.src_desc(), true)},
+                           {DNNL_ARG_DIFF_DST, operand(dst_user, pd.diff_dst_desc(), true)},
+                           {DNNL_ARG_DIFF_WEIGHTS, operand(w_user, pd.diff_weights_desc(), false)}};
         break;
       }
     }
@@ -359,76 +440,149 @@ std::shared_ptr<const DnnlEntry> create_entry(DnnlOp op, const ConvGeometry& g, 
   return entry;
 }
 
-/// The cached primitive for a geometry (see Note [oneDNN primitive cache]).
-std::shared_ptr<const DnnlEntry> dnnl_primitive(DnnlOp op, const ConvGeometry& g, bool bias) {
+/// The cached primitive for a geometry and layouts (see Note [oneDNN primitive cache]).
+std::shared_ptr<const DnnlEntry> dnnl_primitive(DnnlOp op, const ConvGeometry& g, bool bias,
+                                                bool nhwc, bool ohwi) {
   static std::mutex mutex;
   static std::map<DnnlKey, std::shared_ptr<const DnnlEntry>> cache;
-  const DnnlKey key{int64_t(op), g.n,  g.c,  g.h,  g.w,  g.o,  g.kh, g.kw,     g.oh,
-                    g.ow,        g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, int64_t{bias}};
+  const DnnlKey key{int64_t(op), g.n,  g.c,      g.h,           g.w,           g.o,          g.kh,
+                    g.kw,        g.oh, g.ow,     g.sh,          g.sw,          g.ph,         g.pw,
+                    g.dh,        g.dw, g.groups, int64_t{bias}, int64_t{nhwc}, int64_t{ohwi}};
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= kMaxCachedPrimitives) cache.clear();
-  auto entry = create_entry(op, g, bias);
+  auto entry = create_entry(op, g, bias, nhwc, ohwi);
   cache.emplace(key, entry);
   return entry;
 }
 
-/// Runs a cached primitive on the given (array argument, dnnl argument id) pairs plus a fresh
-/// scratchpad.
-void dnnl_execute(
-    const DnnlEntry& entry,
-    std::initializer_list<std::pair<int, std::pair<dnnl::memory::desc, void*>>> args) {
-  std::unordered_map<int, dnnl::memory> m;
-  for (const auto& [id, arg] : args)
-    m.emplace(id, dnnl::memory(arg.first, dnnl_engine(), arg.second));
-  std::vector<char> scratch(entry.scratchpad.get_size());
-  m.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(entry.scratchpad, dnnl_engine(), scratch.data()));
+/// The calling thread's scratch buffers, reused from call to call (a fresh multi-megabyte
+/// allocation per call would fault its pages in every time). Slot 0 is the scratchpad, the
+/// others hold reordered operands.
+char* thread_buffer(size_t slot, size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<char[]> data;
+    size_t size = 0;
+  };
+  thread_local std::array<Buffer, 5> buffers;
+  Buffer& b = buffers.at(slot);
+  if (b.size < bytes) {
+    b.data.reset(new char[bytes + 64]);
+    b.size = bytes;
+  }
+  // oneDNN prefers 64-byte aligned buffers.
+  return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(b.data.get()) + 63) & ~uintptr_t{63});
+}
+
+/// Runs a cached primitive on the arrays' memory (argument id -> data), reordering each operand
+/// whose layout the primitive chose differently (Note [oneDNN layouts]).
+void dnnl_execute(const DnnlEntry& entry, std::initializer_list<std::pair<int, void*>> data) {
   dnnl::stream stream(dnnl_engine());
-  entry.primitive.execute(stream, m);
+  std::unordered_map<int, dnnl::memory> args;
+  std::vector<std::pair<const DnnlOperand*, std::pair<dnnl::memory, dnnl::memory>>> outputs;
+  size_t slot = 1;
+  for (const auto& [id, operand] : entry.operands) {
+    void* ptr = nullptr;
+    for (const auto& [did, p] : data) {
+      if (did == id) ptr = p;
+    }
+    KUSARI_ASSERT(ptr != nullptr, "dnnl_execute: no data for argument ", id);
+    dnnl::memory user(operand.user, dnnl_engine(), ptr);
+    if (!operand.needs_reorder) {
+      args.emplace(id, user);
+      continue;
+    }
+    dnnl::memory inner(operand.md, dnnl_engine(), thread_buffer(slot++, operand.md.get_size()));
+    const bool is_output =
+        id == DNNL_ARG_DST || id == DNNL_ARG_DIFF_SRC || id == DNNL_ARG_DIFF_WEIGHTS;
+    if (is_output) {
+      outputs.push_back({&operand, {inner, user}});
+    } else {
+      operand.reorder.execute(stream, user, inner);
+    }
+    args.emplace(id, inner);
+  }
+  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(entry.scratchpad, dnnl_engine(),
+                                                 thread_buffer(0, entry.scratchpad.get_size())));
+  entry.primitive.execute(stream, args);
+  for (auto& [operand, mems] : outputs) operand->reorder.execute(stream, mems.first, mems.second);
   stream.wait();
+}
+
+/// True when a call should run in NHWC: its output is dense channels-last and either not also
+/// C-contiguous or ambiguous (length-1 axes) with `in` channels-last.
+bool dnnl_nhwc(const Array& out, const Array& in) {
+  return out.is_contiguous(MemoryFormat::kChannelsLast) &&
+         (!out.is_contiguous() || in.memory_format() == MemoryFormat::kChannelsLast);
+}
+
+/// `a` dense in NHWC (nhwc) or NCHW order: itself when it already is.
+Array dense(const Array& a, bool nhwc) {
+  return a.to_memory_format(nhwc ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous);
+}
+
+/// A filter as oneDNN reads it: itself when dense OIHW or channels-last (OHWI), else a copy.
+Array dense_filter(const Array& w, bool* ohwi) {
+  *ohwi = !w.is_contiguous() && w.is_contiguous(MemoryFormat::kChannelsLast);
+  return *ohwi ? w : w.contiguous();
 }
 
 /// y = conv(x, w) + b in float32 through oneDNN; false when oneDNN cannot run this geometry.
 bool forward_dnnl(const Array& x_in, const Array& w_in, const Array& b_in, const Conv2dParams& p,
                   Array& y) {
+  if (!y.is_contiguous() && !y.is_contiguous(MemoryFormat::kChannelsLast)) return false;
   const ConvGeometry g = geometry(x_in.shape(), w_in.shape(), y.shape(), p);
-  const auto entry = dnnl_primitive(DnnlOp::kForward, g, b_in.defined());
+  const bool nhwc = dnnl_nhwc(y, x_in);
+  bool ohwi = false;
+  const Array w = dense_filter(w_in, &ohwi);
+  const auto entry = dnnl_primitive(DnnlOp::kForward, g, b_in.defined(), nhwc, ohwi);
   if (!entry->valid) return false;
-  const Array x = x_in.contiguous(), w = w_in.contiguous();
+  const Array x = dense(x_in, nhwc);
   if (b_in.defined()) {
     const Array b = b_in.contiguous();
-    dnnl_execute(*entry, {{DNNL_ARG_SRC, {entry->src, x.raw_data()}},
-                          {DNNL_ARG_WEIGHTS, {entry->weights, w.raw_data()}},
-                          {DNNL_ARG_BIAS, {entry->bias, b.raw_data()}},
-                          {DNNL_ARG_DST, {entry->dst, y.raw_data()}}});
+    dnnl_execute(*entry, {{DNNL_ARG_SRC, x.raw_data()},
+                          {DNNL_ARG_WEIGHTS, w.raw_data()},
+                          {DNNL_ARG_BIAS, b.raw_data()},
+                          {DNNL_ARG_DST, y.raw_data()}});
   } else {
-    dnnl_execute(*entry, {{DNNL_ARG_SRC, {entry->src, x.raw_data()}},
-                          {DNNL_ARG_WEIGHTS, {entry->weights, w.raw_data()}},
-                          {DNNL_ARG_DST, {entry->dst, y.raw_data()}}});
+    dnnl_execute(*entry, {{DNNL_ARG_SRC, x.raw_data()},
+                          {DNNL_ARG_WEIGHTS, w.raw_data()},
+                          {DNNL_ARG_DST, y.raw_data()}});
   }
   return true;
 }
 
 bool backward_data_dnnl(const Array& w_in, const Array& gy_in, const Conv2dParams& p, Array& gx) {
+  if (!gx.is_contiguous() && !gx.is_contiguous(MemoryFormat::kChannelsLast)) return false;
   const ConvGeometry g = geometry(gx.shape(), w_in.shape(), gy_in.shape(), p);
-  const auto entry = dnnl_primitive(DnnlOp::kBackwardData, g, false);
+  const bool nhwc = dnnl_nhwc(gx, gy_in);
+  bool ohwi = false;
+  const Array w = dense_filter(w_in, &ohwi);
+  const auto entry = dnnl_primitive(DnnlOp::kBackwardData, g, false, nhwc, ohwi);
   if (!entry->valid) return false;
-  const Array w = w_in.contiguous(), gy = gy_in.contiguous();
-  dnnl_execute(*entry, {{DNNL_ARG_DIFF_DST, {entry->dst, gy.raw_data()}},
-                        {DNNL_ARG_WEIGHTS, {entry->weights, w.raw_data()}},
-                        {DNNL_ARG_DIFF_SRC, {entry->src, gx.raw_data()}}});
+  const Array gy = dense(gy_in, nhwc);
+  dnnl_execute(*entry, {{DNNL_ARG_DIFF_DST, gy.raw_data()},
+                        {DNNL_ARG_WEIGHTS, w.raw_data()},
+                        {DNNL_ARG_DIFF_SRC, gx.raw_data()}});
   return true;
 }
 
 bool backward_filter_dnnl(const Array& x_in, const Array& gy_in, const Conv2dParams& p, Array& gw) {
+  bool ohwi = false;
+  if (!gw.is_contiguous()) {
+    if (!gw.is_contiguous(MemoryFormat::kChannelsLast)) return false;
+    ohwi = true;
+  }
   const ConvGeometry g = geometry(x_in.shape(), gw.shape(), gy_in.shape(), p);
-  const auto entry = dnnl_primitive(DnnlOp::kBackwardWeights, g, false);
+  // NHWC when x is, or when x is both layouts (one channel) and gy is channels-last.
+  const bool nhwc = dnnl_nhwc(x_in, gy_in);
+  const auto entry = dnnl_primitive(DnnlOp::kBackwardWeights, g, false, nhwc, ohwi);
   if (!entry->valid) return false;
-  const Array x = x_in.contiguous(), gy = gy_in.contiguous();
-  dnnl_execute(*entry, {{DNNL_ARG_SRC, {entry->src, x.raw_data()}},
-                        {DNNL_ARG_DIFF_DST, {entry->dst, gy.raw_data()}},
-                        {DNNL_ARG_DIFF_WEIGHTS, {entry->weights, gw.raw_data()}}});
+  const Array x = dense(x_in, nhwc), gy = dense(gy_in, nhwc);
+  dnnl_execute(*entry, {{DNNL_ARG_SRC, x.raw_data()},
+                        {DNNL_ARG_DIFF_DST, gy.raw_data()},
+                        {DNNL_ARG_DIFF_WEIGHTS, gw.raw_data()}});
   return true;
 }
 
@@ -446,12 +600,33 @@ Array to_float32(const Array& a) {
   return a.defined() ? a.astype(Dtype::kFloat32) : Array();
 }
 
+/// An array like `a` but float32, dense in `a`'s layout when that is channels-last (else NCHW).
+Array empty_float32_like(const Array& a) {
+  const MemoryFormat f = a.is_contiguous(MemoryFormat::kChannelsLast) && !a.is_contiguous()
+                             ? MemoryFormat::kChannelsLast
+                             : MemoryFormat::kContiguous;
+  return Array::empty(a.shape(), Dtype::kFloat32, a.device(), f);
+}
+
+/// Runs an im2col kernel of T into `out`, through a contiguous buffer and one strided copy when
+/// `out` is not C-contiguous (im2col computes in NCHW).
+template <typename F>
+void into_contiguous(Array& out, F&& compute) {
+  if (out.is_contiguous()) {
+    compute(out);
+    return;
+  }
+  Array nchw = Array::empty(out.shape(), out.dtype(), out.device());
+  compute(nchw);
+  copy(nchw, out);
+}
+
 void forward_float32(bool try_dnnl, const Array& x, const Array& w, const Array& b,
                      const Conv2dParams& p, Array& y) {
 #if KUSARI_HAVE_DNNL
   if (try_dnnl && forward_dnnl(x, w, b, p, y)) return;
 #endif
-  forward_im2col<float>(x, w, b, p, y);
+  into_contiguous(y, [&](Array& out) { forward_im2col<float>(x, w, b, p, out); });
 }
 
 void backward_data_float32(bool try_dnnl, const Array& w, const Array& gy, const Conv2dParams& p,
@@ -459,7 +634,7 @@ void backward_data_float32(bool try_dnnl, const Array& w, const Array& gy, const
 #if KUSARI_HAVE_DNNL
   if (try_dnnl && backward_data_dnnl(w, gy, p, gx)) return;
 #endif
-  backward_data_im2col<float>(w, gy, p, gx);
+  into_contiguous(gx, [&](Array& out) { backward_data_im2col<float>(w, gy, p, out); });
 }
 
 void backward_filter_float32(bool try_dnnl, const Array& x, const Array& gy, const Conv2dParams& p,
@@ -467,28 +642,22 @@ void backward_filter_float32(bool try_dnnl, const Array& x, const Array& gy, con
 #if KUSARI_HAVE_DNNL
   if (try_dnnl && backward_filter_dnnl(x, gy, p, gw)) return;
 #endif
-  backward_filter_im2col<float>(x, gy, p, gw);
+  into_contiguous(gw, [&](Array& out) { backward_filter_im2col<float>(x, gy, p, out); });
 }
 
 }  // namespace
 
 void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2dParams& p,
                     Array& y) {
-  if (!y.is_contiguous()) {
-    Array nchw = Array::empty(y.shape(), y.dtype(), y.device());
-    conv2d_forward(x, w, b, p, nchw);
-    copy(nchw, y);
-    return;
-  }
   const bool try_dnnl = use_dnnl();
   switch (x.dtype()) {
     case Dtype::kFloat32:
       return forward_float32(try_dnnl, x, w, b, p, y);
     case Dtype::kFloat64:
-      return forward_im2col<double>(x, w, b, p, y);
+      return into_contiguous(y, [&](Array& out) { forward_im2col<double>(x, w, b, p, out); });
     case Dtype::kFloat16:
     case Dtype::kBFloat16: {
-      Array y32 = Array::empty(y.shape(), Dtype::kFloat32, y.device());
+      Array y32 = empty_float32_like(y);
       forward_float32(try_dnnl, to_float32(x), to_float32(w), to_float32(b), p, y32);
       copy(y32, y);
       return;
@@ -499,21 +668,15 @@ void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2d
 }
 
 void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx) {
-  if (!gx.is_contiguous()) {
-    Array nchw = Array::empty(gx.shape(), gx.dtype(), gx.device());
-    conv2d_backward_data(w, gy, p, nchw);
-    copy(nchw, gx);
-    return;
-  }
   const bool try_dnnl = use_dnnl();
   switch (gy.dtype()) {
     case Dtype::kFloat32:
       return backward_data_float32(try_dnnl, w, gy, p, gx);
     case Dtype::kFloat64:
-      return backward_data_im2col<double>(w, gy, p, gx);
+      return into_contiguous(gx, [&](Array& out) { backward_data_im2col<double>(w, gy, p, out); });
     case Dtype::kFloat16:
     case Dtype::kBFloat16: {
-      Array gx32 = Array::empty(gx.shape(), Dtype::kFloat32, gx.device());
+      Array gx32 = empty_float32_like(gx);
       backward_data_float32(try_dnnl, to_float32(w), to_float32(gy), p, gx32);
       copy(gx32, gx);
       return;
@@ -525,21 +688,16 @@ void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p
 }
 
 void conv2d_backward_filter(const Array& x, const Array& gy, const Conv2dParams& p, Array& gw) {
-  if (!gw.is_contiguous()) {
-    Array nchw = Array::empty(gw.shape(), gw.dtype(), gw.device());
-    conv2d_backward_filter(x, gy, p, nchw);
-    copy(nchw, gw);
-    return;
-  }
   const bool try_dnnl = use_dnnl();
   switch (gy.dtype()) {
     case Dtype::kFloat32:
       return backward_filter_float32(try_dnnl, x, gy, p, gw);
     case Dtype::kFloat64:
-      return backward_filter_im2col<double>(x, gy, p, gw);
+      return into_contiguous(gw,
+                             [&](Array& out) { backward_filter_im2col<double>(x, gy, p, out); });
     case Dtype::kFloat16:
     case Dtype::kBFloat16: {
-      Array gw32 = Array::empty(gw.shape(), Dtype::kFloat32, gw.device());
+      Array gw32 = empty_float32_like(gw);
       backward_filter_float32(try_dnnl, to_float32(x), to_float32(gy), p, gw32);
       copy(gw32, gw);
       return;

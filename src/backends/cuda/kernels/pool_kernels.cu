@@ -9,18 +9,60 @@
 // cover it, in the CPU's (oy, ox) order, so there are no atomics and the sums round exactly like
 // the CPU's scatter; max pooling first stores each window's argmax (recomputed from x, like the
 // CPU) in a scratch array. 16-bit floats are computed in float32 and rounded once.
+//
+// Note [GPU pooling layouts]
+// Every kernel is instantiated for NCHW and for channels-last (NHWC) memory, and the output (y,
+// or gx) decides which; an input in the other layout is converted to it first, so a channels-last
+// network runs its pooling without a layout copy. Threads enumerate the output in its memory
+// order: in NHWC the channel is the fastest index, so the 32 threads of a warp read 32 adjacent
+// channels of the same tap (one coalesced load per tap) and write 32 adjacent outputs; in NCHW
+// they walk along a row. The window arithmetic, the tap order and the argmax (stored as the
+// tap's row-major index iy * w + ix in its plane, whatever the layout) are shared, so the two
+// layouts give identical results, equal to the CPU's.
+// cuDNN's NHWC pooling is not used: it does not promise the first-maximum tie-break nor NaN
+// propagation nor Chainer's cover_all divisor, which these kernels must match on every backend,
+// and pooling is memory-bound (each output reads kh * kw taps that neighbouring outputs reuse
+// from cache), so a coalesced hand-written kernel already runs at the speed the memory allows.
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/primitives/kernel_util.cuh"
 
 namespace kusari::cuda {
 namespace {
 
-/// The sizes of one pooling: x (planes = n * c, h, w) and y (planes, oh, ow).
+/// The sizes of one pooling: x (n, c, h, w) and y (n, c, oh, ow), planes = n * c.
 struct PoolGeometry {
-  int64_t planes, h, w, oh, ow;
+  int64_t planes, c, h, w, oh, ow;
   int64_t kh, kw, sh, sw, ph, pw;
   bool count_include_pad;
 };
+
+/// Where element (plane = n * c + ch, row, col) of an (n, c, rows, cols) array lies in memory:
+/// NCHW or, with kNhwc, channels-last.
+template <bool kNhwc>
+__device__ __forceinline__ int64_t offset(int64_t plane, int64_t c, int64_t rows, int64_t cols,
+                                          int64_t row, int64_t col) {
+  if constexpr (kNhwc) {
+    return (((plane / c) * rows + row) * cols + col) * c + plane % c;
+  } else {
+    return (plane * rows + row) * cols + col;
+  }
+}
+
+/// The (plane, row, col) of the element at memory position e of an (n, c, rows, cols) array.
+template <bool kNhwc>
+__device__ __forceinline__ void position(int64_t e, int64_t c, int64_t rows, int64_t cols,
+                                         int64_t& plane, int64_t& row, int64_t& col) {
+  if constexpr (kNhwc) {
+    const int64_t ch = e % c, pixel = e / c;
+    col = pixel % cols;
+    row = (pixel / cols) % rows;
+    plane = (pixel / (cols * rows)) * c + ch;
+  } else {
+    col = e % cols;
+    row = (e / cols) % rows;
+    plane = e / (cols * rows);
+  }
+}
 
 /// The input taps [y_lo, y_hi) x [x_lo, x_hi) of window (oy, ox) and its average divisor.
 struct Window {
@@ -45,16 +87,18 @@ __device__ __forceinline__ Window window(const PoolGeometry& g, int64_t oy, int6
   return win;
 }
 
-/// The flat index in its plane of the window's maximum, -1 for an empty window.
+/// The row-major index (iy * w + ix) in its plane of the window's maximum, -1 for an empty
+/// window; x0 points at the plane's element (0, 0), whose rows are row_step apart and whose
+/// columns are col_step apart.
 template <typename T>
-__device__ __forceinline__ int64_t window_argmax(const T* plane, const PoolGeometry& g,
-                                                 const Window& win) {
+__device__ __forceinline__ int64_t window_argmax(const T* x0, int64_t row_step, int64_t col_step,
+                                                 const PoolGeometry& g, const Window& win) {
   using C = compute_t<T>;
   int64_t best = -1;
   C best_value = C(0);
   for (int64_t iy = win.y_lo; iy < win.y_hi; ++iy) {
     for (int64_t ix = win.x_lo; ix < win.x_hi; ++ix) {
-      const C v = to_compute(plane[iy * g.w + ix]);
+      const C v = to_compute(x0[iy * row_step + ix * col_step]);
       if (best < 0 || v > best_value || (v != v && !(best_value != best_value))) {
         best = iy * g.w + ix;
         best_value = v;
@@ -64,6 +108,15 @@ __device__ __forceinline__ int64_t window_argmax(const T* plane, const PoolGeome
   return best;
 }
 
+/// The plane's element (0, 0) of x and the steps between its rows and its columns.
+template <bool kNhwc, typename T>
+__device__ __forceinline__ const T* plane_origin(const T* x, const PoolGeometry& g, int64_t plane,
+                                                 int64_t& row_step, int64_t& col_step) {
+  row_step = kNhwc ? g.w * g.c : g.w;
+  col_step = kNhwc ? g.c : 1;
+  return x + offset<kNhwc>(plane, g.c, g.h, g.w, 0, 0);
+}
+
 /// Smallest integer >= a / b for b > 0.
 __device__ __forceinline__ int64_t ceil_div(int64_t a, int64_t b) {
   return a <= 0 ? -((-a) / b) : (a + b - 1) / b;
@@ -71,63 +124,71 @@ __device__ __forceinline__ int64_t ceil_div(int64_t a, int64_t b) {
 
 // --- kernels -------------------------------------------------------------------------------------
 
-// y (planes, oh, ow) = pool(x (planes, h, w)).
-template <typename T>
+// y (n, c, oh, ow) = pool(x (n, c, h, w)), both NCHW or both NHWC (kNhwc).
+template <typename T, bool kNhwc>
 __global__ void pool_forward_kernel(PoolGeometry g, bool is_max, const T* x, T* y) {
   using C = compute_t<T>;
   const int64_t total = g.planes * g.oh * g.ow;
   for (int64_t e = grid_start(); e < total; e += grid_step()) {
-    const int64_t ox = e % g.ow, oy = (e / g.ow) % g.oh, plane = e / (g.oh * g.ow);
-    const T* xs = x + plane * g.h * g.w;
+    int64_t plane, oy, ox;
+    position<kNhwc>(e, g.c, g.oh, g.ow, plane, oy, ox);
+    int64_t rs, cs;
+    const T* xs = plane_origin<kNhwc>(x, g, plane, rs, cs);
     const Window win = window(g, oy, ox);
     if (is_max) {
-      const int64_t at = window_argmax(xs, g, win);
-      y[e] = at >= 0 ? xs[at] : from_compute<T>(-static_cast<C>(INFINITY));
+      const int64_t at = window_argmax(xs, rs, cs, g, win);
+      y[e] = at >= 0 ? xs[(at / g.w) * rs + (at % g.w) * cs]
+                     : from_compute<T>(-static_cast<C>(INFINITY));
     } else {
       C sum = C(0);
       for (int64_t iy = win.y_lo; iy < win.y_hi; ++iy) {
-        for (int64_t ix = win.x_lo; ix < win.x_hi; ++ix) sum += to_compute(xs[iy * g.w + ix]);
+        for (int64_t ix = win.x_lo; ix < win.x_hi; ++ix) sum += to_compute(xs[iy * rs + ix * cs]);
       }
       y[e] = from_compute<T>(win.divisor > 0 ? sum / static_cast<C>(win.divisor) : C(0));
     }
   }
 }
 
-// argmax (planes, oh, ow) = flat index in its plane of each window's maximum (-1: empty).
-template <typename T>
+// argmax (y's shape and layout) = the row-major index in its plane of each window's maximum
+// (-1: empty).
+template <typename T, bool kNhwc>
 __global__ void pool_argmax_kernel(PoolGeometry g, const T* x, int64_t* argmax) {
   const int64_t total = g.planes * g.oh * g.ow;
   for (int64_t e = grid_start(); e < total; e += grid_step()) {
-    const int64_t ox = e % g.ow, oy = (e / g.ow) % g.oh, plane = e / (g.oh * g.ow);
-    argmax[e] = window_argmax(x + plane * g.h * g.w, g, window(g, oy, ox));
+    int64_t plane, oy, ox;
+    position<kNhwc>(e, g.c, g.oh, g.ow, plane, oy, ox);
+    int64_t rs, cs;
+    const T* xs = plane_origin<kNhwc>(x, g, plane, rs, cs);
+    argmax[e] = window_argmax(xs, rs, cs, g, window(g, oy, ox));
   }
 }
 
-// gx (planes, h, w) = sum of gy (planes, oh, ow) over the windows whose maximum is this element
-// (max pooling, with argmax) or over the windows that cover it, divided by their divisors.
-template <typename T>
+// gx (n, c, h, w) = sum of gy (n, c, oh, ow) over the windows whose maximum is this element
+// (max pooling, with argmax) or over the windows that cover it, divided by their divisors; gx,
+// gy and argmax all NCHW or all NHWC (kNhwc).
+template <typename T, bool kNhwc>
 __global__ void pool_backward_kernel(PoolGeometry g, bool is_max, const int64_t* argmax,
                                      const T* gy, T* gx) {
   using C = compute_t<T>;
   const int64_t total = g.planes * g.h * g.w;
   for (int64_t e = grid_start(); e < total; e += grid_step()) {
-    const int64_t ix = e % g.w, iy = (e / g.w) % g.h, plane = e / (g.h * g.w);
+    int64_t plane, iy, ix;
+    position<kNhwc>(e, g.c, g.h, g.w, plane, iy, ix);
     // The windows whose taps include (iy, ix).
     const int64_t oy_lo = max(ceil_div(iy + g.ph - g.kh + 1, g.sh), int64_t{0});
     const int64_t oy_hi = min((iy + g.ph) / g.sh, g.oh - 1);
     const int64_t ox_lo = max(ceil_div(ix + g.pw - g.kw + 1, g.sw), int64_t{0});
     const int64_t ox_hi = min((ix + g.pw) / g.sw, g.ow - 1);
     const int64_t at = iy * g.w + ix;
-    const T* gys = gy + plane * g.oh * g.ow;
     C sum = C(0);
     for (int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
       for (int64_t ox = ox_lo; ox <= ox_hi; ++ox) {
-        const int64_t o = oy * g.ow + ox;
+        const int64_t o = offset<kNhwc>(plane, g.c, g.oh, g.ow, oy, ox);
         if (is_max) {
-          if (argmax[plane * g.oh * g.ow + o] == at) sum += to_compute(gys[o]);
+          if (argmax[o] == at) sum += to_compute(gy[o]);
         } else {
           const int64_t divisor = window(g, oy, ox).divisor;
-          if (divisor > 0) sum += to_compute(gys[o]) / static_cast<C>(divisor);
+          if (divisor > 0) sum += to_compute(gy[o]) / static_cast<C>(divisor);
         }
       }
     }
@@ -138,28 +199,40 @@ __global__ void pool_backward_kernel(PoolGeometry g, bool is_max, const int64_t*
 // --- launchers -----------------------------------------------------------------------------------
 
 PoolGeometry geometry(const Shape& x, const Shape& y, const Pool2dParams& p) {
-  return PoolGeometry{x[0] * x[1], x[2],       x[3],       y[2],
-                      y[3],        p.ksize[0], p.ksize[1], p.stride[0],
-                      p.stride[1], p.pad[0],   p.pad[1],   p.count_include_pad};
+  return PoolGeometry{x[0] * x[1],        x[1],       x[2],        x[3],        y[2],     y[3],
+                      p.ksize[0],         p.ksize[1], p.stride[0], p.stride[1], p.pad[0], p.pad[1],
+                      p.count_include_pad};
+}
+
+/// True when pooling into `out` should run the NHWC loops: out is dense channels-last and is
+/// either not C-contiguous or ambiguous (length-1 axes) with `in` channels-last, so that `in`
+/// needs no conversion.
+bool use_nhwc(const Array& out, const Array& in) {
+  return out.is_contiguous(MemoryFormat::kChannelsLast) &&
+         (!out.is_contiguous() || in.memory_format() == MemoryFormat::kChannelsLast);
 }
 
 }  // namespace
 
 void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
-  if (!y.is_contiguous()) {
-    // A channels-last output (Note [Memory formats]): computed in NCHW, then copied.
+  // Note [GPU pooling layouts]: y decides the layout.
+  const bool nhwc = use_nhwc(y, x_in);
+  if (!nhwc && !y.is_contiguous()) {
+    // An output of other strides: computed in NCHW, then copied.
     Array nchw = Array::empty(y.shape(), y.dtype(), y.device());
     pool2d_forward(x_in, p, nchw);
     copy(nchw, y);
     return;
   }
-  const Array x = x_in.contiguous();
+  const MemoryFormat format = nhwc ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous;
+  const Array x = x_in.to_memory_format(format);
   const PoolGeometry g = geometry(x.shape(), y.shape(), p);
   const int device = x.device().index();
   cudaStream_t stream = prepare(x);
   visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "pooling_2d", [&](auto tag) {
     using T = decltype(tag);
-    pool_forward_kernel<T><<<grid_for(y.size(), device), kBlockSize, 0, stream>>>(
+    auto kernel = nhwc ? pool_forward_kernel<T, true> : pool_forward_kernel<T, false>;
+    kernel<<<grid_for(y.size(), device), kBlockSize, 0, stream>>>(
         g, p.kind == PoolKind::kMax, static_cast<const T*>(x.raw_data()),
         static_cast<T*>(y.raw_data()));
   });
@@ -168,15 +241,18 @@ void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
 
 void pool2d_backward(const Array& x_in, const Array& y, const Array& gy_in, const Pool2dParams& p,
                      Array& gx) {
-  if (!gx.is_contiguous()) {
-    // A channels-last output (Note [Memory formats]): computed in NCHW, then copied.
+  const bool nhwc = use_nhwc(gx, gy_in);
+  if (!nhwc && !gx.is_contiguous()) {
+    // An output of other strides: computed in NCHW, then copied.
     Array nchw = Array::empty(gx.shape(), gx.dtype(), gx.device());
     pool2d_backward(x_in, y, gy_in, p, nchw);
     copy(nchw, gx);
     return;
   }
+  const MemoryFormat format = nhwc ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous;
   const bool is_max = p.kind == PoolKind::kMax;
-  const Array x = is_max ? x_in.contiguous() : Array(), gy = gy_in.contiguous();
+  const Array x = is_max ? x_in.to_memory_format(format) : Array();
+  const Array gy = gy_in.to_memory_format(format);
   const PoolGeometry g = geometry(gx.shape(), gy.shape(), p);
   const int device = gx.device().index();
   cudaStream_t stream = prepare(gx);
@@ -184,12 +260,15 @@ void pool2d_backward(const Array& x_in, const Array& y, const Array& gy_in, cons
     using T = decltype(tag);
     Array argmax;
     if (is_max) {
-      argmax = Array::empty(gy.shape(), Dtype::kInt64, gy.device());
-      pool_argmax_kernel<T><<<grid_for(gy.size(), device), kBlockSize, 0, stream>>>(
+      // In gy's layout, like the windows it indexes.
+      argmax = Array::empty(gy.shape(), Dtype::kInt64, gy.device(), format);
+      auto argmax_kernel = nhwc ? pool_argmax_kernel<T, true> : pool_argmax_kernel<T, false>;
+      argmax_kernel<<<grid_for(gy.size(), device), kBlockSize, 0, stream>>>(
           g, static_cast<const T*>(x.raw_data()), static_cast<int64_t*>(argmax.raw_data()));
       KUSARI_CUDA_CHECK_LAUNCH();
     }
-    pool_backward_kernel<T><<<grid_for(gx.size(), device), kBlockSize, 0, stream>>>(
+    auto kernel = nhwc ? pool_backward_kernel<T, true> : pool_backward_kernel<T, false>;
+    kernel<<<grid_for(gx.size(), device), kBlockSize, 0, stream>>>(
         g, is_max, is_max ? static_cast<const int64_t*>(argmax.raw_data()) : nullptr,
         static_cast<const T*>(gy.raw_data()), static_cast<T*>(gx.raw_data()));
   });
