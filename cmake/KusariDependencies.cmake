@@ -89,8 +89,28 @@ if(NOT KUSARI_WITH_CAIRO STREQUAL "OFF" AND PkgConfig_FOUND)
     message(FATAL_ERROR "KUSARI_WITH_CAIRO=ON but cairo was not found (install libcairo2-dev)")
   endif()
 endif()
-# The training tests decode PlotReport's PNG files with libpng (cairo depends on it).
-find_package(PNG QUIET)
+# --- libjpeg-turbo (TurboJPEG API) and libpng: image datasets (datasets/image.h) ------------
+# libpng also lets the training tests decode PlotReport's PNG files; the image tests compare the
+# decoder with libjpeg's own jpeglib API (find_package(JPEG), the same libjpeg-turbo).
+find_package(PNG)
+if(NOT PNG_FOUND)
+  message(FATAL_ERROR "kusari needs libpng (image datasets): install libpng-dev (scripts/setup.sh does)")
+endif()
+if(PkgConfig_FOUND)
+  pkg_check_modules(TURBOJPEG QUIET IMPORTED_TARGET libturbojpeg)
+endif()
+if(NOT TURBOJPEG_FOUND)
+  find_path(KUSARI_TURBOJPEG_INCLUDE_DIR turbojpeg.h)
+  find_library(KUSARI_TURBOJPEG_LIBRARY turbojpeg)
+  if(NOT KUSARI_TURBOJPEG_INCLUDE_DIR OR NOT KUSARI_TURBOJPEG_LIBRARY)
+    message(FATAL_ERROR "kusari needs libjpeg-turbo's TurboJPEG library (image datasets): install libturbojpeg0-dev (scripts/setup.sh does)")
+  endif()
+  add_library(PkgConfig::TURBOJPEG INTERFACE IMPORTED)
+  set_target_properties(PkgConfig::TURBOJPEG PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${KUSARI_TURBOJPEG_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${KUSARI_TURBOJPEG_LIBRARY}")
+endif()
+find_package(JPEG QUIET)
 
 # --- MPI (kusari_mn) ---------------------------------------------------------
 find_package(MPI QUIET COMPONENTS CXX)

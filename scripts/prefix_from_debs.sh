@@ -15,7 +15,8 @@
 # CMAKE_PREFIX_PATH, the include and library paths, and the run-time search path point there.
 set -euo pipefail
 
-# Headers and libraries for the build (BLAS, GoogleTest, CLI11, nlohmann-json, libpng, libzip), with
+# Headers and libraries for the build (BLAS, GoogleTest, CLI11, nlohmann-json, libpng, libzip,
+# libjpeg-turbo), with
 # the run-time libraries those -dev packages point to.
 packages=(
   libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libgfortran5
@@ -23,6 +24,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   libpng-dev libpng16-16 zlib1g-dev zlib1g
   libzip-dev libzip4
+  libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo
 )
 
 cmd=${1:-}

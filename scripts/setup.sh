@@ -28,12 +28,13 @@ packages=(
   libgtest-dev
   openmpi-bin libopenmpi-dev
   zlib1g-dev libzip-dev libcairo2-dev fonts-dejavu-core libpng-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev
   libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist
   python3-numpy
 )
 if [ "$bench" = 1 ]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch python3-torchvision python3-pil mate-backgrounds)
 fi
 
 if [ "$install_deps" = 1 ]; then

@@ -1,0 +1,194 @@
+// Image transforms for training and evaluation (torchvision's RandomResizedCrop, Resize,
+// CenterCrop, RandomHorizontalFlip, Normalize), composable and seeded per example.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kusari/datasets/image.h"
+
+namespace kusari::transforms {
+
+// Note [Seeded transforms]
+// A random transform draws from a std::mt19937_64 that the caller seeds per example with
+// example_seed(seed, epoch, index): the draws depend only on the run's seed, the epoch and the
+// example's dataset index, never on which worker thread handles the example or in which order,
+// so a run gives the same batches with 1 or 16 workers and after resuming from a snapshot.
+// Uniform numbers are made from the generator's raw output by the formulas in transforms.cc
+// (not by std::uniform_real_distribution, whose algorithm the C++ standard leaves open), so the
+// crops are the same with every standard library.
+
+/// The random engine transforms draw from.
+using Rng = std::mt19937_64;
+
+/// The seed of example `index` in `epoch` of a run seeded with `seed`; see Note [Seeded
+/// transforms].
+uint64_t example_seed(uint64_t seed, int64_t epoch, int64_t index);
+
+/// A uniform double in [lo, hi) from one draw of `rng` (53 random bits).
+double uniform(Rng& rng, double lo, double hi);
+
+/// A region of a source image in (possibly fractional) pixel coordinates, and the size it is
+/// resampled to.
+struct CropPlan {
+  double top = 0;
+  double left = 0;
+  double height = 0;
+  double width = 0;
+  int64_t out_height = 0;
+  int64_t out_width = 0;
+};
+
+/// One step of an image pipeline.
+class Transform {
+ public:
+  virtual ~Transform() = default;
+  /// Transforms `image` in place, drawing any randomness from `rng`.
+  virtual void apply(Image& image, Rng& rng) const = 0;
+  /// True for a crop or resize: a step that reads a region of its input and resamples it, and so
+  /// can say, before decoding, how large a decode it needs (see plan()).
+  virtual bool is_geometric() const { return false; }
+  /// For a geometric step: the region of a height x width input it reads and the size it makes,
+  /// drawing from `rng` exactly as apply() would. apply(image, rng) is
+  /// execute(image, plan(image.height, image.width, rng)).
+  virtual CropPlan plan(int64_t height, int64_t width, Rng& rng) const;
+  /// For a geometric step: resamples plan's region of `image` to plan's size.
+  virtual void execute(Image& image, const CropPlan& plan) const;
+  /// A short description, e.g. "RandomResizedCrop(224, scale=(0.08, 1), ratio=(0.75, 1.33))".
+  virtual std::string name() const = 0;
+};
+
+/// Resamples the region of a uint8 HWC image given by `plan` to plan.out_height x
+/// plan.out_width with a triangle (bilinear) filter that widens with the scale when shrinking
+/// (antialiased, as PIL's BILINEAR resize); a whole-pixel region of the output's size is copied.
+/// See Note [Resampling] in transforms.cc.
+Image resample(const Image& image, const CropPlan& plan);
+
+/// A random part of the image (torchvision's RandomResizedCrop): area a fraction in `scale` of
+/// the image's, aspect ratio (w / h) log-uniform in `ratio`, up to 10 attempts to fit, then the
+/// centre crop of the largest region with a ratio in range; resampled to size x size.
+class RandomResizedCrop : public Transform {
+ public:
+  explicit RandomResizedCrop(int64_t size, std::array<double, 2> scale = {0.08, 1.0},
+                             std::array<double, 2> ratio = {3.0 / 4.0, 4.0 / 3.0},
+                             int attempts = 10);
+  void apply(Image& image, Rng& rng) const override {
+    execute(image, plan(image.height, image.width, rng));
+  }
+  bool is_geometric() const override { return true; }
+  CropPlan plan(int64_t height, int64_t width, Rng& rng) const override;
+  void execute(Image& image, const CropPlan& plan) const override { image = resample(image, plan); }
+  std::string name() const override;
+
+ private:
+  int64_t size_;
+  std::array<double, 2> scale_;
+  std::array<double, 2> ratio_;
+  int attempts_;
+};
+
+/// Scales the image so that its shorter side is `size` (the longer one keeps the ratio,
+/// truncated as in torchvision's Resize(int)).
+class Resize : public Transform {
+ public:
+  explicit Resize(int64_t size);
+  void apply(Image& image, Rng& rng) const override {
+    execute(image, plan(image.height, image.width, rng));
+  }
+  bool is_geometric() const override { return true; }
+  CropPlan plan(int64_t height, int64_t width, Rng& rng) const override;
+  void execute(Image& image, const CropPlan& plan) const override { image = resample(image, plan); }
+  std::string name() const override;
+
+ private:
+  int64_t size_;
+};
+
+/// The centred height x width window (torchvision's CenterCrop: the offset is rounded, and an
+/// image smaller than the window is an error).
+class CenterCrop : public Transform {
+ public:
+  explicit CenterCrop(int64_t size) : CenterCrop(size, size) {}
+  CenterCrop(int64_t height, int64_t width);
+  void apply(Image& image, Rng& rng) const override {
+    execute(image, plan(image.height, image.width, rng));
+  }
+  bool is_geometric() const override { return true; }
+  CropPlan plan(int64_t height, int64_t width, Rng& rng) const override;
+  void execute(Image& image, const CropPlan& plan) const override { image = resample(image, plan); }
+  std::string name() const override;
+
+ private:
+  int64_t height_;
+  int64_t width_;
+};
+
+/// Mirrors the image left-right with probability p (one draw per example, also when p is 0 or 1).
+class RandomHorizontalFlip : public Transform {
+ public:
+  explicit RandomHorizontalFlip(double p = 0.5);
+  void apply(Image& image, Rng& rng) const override;
+  std::string name() const override;
+
+ private:
+  double p_;
+};
+
+/// uint8 pixels x become float32 (x / 255 - mean[c]) / std[c] (a float image: (x - mean) / std),
+/// written CHW when `planar`, HWC (channels-last) otherwise.
+class Normalize : public Transform {
+ public:
+  Normalize(std::vector<float> mean, std::vector<float> std, bool planar = true);
+  void apply(Image& image, Rng& rng) const override;
+  std::string name() const override;
+
+ private:
+  std::vector<float> mean_;
+  std::vector<float> std_;
+  bool planar_;
+};
+
+/// HWC -> CHW without changing the values (uint8 or float).
+class ToCHW : public Transform {
+ public:
+  void apply(Image& image, Rng& rng) const override;
+  std::string name() const override { return "ToCHW"; }
+};
+
+/// The ImageNet statistics torchvision's models are trained with.
+inline const std::vector<float> kImageNetMean = {0.485f, 0.456f, 0.406f};
+inline const std::vector<float> kImageNetStd = {0.229f, 0.224f, 0.225f};
+
+/// Several steps in a row.
+class Compose : public Transform {
+ public:
+  explicit Compose(std::vector<std::shared_ptr<const Transform>> steps);
+  void apply(Image& image, Rng& rng) const override;
+  std::string name() const override;
+  const std::vector<std::shared_ptr<const Transform>>& steps() const { return steps_; }
+
+  /// Decodes an encoded image and applies the steps, drawing from `rng` as apply() would. When
+  /// the data is a JPEG, the first step is geometric and `reduced_decode` is set, the first step
+  /// is planned on the header's size and the image decoded at the largest DCT scale (1/2, 1/4,
+  /// 1/8) that keeps the planned region at least as large as the step's output
+  /// (jpeg_scale_denom_for); the region is then scaled to the decoded size. `name` names the
+  /// data in errors.
+  Image decode_and_apply(const uint8_t* data, size_t size, const std::string& name,
+                         DecodeOptions options, Rng& rng, bool reduced_decode = true) const;
+
+ private:
+  std::vector<std::shared_ptr<const Transform>> steps_;
+};
+
+/// The usual ImageNet training pipeline: RandomResizedCrop(size), RandomHorizontalFlip(),
+/// Normalize(ImageNet mean and std), CHW when `planar`.
+std::shared_ptr<Compose> imagenet_train_transform(int64_t size = 224, bool planar = true);
+/// The usual evaluation pipeline: Resize(resize), CenterCrop(size), Normalize.
+std::shared_ptr<Compose> imagenet_eval_transform(int64_t size = 224, int64_t resize = 256,
+                                                 bool planar = true);
+
+}  // namespace kusari::transforms
