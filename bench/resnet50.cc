@@ -67,6 +67,9 @@ double peak_rss_bytes() {
 /// One row of kusari in this process; prints RESULT lines (eager_ms, peak_bytes, and on a GPU
 /// graph_ms and graph_peak_bytes).
 int run_child(const Config& c, const std::string& row) {
+  // cuDNN's algorithms by timing, as the peer's cudnn.benchmark = True (an explicit setting in
+  // the environment is kept).
+  if (c.device == "cuda") ::setenv("KUSARI_CUDNN_BENCHMARK", "1", 0);
   const bool cuda = c.device == "cuda";
   const kusari::Device device = cuda ? kusari::Device::cuda(0) : kusari::Device::cpu();
   // "default": the libraries' defaults, the same on both sides (TF32 convolutions, float32
@@ -238,7 +241,8 @@ int main(int argc, char** argv) {
   if (cuda) {
     std::printf(
         "TF32 %s on both sides (kusari cuda::set_allow_tf32, torch cudnn/matmul allow_tf32; "
-        "default: convolutions only)\n",
+        "default: convolutions only); cuDNN algorithms chosen by timing on both sides "
+        "(KUSARI_CUDNN_BENCHMARK=1, cudnn.benchmark)\n",
         c.tf32.c_str());
   } else {
     std::printf("(--tf32 has no effect on a CPU)\n");

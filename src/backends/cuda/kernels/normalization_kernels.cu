@@ -244,7 +244,17 @@ __global__ void rows_partials(BatchNormShape s, Terms terms, const S* center_of,
   S n = S(0);
   const int64_t r0 = s.outer * split / splits, r1 = s.outer * (split + 1) / splits;
   if (active) {
-    for (int64_t r = r0 + ty; r < r1; r += kRowsY) {
+    // Four rows' loads in flight per thread: a thread's sums are a chain of dependent adds, and
+    // one load at a time would leave the memory system mostly idle.
+    int64_t r = r0 + ty;
+    for (; r + 3 * kRowsY < r1; r += 4 * kRowsY) {
+      terms.template add_pack<V>(r * s.channels + c, center, a, b);
+      terms.template add_pack<V>((r + kRowsY) * s.channels + c, center, a, b);
+      terms.template add_pack<V>((r + 2 * kRowsY) * s.channels + c, center, a, b);
+      terms.template add_pack<V>((r + 3 * kRowsY) * s.channels + c, center, a, b);
+      n += S(4);
+    }
+    for (; r < r1; r += kRowsY) {
       terms.template add_pack<V>(r * s.channels + c, center, a, b);
       n += S(1);
     }
