@@ -9,19 +9,17 @@
 //     block; the reductions give a channel a 2-d grid of (channel, split) blocks, each summing a
 //     range of its planes.
 //   channels-minor (inner == 1: channels-last, or (N, C)): rows of C contiguous channels. Blocks
-//     are 32 x 8 threads: x along consecutive channels, each thread V of them read and written
-//     as one pack of V * sizeof(T) bytes (up to 16), so a warp moves up to 512 contiguous bytes
-//     per load and keeps more bytes in flight; V is the widest power of two that divides C,
-//     leaves no thread of a warp idle (C >= 32 V) and keeps the arrays' alignment, else 1; y along
-//     rows; a grid column of blocks shares the channels and splits the rows.
+//     are 32 x 8 threads: x along 32 consecutive channels (a warp reads 32 neighbours, so loads
+//     coalesce), y along rows; a grid column of blocks shares the channels and splits the rows.
 // No thread divides per element, except the planar reduction over planes smaller than a block,
 // which walks a flat index with 32-bit division.
 // The reductions write per-(channel, split) partials to a small workspace; a second kernel, one
 // thread per channel, merges them and finishes the statistics (and the running averages).
+// Measured on an H200 (docs/benchmarks.md, bench_batch_norm): threads that each moved packs of
+// up to 16 bytes of channels, and reductions that kept four rows' loads in flight per thread,
+// were both slower than these one-element-per-thread kernels on ResNet-50's channels-last
+// shapes (fewer blocks in flight); PyTorch's channels-last batch norm is still faster there.
 #include <algorithm>
-#include <array>
-#include <cstdint>
-#include <type_traits>
 
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/primitives/kernel_util.cuh"
@@ -39,22 +37,6 @@ using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <typename S, typename T>
 __device__ __forceinline__ S load_as(const T* p, int64_t i) {
   return static_cast<S>(to_compute(p[i]));
-}
-
-/// V consecutive elements, loaded and stored as one access.
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-template <int V, typename T>
-__device__ __forceinline__ Pack<T, V> load_pack(const T* p, int64_t i) {
-  return *reinterpret_cast<const Pack<T, V>*>(p + i);
-}
-
-template <int V, typename T>
-__device__ __forceinline__ void store_pack(T* p, int64_t i, const Pack<T, V>& v) {
-  *reinterpret_cast<Pack<T, V>*>(p + i) = v;
 }
 
 /// A partial statistic: count, mean and sum of squared deviations (of x - shift).
@@ -143,16 +125,6 @@ struct StatTerms {
     a += v;
     b += v * v;
   }
-  template <int V>
-  __device__ __forceinline__ void add_pack(int64_t i, const S* shift, S* a, S* b) const {
-    const Pack<T, V> xv = load_pack<V>(x, i);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const S v = static_cast<S>(to_compute(xv.v[j])) - shift[j];
-      a[j] += v;
-      b[j] += v * v;
-    }
-  }
 };
 
 template <typename T, typename S>
@@ -165,19 +137,6 @@ struct GradTerms {
     if (relu_y != nullptr && !(load_as<S>(relu_y, i) > S(0))) g = S(0);
     a += g;
     b += g * (load_as<S>(x, i) - mean);
-  }
-  template <int V>
-  __device__ __forceinline__ void add_pack(int64_t i, const S* mean, S* a, S* b) const {
-    const Pack<T, V> gv = load_pack<V>(gy, i), xv = load_pack<V>(x, i);
-    Pack<T, V> yv;
-    if (relu_y != nullptr) yv = load_pack<V>(relu_y, i);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      S g = static_cast<S>(to_compute(gv.v[j]));
-      if (relu_y != nullptr && !(static_cast<S>(to_compute(yv.v[j])) > S(0))) g = S(0);
-      a[j] += g;
-      b[j] += g * (static_cast<S>(to_compute(xv.v[j])) - mean[j]);
-    }
   }
 };
 
@@ -226,69 +185,44 @@ __global__ void planar_partials(BatchNormShape s, Terms terms, const S* center_o
   }
 }
 
-// Blocks of bx x by threads (blockDim), each thread V channels (Note [Batch norm kernel geometry]).
-template <typename S, int V, typename Terms, bool kMoments>
+template <typename S, typename Terms, bool kMoments>
 __global__ void rows_partials(BatchNormShape s, Terms terms, const S* center_of, S* partial,
                               int splits) {
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kRowsX + tx) * V;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kRowsX + threadIdx.x;
   const int split = blockIdx.y;
   const bool active = c < s.channels;
-  S center[V], a[V], b[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    center[j] = !active ? S(0) : kMoments ? load_as<S>(terms.x, c + j) : center_of[c + j];
-    a[j] = S(0);
-    b[j] = S(0);
-  }
-  S n = S(0);
+  S center = S(0);
+  if (active) center = kMoments ? load_as<S>(terms.x, c) : center_of[c];
+  S a = S(0), b = S(0), n = S(0);
   const int64_t r0 = s.outer * split / splits, r1 = s.outer * (split + 1) / splits;
   if (active) {
-    // Four rows' loads in flight per thread: a thread's sums are a chain of dependent adds, and
-    // one load at a time would leave the memory system mostly idle.
-    int64_t r = r0 + ty;
-    for (; r + 3 * kRowsY < r1; r += 4 * kRowsY) {
-      terms.template add_pack<V>(r * s.channels + c, center, a, b);
-      terms.template add_pack<V>((r + kRowsY) * s.channels + c, center, a, b);
-      terms.template add_pack<V>((r + 2 * kRowsY) * s.channels + c, center, a, b);
-      terms.template add_pack<V>((r + 3 * kRowsY) * s.channels + c, center, a, b);
-      n += S(4);
-    }
-    for (; r < r1; r += kRowsY) {
-      terms.template add_pack<V>(r * s.channels + c, center, a, b);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowsY) {
+      terms.add(r * s.channels + c, center, a, b);
       n += S(1);
     }
   }
-  // sh[k][y][x]: the thread's sums (k = 2j, 2j + 1) and its count (k = 2V).
-  __shared__ S sh[2 * V + 1][kRowsY][kRowsX];
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    sh[2 * j][ty][tx] = a[j];
-    sh[2 * j + 1][ty][tx] = b[j];
-  }
-  sh[2 * V][ty][tx] = n;
+  __shared__ S sh[3][kRowsY][kRowsX];
+  sh[0][threadIdx.y][threadIdx.x] = a;
+  sh[1][threadIdx.y][threadIdx.x] = b;
+  sh[2][threadIdx.y][threadIdx.x] = n;
   __syncthreads();
-  if (ty != 0 || !active) return;
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    S* out = partial + ((c + j) * splits + split) * 3;
-    if constexpr (kMoments) {
-      Moments<S> m = from_sums(sh[2 * V][0][tx], sh[2 * j][0][tx], sh[2 * j + 1][0][tx]);
-      for (int y = 1; y < kRowsY; ++y) {
-        m = merge(m, from_sums(sh[2 * V][y][tx], sh[2 * j][y][tx], sh[2 * j + 1][y][tx]));
-      }
-      out[0] = m.n;
-      out[1] = m.mean;
-      out[2] = m.m2;
-    } else {
-      S ta = sh[2 * j][0][tx], tb = sh[2 * j + 1][0][tx];
-      for (int y = 1; y < kRowsY; ++y) {
-        ta += sh[2 * j][y][tx];
-        tb += sh[2 * j + 1][y][tx];
-      }
-      out[0] = ta;
-      out[1] = tb;
+  if (threadIdx.y != 0 || !active) return;
+  S* out = partial + (c * splits + split) * 3;
+  if constexpr (kMoments) {
+    Moments<S> m = from_sums(sh[2][0][threadIdx.x], sh[0][0][threadIdx.x], sh[1][0][threadIdx.x]);
+    for (int y = 1; y < kRowsY; ++y) {
+      m = merge(m, from_sums(sh[2][y][threadIdx.x], sh[0][y][threadIdx.x], sh[1][y][threadIdx.x]));
     }
+    out[0] = m.n;
+    out[1] = m.mean;
+    out[2] = m.m2;
+  } else {
+    for (int y = 1; y < kRowsY; ++y) {
+      a += sh[0][y][threadIdx.x];
+      b += sh[1][y][threadIdx.x];
+    }
+    out[0] = a;
+    out[1] = b;
   }
 }
 
@@ -331,8 +265,9 @@ __global__ void finish_grad_sums(int64_t channels, const S* partial, int splits,
 
 // How many splits each channel's reduction gets: enough blocks to fill the GPU a few times,
 // and no block with less than a few thousand elements.
-int reduction_splits(const BatchNormShape& s, int device, int64_t column_blocks) {
+int reduction_splits(const BatchNormShape& s, int device, bool rows) {
   const int64_t per_channel = s.outer * s.inner;
+  const int64_t column_blocks = rows ? (s.channels + kRowsX - 1) / kRowsX : s.channels;
   const int64_t wanted_blocks = static_cast<int64_t>(sm_count(device)) * 4;
   int64_t splits = (wanted_blocks + column_blocks - 1) / column_blocks;
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, per_channel / 4096));
@@ -340,60 +275,22 @@ int reduction_splits(const BatchNormShape& s, int device, int64_t column_blocks)
   return static_cast<int>(std::clamp<int64_t>(splits, 1, 65535));
 }
 
-// The pack width of the channels-minor kernels for these arrays (Note [Batch norm kernel
-// geometry]): the widest V up to 16 / sizeof(T) with C a multiple of V, C >= 32 V, and every
-// array aligned to V elements; 1 when none is.
-template <typename T, size_t N>
-int rows_pack(const BatchNormShape& s, const std::array<const void*, N>& arrays) {
-  for (int v = static_cast<int>(16 / sizeof(T)); v > 1; v /= 2) {
-    if (s.channels % v != 0 || s.channels < int64_t{kRowsX} * v) continue;
-    bool aligned = true;
-    for (const void* p : arrays) {
-      aligned = aligned && reinterpret_cast<uintptr_t>(p) % (sizeof(T) * v) == 0;
-    }
-    if (aligned) return v;
-  }
-  return 1;
-}
-
-// Calls f(std::integral_constant<int, V>) for the pack width `pack` of T's kernels.
-template <typename T, typename F>
-void with_pack(int pack, F&& f) {
-  constexpr int kWide = static_cast<int>(16 / sizeof(T));
-  switch (pack) {
-    case 2:
-      if constexpr (kWide >= 2) f(std::integral_constant<int, 2>{});
-      return;
-    case 4:
-      if constexpr (kWide >= 4) f(std::integral_constant<int, 4>{});
-      return;
-    case 8:
-      if constexpr (kWide >= 8) f(std::integral_constant<int, 8>{});
-      return;
-    default:
-      f(std::integral_constant<int, 1>{});
-  }
-}
-
 // Runs the partial reduction of `terms` into a fresh workspace; returns it and sets *splits.
-// `pack` is the channels-minor pack width (rows_pack).
-template <typename S, bool kMoments, typename T, typename Terms>
+template <typename S, bool kMoments, typename Terms>
 Array reduce_partials(const Array& like, const BatchNormShape& s, const Terms& terms,
-                      const S* center, int pack, int* splits_out) {
+                      const S* center, int* splits_out) {
   const int device = like.device().index();
   cudaStream_t stream = prepare(like);
   const bool rows = s.inner == 1;
-  const int64_t column_blocks = rows ? (s.channels / pack + kRowsX - 1) / kRowsX : s.channels;
-  const int splits = reduction_splits(s, device, column_blocks);
+  const int splits = reduction_splits(s, device, rows);
   *splits_out = splits;
   Array work = Array::empty({s.channels * splits * 3}, dtype_of<S>, like.device());
   S* wp = work.data<S>();
   if (rows) {
-    const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(splits));
-    with_pack<T>(pack, [&](auto v) {
-      rows_partials<S, decltype(v)::value, Terms, kMoments>
-          <<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, terms, center, wp, splits);
-    });
+    const dim3 grid(static_cast<unsigned>((s.channels + kRowsX - 1) / kRowsX),
+                    static_cast<unsigned>(splits));
+    rows_partials<S, Terms, kMoments>
+        <<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, terms, center, wp, splits);
   } else {
     const dim3 grid(static_cast<unsigned>(s.channels), static_cast<unsigned>(splits));
     planar_partials<S, Terms, kMoments>
@@ -417,9 +314,7 @@ bool batch_norm_statistics(const Array& x, const BatchNormShape& s,
     using S = stat_t<T>;
     const T* xp = static_cast<const T*>(x.raw_data());
     int splits = 1;
-    Array work =
-        reduce_partials<S, true, T>(x, s, StatTerms<T, S>{xp}, nullptr,
-                                    rows_pack<T>(s, std::array<const void*, 1>{xp}), &splits);
+    Array work = reduce_partials<S, true>(x, s, StatTerms<T, S>{xp}, nullptr, &splits);
     cudaStream_t stream = compute_stream(x.device().index());
     const unsigned grid = static_cast<unsigned>((s.channels + 127) / 128);
     finish_statistics<T, S><<<grid, 128, 0, stream>>>(
@@ -444,9 +339,7 @@ bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* re
                               static_cast<const T*>(gy.raw_data()),
                               relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr};
         int splits = 1;
-        Array work = reduce_partials<S, false, T>(
-            x, s, terms, mean.data<S>(),
-            rows_pack<T>(s, std::array<const void*, 3>{terms.x, terms.gy, terms.relu_y}), &splits);
+        Array work = reduce_partials<S, false>(x, s, terms, mean.data<S>(), &splits);
         cudaStream_t stream = compute_stream(x.device().index());
         const unsigned grid = static_cast<unsigned>((s.channels + 127) / 128);
         finish_grad_sums<S><<<grid, 128, 0, stream>>>(s.channels, work.data<S>(), splits,
@@ -483,23 +376,6 @@ struct NormalizeOp {
     if (relu) v = v > S(0) ? v : S(0);
     y[i] = from_compute<T>(static_cast<compute_t<T>>(v));
   }
-  template <int V>
-  __device__ __forceinline__ void apply_pack(int64_t i, const Channel* k) const {
-    const Pack<T, V> xv = load_pack<V>(x, i);
-    Pack<T, V> rv, out;
-    if (residual != nullptr) rv = load_pack<V>(residual, i);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      S v = (static_cast<S>(to_compute(xv.v[j])) - k[j].mu) * k[j].scale + k[j].shift;
-      if (residual != nullptr) v += static_cast<S>(to_compute(rv.v[j]));
-      if (relu) v = v > S(0) ? v : S(0);
-      out.v[j] = from_compute<T>(static_cast<compute_t<T>>(v));
-    }
-    store_pack<V>(y, i, out);
-  }
-  std::array<const void*, 4> arrays() const {
-    return {x, residual, y};
-  }
 };
 
 /// gx = a * (g - b - (x - mean) * d).
@@ -529,23 +405,6 @@ struct BackwardDataOp {
     const S v = k.a * (g - k.b - (load_as<S>(x, i) - k.mu) * k.d);
     gx[i] = from_compute<T>(static_cast<compute_t<T>>(v));
   }
-  template <int V>
-  __device__ __forceinline__ void apply_pack(int64_t i, const Channel* k) const {
-    const Pack<T, V> gv = load_pack<V>(gy, i), xv = load_pack<V>(x, i);
-    Pack<T, V> yv, out;
-    if (relu_y != nullptr) yv = load_pack<V>(relu_y, i);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      S g = static_cast<S>(to_compute(gv.v[j]));
-      if (relu_y != nullptr && !(static_cast<S>(to_compute(yv.v[j])) > S(0))) g = S(0);
-      const S v = k[j].a * (g - k[j].b - (static_cast<S>(to_compute(xv.v[j])) - k[j].mu) * k[j].d);
-      out.v[j] = from_compute<T>(static_cast<compute_t<T>>(v));
-    }
-    store_pack<V>(gx, i, out);
-  }
-  std::array<const void*, 4> arrays() const {
-    return {x, gy, relu_y, gx};
-  }
 };
 
 template <typename Op>
@@ -556,35 +415,30 @@ __global__ void planar_elementwise(BatchNormShape s, Op op) {
   for (int64_t i = threadIdx.x; i < s.inner; i += blockDim.x) op.apply(base + i, k);
 }
 
-template <int V, typename Op>
+template <typename Op>
 __global__ void rows_elementwise(BatchNormShape s, Op op) {
-  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kRowsX + threadIdx.x) * V;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kRowsX + threadIdx.x;
   if (c >= s.channels) return;
-  typename Op::Channel k[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) k[j] = op.channel(c + j);
+  const auto k = op.channel(c);
   const int64_t step = static_cast<int64_t>(gridDim.y) * kRowsY;
   for (int64_t r = static_cast<int64_t>(blockIdx.y) * kRowsY + threadIdx.y; r < s.outer;
        r += step) {
-    op.template apply_pack<V>(r * s.channels + c, k);
+    op.apply(r * s.channels + c, k);
   }
 }
 
-template <typename T, typename Op>
+template <typename Op>
 void launch_elementwise(const Array& like, const BatchNormShape& s, const Op& op) {
   const int device = like.device().index();
   cudaStream_t stream = prepare(like);
   if (s.inner == 1) {
-    const int pack = rows_pack<T>(s, op.arrays());
-    const int64_t column_blocks = (s.channels / pack + kRowsX - 1) / kRowsX;
+    const int64_t column_blocks = (s.channels + kRowsX - 1) / kRowsX;
     const int64_t wanted = static_cast<int64_t>(sm_count(device)) * 8;
     const int64_t row_blocks =
         std::clamp<int64_t>((wanted + column_blocks - 1) / column_blocks, 1,
                             std::min<int64_t>(65535, (s.outer + kRowsY - 1) / kRowsY));
     const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(row_blocks));
-    with_pack<T>(pack, [&](auto v) {
-      rows_elementwise<decltype(v)::value><<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, op);
-    });
+    rows_elementwise<<<grid, dim3(kRowsX, kRowsY), 0, stream>>>(s, op);
   } else {
     const int block = static_cast<int>(std::min<int64_t>(kPlanarBlock, (s.inner + 31) / 32 * 32));
     planar_elementwise<<<static_cast<unsigned>(s.outer * s.channels), block, 0, stream>>>(s, op);
@@ -607,7 +461,7 @@ bool batch_norm_normalize(const Array& x, const BatchNormShape& s, const Array& 
                          gamma.data<S>(),
                          beta.data<S>(),
                          relu};
-    launch_elementwise<T>(x, s, op);
+    launch_elementwise(x, s, op);
   });
   return true;
 }
@@ -630,7 +484,7 @@ bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu
                             gbeta.data<S>(),
                             ggamma.data<S>(),
                             static_cast<S>(inv_m)};
-    launch_elementwise<T>(x, s, op);
+    launch_elementwise(x, s, op);
   });
   return true;
 }
