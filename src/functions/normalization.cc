@@ -129,6 +129,19 @@ void check_running(const char* fn, const char* name, const Array* running, const
                running->device(), " but x is on ", x.device());
 }
 
+// The checks of a training-mode batch normalization's arguments, and its geometry.
+BatchNormGeometry train_geometry(const char* fn, const Variable& x, const Variable& gamma,
+                                 const Variable& beta, double eps, const Array* running_mean,
+                                 const Array* running_var, double decay, const Axes& axis) {
+  BatchNormGeometry g = batch_norm_geometry(fn, x, axis, {{"gamma", &gamma}, {"beta", &beta}});
+  KUSARI_CHECK(eps > 0.0, ValueError, fn, ": eps must be positive, got ", eps);
+  KUSARI_CHECK(decay >= 0.0 && decay <= 1.0, ValueError, fn, ": decay must be in [0, 1], got ",
+               decay);
+  check_running(fn, "running_mean", running_mean, x, g);
+  check_running(fn, "running_var", running_var, x, g);
+  return g;
+}
+
 // running = decay * running + (1 - decay) * value, in place and in running's dtype.
 void update_running(Array* running, const Array& value, const Shape& param_shape, double decay) {
   if (running == nullptr) return;
@@ -390,12 +403,8 @@ Variable batch_normalization(const Variable& x, const Variable& gamma, const Var
                              double eps, Array* running_mean, Array* running_var, double decay,
                              const Axes& axis, BatchStatisticsReducer* reducer) {
   const char* fn = "batch_normalization";
-  BatchNormGeometry g = batch_norm_geometry(fn, x, axis, {{"gamma", &gamma}, {"beta", &beta}});
-  KUSARI_CHECK(eps > 0.0, ValueError, fn, ": eps must be positive, got ", eps);
-  KUSARI_CHECK(decay >= 0.0 && decay <= 1.0, ValueError, fn, ": decay must be in [0, 1], got ",
-               decay);
-  check_running(fn, "running_mean", running_mean, x, g);
-  check_running(fn, "running_var", running_var, x, g);
+  BatchNormGeometry g =
+      train_geometry(fn, x, gamma, beta, eps, running_mean, running_var, decay, axis);
 
   // The fused kernels (Note [Fused batch normalization in autograd]).
   Variable fused = fused_batch_normalization(fn, x, gamma, beta, Variable(), false, g, eps,
@@ -465,12 +474,8 @@ Variable batch_normalization_relu(const Variable& x, const Variable& gamma, cons
                                   Array* running_var, double decay, const Axes& axis,
                                   BatchStatisticsReducer* reducer) {
   const char* fn = "batch_normalization_relu";
-  BatchNormGeometry g = batch_norm_geometry(fn, x, axis, {{"gamma", &gamma}, {"beta", &beta}});
-  KUSARI_CHECK(eps > 0.0, ValueError, fn, ": eps must be positive, got ", eps);
-  KUSARI_CHECK(decay >= 0.0 && decay <= 1.0, ValueError, fn, ": decay must be in [0, 1], got ",
-               decay);
-  check_running(fn, "running_mean", running_mean, x, g);
-  check_running(fn, "running_var", running_var, x, g);
+  BatchNormGeometry g =
+      train_geometry(fn, x, gamma, beta, eps, running_mean, running_var, decay, axis);
   check_residual(fn, x, residual);
   Variable fused = fused_batch_normalization(fn, x, gamma, beta, residual, true, g, eps,
                                              running_mean, running_var, decay, reducer);

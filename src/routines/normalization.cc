@@ -35,6 +35,24 @@ Array channel_vector(const char* fn, const Array& a, const kernels::BatchNormSha
   return v.reshape({s.channels});
 }
 
+// The operands both backward kernels read: gy and relu_y laid out like x, mean and inv_std as
+// channel vectors.
+struct BackwardOperands {
+  Array gy, relu_y, mean, inv_std;
+};
+
+BackwardOperands backward_operands(const char* fn, const Array& x, const Array& gy,
+                                   const Array* relu_y, const kernels::BatchNormShape& s,
+                                   const Array& mean, const Array& inv_std) {
+  const Dtype stat = batch_norm_stat_dtype(x.dtype());
+  BackwardOperands o;
+  o.gy = like_x(fn, gy, x, "gy");
+  if (relu_y) o.relu_y = like_x(fn, *relu_y, x, "y");
+  o.mean = channel_vector(fn, mean, s, stat, x, "mean");
+  o.inv_std = channel_vector(fn, inv_std, s, stat, x, "inv_std");
+  return o;
+}
+
 bool usable_running(const Array* r, Dtype stat, int64_t channels) {
   return r != nullptr && r->dtype() == stat && r->is_contiguous() && r->size() == channels;
 }
@@ -119,15 +137,11 @@ bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* re
                                 const Array& inv_std, Array& gbeta, Array& ggamma) {
   const char* fn = "batch_normalization (gradient)";
   const Dtype stat = batch_norm_stat_dtype(x.dtype());
-  Array g = like_x(fn, gy, x, "gy");
-  Array ry;
-  if (relu_y) ry = like_x(fn, *relu_y, x, "y");
-  Array mu = channel_vector(fn, mean, s, stat, x, "mean");
-  Array is = channel_vector(fn, inv_std, s, stat, x, "inv_std");
+  const BackwardOperands o = backward_operands(fn, x, gy, relu_y, s, mean, inv_std);
   Array gb = Array::empty({s.channels}, stat, x.device());
   Array gg = Array::empty({s.channels}, stat, x.device());
-  if (!kernels::batch_norm_backward_reduce.try_run(x.device(), x, g, relu_y ? &ry : nullptr, s, mu,
-                                                   is, gb, gg)) {
+  if (!kernels::batch_norm_backward_reduce.try_run(
+          x.device(), x, o.gy, relu_y ? &o.relu_y : nullptr, s, o.mean, o.inv_std, gb, gg)) {
     return false;
   }
   gbeta = std::move(gb);
@@ -141,17 +155,13 @@ Array batch_norm_backward_data(const Array& x, const Array& gy, const Array* rel
                                const Array& ggamma, double inv_m) {
   const char* fn = "batch_normalization (gradient)";
   const Dtype stat = batch_norm_stat_dtype(x.dtype());
-  Array g = like_x(fn, gy, x, "gy");
-  Array ry;
-  if (relu_y) ry = like_x(fn, *relu_y, x, "y");
-  Array mu = channel_vector(fn, mean, s, stat, x, "mean");
-  Array is = channel_vector(fn, inv_std, s, stat, x, "inv_std");
+  const BackwardOperands o = backward_operands(fn, x, gy, relu_y, s, mean, inv_std);
   Array ga = channel_vector(fn, gamma, s, stat, x, "gamma");
   Array gb = channel_vector(fn, gbeta, s, stat, x, "gbeta");
   Array gg = channel_vector(fn, ggamma, s, stat, x, "ggamma");
   Array gx = Array::empty(x.shape(), x.dtype(), x.device(), fused_format(x));
-  if (!kernels::batch_norm_backward_data.try_run(x.device(), x, g, relu_y ? &ry : nullptr, s, mu,
-                                                 is, ga, gb, gg, inv_m, gx)) {
+  if (!kernels::batch_norm_backward_data.try_run(x.device(), x, o.gy, relu_y ? &o.relu_y : nullptr,
+                                                 s, o.mean, o.inv_std, ga, gb, gg, inv_m, gx)) {
     return Array();
   }
   return gx;

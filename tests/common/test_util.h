@@ -92,6 +92,21 @@ class DeviceTest : public ::testing::TestWithParam<Device> {
   Tf32Scope full_float32_{false, false};
 };
 
+/// Base fixture of the GPU tests: skips (with a message) on a machine without a usable GPU.
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) {
+      GTEST_SKIP() << "no CUDA device is available on this machine (cuda_device_count() == 0); "
+                      "the GPU tests run where a GPU is present";
+    }
+  }
+  static Device gpu() { return Device::cuda(0); }
+
+ private:
+  Tf32Scope full_float32_{false, false};  // float32 compared at float32 tolerances
+};
+
 /// Turns debug mode on for the scope (checks that read back from a GPU, e.g. label ranges).
 class DebugModeScope {
  public:

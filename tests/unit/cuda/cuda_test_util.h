@@ -17,21 +17,6 @@
 
 namespace kusari::testing {
 
-/// Base fixture of the GPU tests: skips (with a message) on a machine without a usable GPU.
-class CudaTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda_available()) {
-      GTEST_SKIP() << "no CUDA device is available on this machine (cuda_device_count() == 0); "
-                      "the GPU tests run where a GPU is present";
-    }
-  }
-  static Device gpu() { return Device::cuda(0); }
-
- private:
-  Tf32Scope full_float32_{false, false};  // float32 compared at float32 tolerances
-};
-
 /// Every dtype, in the order of the Dtype enum.
 inline const std::vector<Dtype>& all_dtypes() {
   static const std::vector<Dtype> d{bool_,   uint8,    int32,   int64,

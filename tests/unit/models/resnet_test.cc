@@ -293,21 +293,9 @@ TEST(ResNet, ChannelsLastForwardEqualsNchwOnCpu) {
 
 // --- GPU ---------------------------------------------------------------------------------------
 
-class ResNetCuda : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda_available()) {
-      GTEST_SKIP() << "no CUDA device is available on this machine (cuda_device_count() == 0); "
-                      "the GPU tests run where a GPU is present";
-    }
-  }
-  static Device gpu() { return Device::cuda(0); }
-
- private:
-  // The parity tests compare float32 at float32 tolerances: no TF32 (the default for
-  // convolutions) while they run.
-  testing::Tf32Scope full_float32_{false, false};
-};
+// The GPU fixture skips without a GPU and turns TF32 off: the parity tests compare float32 at
+// float32 tolerances.
+class ResNetCuda : public testing::CudaTest {};
 
 /// Forward and backward of a ResNet-18 on the CPU (NCHW) and on the GPU (in `format`): the
 /// logits, the loss and every parameter's gradient agree.
