@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "iterators/slot_workers.h"
 #include "kusari/core/error.h"
 #include "kusari/datasets/sub_dataset.h"
 
@@ -84,7 +85,7 @@ struct ImageLoader::Job {
   std::vector<int64_t> indices;
   std::vector<int64_t> epochs;
   uint64_t seed = 0;  // the loader's transform seed when the job was planned
-  // Guarded by Workers::mutex_ until `complete`.
+  // Guarded by the workers' mutex (detail::SlotWorkers) until `complete`.
   size_t next_claim = 0;
   size_t finished = 0;
   bool complete = false;
@@ -98,75 +99,38 @@ struct ImageLoader::Job {
 };
 
 /// The worker threads: they take examples from the oldest job first.
-class ImageLoader::Workers {
+class ImageLoader::Workers : public detail::SlotWorkers<Job> {
  public:
   Workers(const ImageLoader& owner, int n)
       : owner_(owner), source_(find_source(owner.dataset_.get())) {
-    try {
-      for (int t = 0; t < n; ++t) threads_.emplace_back([this] { run(); });
-    } catch (...) {
-      stop();
-      throw;
-    }
+    start(n);
   }
-  ~Workers() { stop(); }
-  Workers(const Workers&) = delete;
-  Workers& operator=(const Workers&) = delete;
+  ~Workers() override { stop(); }
 
   const Source& source() const { return source_; }
 
-  void submit(const std::shared_ptr<Job>& job) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(job);
-    }
-    work_cv_.notify_all();
-  }
-
-  void cancel(const std::shared_ptr<Job>& job) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.erase(std::remove(queue_.begin(), queue_.end(), job), queue_.end());
-  }
-
-  void wait(const std::shared_ptr<Job>& job) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [&] { return job->complete; });
-  }
-
  private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (true) {
-      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      std::shared_ptr<Job> job = queue_.front();
-      const size_t k = job->next_claim++;
-      if (job->next_claim == job->indices.size()) queue_.pop_front();
-      lock.unlock();
-      std::exception_ptr error;
-      Loaded item;
+  void fill(Job& job, size_t k, std::unique_lock<std::mutex>& lock) override {
+    lock.unlock();
+    std::exception_ptr error;
+    Loaded item;
+    try {
+      item = load_one(*owner_.dataset_, source_, owner_.options_, job.seed, job.indices[k],
+                      job.epochs[k]);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (!error) {
       try {
-        item = load_one(*owner_.dataset_, source_, owner_.options_, job->seed, job->indices[k],
-                        job->epochs[k]);
+        place(job, k, item, lock);
       } catch (...) {
         error = std::current_exception();
       }
-      lock.lock();
-      if (!error) {
-        try {
-          place(*job, k, item, lock);
-        } catch (...) {
-          error = std::current_exception();
-        }
-      }
-      if (error && !job->error) {
-        job->error = error;
-        job->error_index = job->indices[k];
-      }
-      if (++job->finished == job->indices.size()) {
-        job->complete = true;
-        done_cv_.notify_all();
-      }
+    }
+    if (error && !job.error) {
+      job.error = error;
+      job.error_index = job.indices[k];
     }
   }
 
@@ -206,27 +170,8 @@ class ImageLoader::Workers {
     lock.lock();
   }
 
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-      queue_.clear();
-    }
-    work_cv_.notify_all();
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-    threads_.clear();
-  }
-
   const ImageLoader& owner_;
   Source source_;
-  std::mutex mutex_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
 };
 
 ImageLoader::ImageLoader(std::shared_ptr<Dataset> dataset, ImageLoaderOptions options)

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "iterators/slot_workers.h"
 #include "kusari/core/error.h"
 
 namespace kusari {
@@ -17,96 +18,32 @@ struct MultithreadIterator::Job {
   std::vector<int64_t> indices;
   std::vector<Example> results;
   std::vector<std::exception_ptr> errors;
-  // Guarded by WorkerPool::mutex_.
+  // Guarded by the workers' mutex (detail::SlotWorkers).
   size_t next_claim = 0;
   size_t finished = 0;
   bool complete = false;
 };
 
 /// Worker threads that load queued jobs in FIFO order, one example per claim.
-class MultithreadIterator::WorkerPool {
+class MultithreadIterator::WorkerPool : public detail::SlotWorkers<Job> {
  public:
   WorkerPool(std::shared_ptr<Dataset> dataset, int n_threads) : dataset_(std::move(dataset)) {
-    threads_.reserve(static_cast<size_t>(n_threads));
-    try {
-      for (int t = 0; t < n_threads; ++t) threads_.emplace_back([this] { run(); });
-    } catch (...) {
-      stop_and_join();
-      throw;
-    }
+    start(n_threads);
   }
-  ~WorkerPool() { stop_and_join(); }
-  WorkerPool(const WorkerPool&) = delete;
-  WorkerPool& operator=(const WorkerPool&) = delete;
-
-  void submit(const std::shared_ptr<Job>& job) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (job->indices.empty()) {
-        job->complete = true;
-        return;
-      }
-      queue_.push_back(job);
-    }
-    work_cv_.notify_all();
-  }
-
-  /// Takes the job off the queue; slots that workers are loading right now still finish.
-  void cancel(const std::shared_ptr<Job>& job) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.erase(std::remove(queue_.begin(), queue_.end(), job), queue_.end());
-  }
-
-  void wait(const std::shared_ptr<Job>& job) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [&] { return job->complete; });
-  }
+  ~WorkerPool() override { stop(); }
 
  private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (true) {
-      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      std::shared_ptr<Job> job = queue_.front();
-      const size_t k = job->next_claim++;
-      if (job->next_claim == job->indices.size()) queue_.pop_front();
-      lock.unlock();
-      // Slot k belongs to this worker alone; the owner reads it only after `complete` is set
-      // under the mutex, which orders these writes before its reads.
-      try {
-        job->results[k] = dataset_->get_example(job->indices[k]);
-      } catch (...) {
-        job->errors[k] = std::current_exception();
-      }
-      lock.lock();
-      if (++job->finished == job->indices.size()) {
-        job->complete = true;
-        done_cv_.notify_all();
-      }
+  void fill(Job& job, size_t k, std::unique_lock<std::mutex>& lock) override {
+    lock.unlock();
+    try {
+      job.results[k] = dataset_->get_example(job.indices[k]);
+    } catch (...) {
+      job.errors[k] = std::current_exception();
     }
-  }
-
-  void stop_and_join() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-      queue_.clear();
-    }
-    work_cv_.notify_all();
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-    threads_.clear();
+    lock.lock();
   }
 
   std::shared_ptr<Dataset> dataset_;
-  std::mutex mutex_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
 };
 
 namespace {
@@ -155,8 +92,10 @@ MultithreadIterator::MultithreadIterator(std::shared_ptr<Dataset> dataset, int64
   // Note [Batch larger than the dataset]
   KUSARI_CHECK(!repeat_ || batch_size_ <= dataset_->size(), ValueError,
                "MultithreadIterator: batch_size ", batch_size_, " is larger than the dataset (",
-               dataset_->size(), " examples); a repeating iterator would cover several epochs in "
-               "one batch. Use a batch_size of at most ", dataset_->size(), ", or repeat=false");
+               dataset_->size(),
+               " examples); a repeating iterator would cover several epochs in "
+               "one batch. Use a batch_size of at most ",
+               dataset_->size(), ", or repeat=false");
   KUSARI_CHECK(n_threads >= 0, ValueError,
                "MultithreadIterator: n_threads must be >= 0 (0: one per hardware thread), got ",
                n_threads);

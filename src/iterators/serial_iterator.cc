@@ -13,10 +13,12 @@ SerialIterator::SerialIterator(std::shared_ptr<Dataset> dataset, int64_t batch_s
   KUSARI_CHECK(!repeat_ || dataset_->size() > 0, ValueError,
                "SerialIterator: the dataset is empty; a repeating iterator needs examples");
   // Note [Batch larger than the dataset]
-  KUSARI_CHECK(!repeat_ || batch_size_ <= dataset_->size(), ValueError, "SerialIterator: batch_size ",
-               batch_size_, " is larger than the dataset (", dataset_->size(),
+  KUSARI_CHECK(!repeat_ || batch_size_ <= dataset_->size(), ValueError,
+               "SerialIterator: batch_size ", batch_size_, " is larger than the dataset (",
+               dataset_->size(),
                " examples); a repeating iterator would cover several epochs in one batch. Use a "
-               "batch_size of at most ", dataset_->size(), ", or repeat=false");
+               "batch_size of at most ",
+               dataset_->size(), ", or repeat=false");
   state_.generator = Generator(seed ? *seed : default_generator().next_uint64());
   reset();
 }
