@@ -8,8 +8,9 @@
 // Per row: kusari eager; on a GPU kusari with the whole step (forward, backward and the update)
 // replayed from a CUDA graph; PyTorch eager (cudnn.benchmark on); with --compile torch.compile.
 // Every row runs in a process of its own (this program started again with --child, or the peer
-// script), so each peak memory is that row's: the CUDA memory pool's peak in use
-// (cuda::memory_stats) against torch.cuda.max_memory_allocated, or the peak resident set of
+// script), so each peak memory is that row's: the peak of the bytes kusari's arrays asked the
+// CUDA memory pool for (cuda::memory_stats().peak_requested_bytes; the pool's blocks round them
+// up) against torch.cuda.max_memory_allocated, or the peak resident set of
 // the process on a CPU. Ratios are of throughput (images per second): above 1, kusari is faster.
 //
 //   bench_resnet50 [--arch resnet50] [--device cuda|cpu] [--batch 64] [--size 224] [--steps 20]
@@ -106,7 +107,7 @@ int run_child(const Config& c, const std::string& row) {
   std::printf("RESULT params %lld\n", static_cast<long long>(model->count_params()));
   std::printf("RESULT eager_ms %.6f\n", eager_ms);
   std::printf("RESULT peak_bytes %.0f\n",
-              cuda ? static_cast<double>(kusari::cuda::memory_stats(0).peak_in_use_bytes)
+              cuda ? static_cast<double>(kusari::cuda::memory_stats(0).peak_requested_bytes)
                    : peak_rss_bytes());
   if (!cuda) return 0;
   // The whole step recorded once (the learning rate is constant, so freezing it is right) and
@@ -117,7 +118,7 @@ int run_child(const Config& c, const std::string& row) {
     const double graph_ms = time_steps(device, c.warmup, c.steps, [&] { graph.replay(); });
     std::printf("RESULT graph_ms %.6f\n", graph_ms);
     std::printf("RESULT graph_peak_bytes %.0f\n",
-                static_cast<double>(kusari::cuda::memory_stats(0).peak_in_use_bytes));
+                static_cast<double>(kusari::cuda::memory_stats(0).peak_requested_bytes));
   } catch (const std::exception& e) {
     std::printf("graph capture failed: %s\n", e.what());
   }

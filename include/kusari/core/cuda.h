@@ -20,6 +20,11 @@ struct MemoryStats {
   size_t reserved_bytes = 0;
   /// The largest in_use_bytes seen.
   size_t peak_in_use_bytes = 0;
+  /// Bytes the arrays in use asked for (in_use_bytes counts the pool's blocks, which round a
+  /// request up by at most 1/8 and may be a cached block up to 1/4 larger; this is the
+  /// counterpart of PyTorch's memory_allocated), and the largest value seen.
+  size_t requested_bytes = 0;
+  size_t peak_requested_bytes = 0;
   /// Calls to cudaMalloc / cudaFree made by the pool.
   int64_t device_allocations = 0;
   int64_t device_frees = 0;

@@ -82,10 +82,13 @@ TEST_F(CudaMemoryPool, StatisticsFollowAllocations) {
     EXPECT_GE(s.in_use_bytes, base.in_use_bytes + static_cast<size_t>(kBytes));
     EXPECT_GE(s.reserved_bytes, s.in_use_bytes);
     EXPECT_GE(s.peak_in_use_bytes, s.in_use_bytes);
+    EXPECT_EQ(s.requested_bytes, base.requested_bytes + static_cast<size_t>(kBytes));
+    EXPECT_GE(s.peak_requested_bytes, s.requested_bytes);
     EXPECT_EQ(s.device_allocations, base.device_allocations + 1);
   }
   const cuda::MemoryStats released = cuda::memory_stats(0);
   EXPECT_EQ(released.in_use_bytes, base.in_use_bytes);
+  EXPECT_EQ(released.requested_bytes, base.requested_bytes);
   EXPECT_GE(released.reserved_bytes, base.reserved_bytes + static_cast<size_t>(kBytes));
   cuda::empty_cache();
   const cuda::MemoryStats emptied = cuda::memory_stats(0);

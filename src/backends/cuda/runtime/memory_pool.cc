@@ -61,6 +61,11 @@ void* take_cached(std::map<size_t, std::vector<void*>>& lists, size_t size, size
   return ptr;
 }
 
+void count_request(MemoryStats& stats, size_t nbytes) {
+  stats.requested_bytes += nbytes;
+  stats.peak_requested_bytes = std::max(stats.peak_requested_bytes, stats.requested_bytes);
+}
+
 }  // namespace
 
 void* MemoryPool::allocate(int device, size_t nbytes) {
@@ -70,9 +75,10 @@ void* MemoryPool::allocate(int device, size_t nbytes) {
   size_t block = 0;
   void* ptr = take_cached(p.capture ? p.capture->free_blocks : p.free_blocks, size, &block);
   if (ptr) {
-    p.live.emplace(ptr, Block{block, p.capture});
+    p.live.emplace(ptr, Block{block, nbytes, p.capture});
     p.stats.in_use_bytes += block;
     p.stats.peak_in_use_bytes = std::max(p.stats.peak_in_use_bytes, p.stats.in_use_bytes);
+    count_request(p.stats, nbytes);
     return ptr;
   }
   set_device(device);
@@ -97,9 +103,10 @@ void* MemoryPool::allocate(int device, size_t nbytes) {
   check_cuda(status, "cudaMalloc", __FILE__, __LINE__);
   ++p.stats.device_allocations;
   p.stats.reserved_bytes += size;
-  p.live.emplace(ptr, Block{size, p.capture});
+  p.live.emplace(ptr, Block{size, nbytes, p.capture});
   p.stats.in_use_bytes += size;
   p.stats.peak_in_use_bytes = std::max(p.stats.peak_in_use_bytes, p.stats.in_use_bytes);
+  count_request(p.stats, nbytes);
   return ptr;
 }
 
@@ -109,6 +116,7 @@ void MemoryPool::deallocate(int device, void* ptr) {
   auto it = p.live.find(ptr);
   KUSARI_ASSERT(it != p.live.end(), "memory pool: cuda:", device, " does not own block ", ptr);
   const size_t size = it->second.size;
+  p.stats.requested_bytes -= it->second.requested;
   std::shared_ptr<PrivatePool> owner = std::move(it->second.owner);
   p.live.erase(it);
   p.stats.in_use_bytes -= size;

@@ -89,7 +89,8 @@ class MemoryPool {
  private:
   using FreeLists = std::map<size_t, std::vector<void*>>;  // block size -> blocks
   struct Block {
-    size_t size = 0;
+    size_t size = 0;       // the block's bytes
+    size_t requested = 0;  // the bytes the array asked for
     std::shared_ptr<PrivatePool> owner;  // null: the device's shared free lists
   };
   struct DevicePool {
