@@ -1,0 +1,96 @@
+# Runs train_imagenet under mpiexec on the fixture's image folder and fails unless it exits with
+# 0 and its LogReport ends with a validation accuracy of at least MIN_ACCURACY.
+#
+#   cmake -DTRAIN_IMAGENET=<program> -DIMAGES=<folder with train/ and val/> -DOUT=<dir>
+#         -DMPIEXEC=<mpiexec> -DNP=2 -DMPI_FLAGS=<flags separated by |>
+#         -DARGS=<train_imagenet flags separated by |> [-DMIN_ACCURACY=0.5] [-DRESUME=ON]
+#         -P check_train_imagenet.cmake
+#
+# With RESUME the training runs twice: one epoch (ending with a snapshot), then again with
+# --resume from that snapshot and two epochs. The second run must say it continues at epoch 1,
+# and the log (restored from the snapshot, then extended) must hold exactly epochs 1 and 2, the
+# second at twice the first's iteration count.
+#
+# Without the fixture's folder (no Fashion-MNIST) it prints "SKIP:" and exits 0.
+foreach(_var TRAIN_IMAGENET IMAGES OUT MPIEXEC NP)
+  if(NOT DEFINED ${_var})
+    message(FATAL_ERROR "check_train_imagenet: -D${_var}=... is required")
+  endif()
+endforeach()
+if(NOT EXISTS ${IMAGES}/train OR NOT EXISTS ${IMAGES}/val)
+  message("SKIP: Fashion-MNIST is not installed (the image folder ${IMAGES} was not made)")
+  return()
+endif()
+
+string(REPLACE "|" ";" _args "${ARGS}")
+string(REPLACE "|" ";" _mpi_flags "${MPI_FLAGS}")
+file(REMOVE_RECURSE ${OUT})
+
+# Runs train_imagenet with the common arguments and `extra`; its output goes to _output.
+macro(_run_training)
+  set(_command ${MPIEXEC} -n ${NP} ${_mpi_flags} ${TRAIN_IMAGENET} ${IMAGES}/train ${IMAGES}/val
+               ${_args} --noplot --out ${OUT} ${ARGN})
+  string(REPLACE ";" " " _shown "${_command}")
+  message("running: ${_shown}")
+  string(TIMESTAMP _start "%s")
+  execute_process(COMMAND ${_command} RESULT_VARIABLE _rc OUTPUT_VARIABLE _output
+                  ERROR_VARIABLE _output)
+  string(TIMESTAMP _end "%s")
+  math(EXPR _seconds "${_end} - ${_start}")
+  message("${_output}(${_seconds} s)")
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "train_imagenet failed (exit status ${_rc}): ${_shown}")
+  endif()
+endmacro()
+
+# The log's entry count and the value of `key` in entry `index` (negative: from the end).
+function(_log_value index key result)
+  if(NOT EXISTS ${OUT}/log)
+    message(FATAL_ERROR "train_imagenet wrote no ${OUT}/log")
+  endif()
+  file(READ ${OUT}/log _log)
+  string(JSON _n LENGTH "${_log}")
+  if(_n EQUAL 0)
+    message(FATAL_ERROR "${OUT}/log has no entries")
+  endif()
+  if(index LESS 0)
+    math(EXPR index "${_n} + ${index}")
+  endif()
+  string(JSON _value GET "${_log}" ${index} "${key}")
+  set(${result} "${_value}" PARENT_SCOPE)
+  set(_log_entries ${_n} PARENT_SCOPE)
+endfunction()
+
+if(RESUME)
+  _run_training(--epoch 1)
+  _log_value(-1 iteration _first_iteration)
+  set(_snapshot ${OUT}/snapshot_iter_${_first_iteration})
+  if(NOT EXISTS ${_snapshot})
+    message(FATAL_ERROR "the first run left no ${_snapshot}")
+  endif()
+  _run_training(--epoch 2 --resume ${_snapshot})
+  if(NOT _output MATCHES "Continuing at epoch 1, iteration ${_first_iteration}")
+    message(FATAL_ERROR "the resumed run did not continue at epoch 1, iteration ${_first_iteration}")
+  endif()
+  _log_value(0 epoch _epoch0)
+  _log_value(-1 epoch _epoch1)
+  _log_value(-1 iteration _last_iteration)
+  math(EXPR _expected_iteration "2 * ${_first_iteration}")
+  if(NOT _log_entries EQUAL 2 OR NOT _epoch0 EQUAL 1 OR NOT _epoch1 EQUAL 2
+     OR NOT _last_iteration EQUAL _expected_iteration)
+    message(FATAL_ERROR "after resuming, the log holds ${_log_entries} entries, epochs ${_epoch0} .. "
+                        "${_epoch1}, ending at iteration ${_last_iteration}; expected epochs 1 and 2, "
+                        "ending at iteration ${_expected_iteration}")
+  endif()
+  message("resumed: epochs 1 and 2 logged, iteration ${_last_iteration}")
+else()
+  _run_training()
+endif()
+
+if(DEFINED MIN_ACCURACY)
+  _log_value(-1 "validation/main/accuracy" _accuracy)
+  message("validation/main/accuracy: ${_accuracy} (expected at least ${MIN_ACCURACY})")
+  if(NOT _accuracy GREATER_EQUAL MIN_ACCURACY)
+    message(FATAL_ERROR "validation accuracy ${_accuracy} is below ${MIN_ACCURACY}")
+  endif()
+endif()
