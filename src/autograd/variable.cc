@@ -8,7 +8,8 @@
 
 namespace kusari {
 
-Variable::Variable(Array data, bool requires_grad) : impl_(std::make_shared<detail::VariableImpl>()) {
+Variable::Variable(Array data, bool requires_grad)
+    : impl_(std::make_shared<detail::VariableImpl>()) {
   impl_->data = std::move(data);
   impl_->requires_grad = requires_grad;
 }
@@ -18,17 +19,21 @@ detail::VariableImpl& Variable::impl() const {
   return *impl_;
 }
 
-Array Variable::grad() const { return impl().grad ? impl().grad->data : Array(); }
+Array Variable::grad() const {
+  return impl().grad ? impl().grad->data : Array();
+}
 
-Variable Variable::grad_var() const { return impl().grad ? Variable(impl().grad) : Variable(); }
+Variable Variable::grad_var() const {
+  return impl().grad ? Variable(impl().grad) : Variable();
+}
 
 void Variable::set_grad(const Array& grad) {
   if (!grad.defined()) {
     impl().grad.reset();
     return;
   }
-  KUSARI_CHECK(grad.shape() == shape(), ShapeError, "Variable::set_grad: gradient of shape ", grad.shape(),
-               " for a variable of shape ", shape());
+  KUSARI_CHECK(grad.shape() == shape(), ShapeError, "Variable::set_grad: gradient of shape ",
+               grad.shape(), " for a variable of shape ", shape());
   impl().grad = Variable(grad).impl_ptr();
 }
 
@@ -37,12 +42,14 @@ void Variable::set_grad_var(const Variable& grad) {
     impl().grad.reset();
     return;
   }
-  KUSARI_CHECK(grad.shape() == shape(), ShapeError, "Variable::set_grad_var: gradient of shape ", grad.shape(),
-               " for a variable of shape ", shape());
+  KUSARI_CHECK(grad.shape() == shape(), ShapeError, "Variable::set_grad_var: gradient of shape ",
+               grad.shape(), " for a variable of shape ", shape());
   impl().grad = grad.impl_ptr();
 }
 
-void Variable::cleargrad() { impl().grad.reset(); }
+void Variable::cleargrad() {
+  impl().grad.reset();
+}
 
 void Variable::zerograd() {
   detail::VariableImpl& im = impl();
@@ -65,7 +72,9 @@ void Variable::set_data(Array data) {
   im.data = std::move(data);
 }
 
-void Variable::unchain() { impl().creator.reset(); }
+void Variable::unchain() {
+  impl().creator.reset();
+}
 
 void Variable::unchain_backward() {
   std::vector<std::shared_ptr<detail::VariableImpl>> stack{impl_};
@@ -92,7 +101,9 @@ std::string Variable::to_string() const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Variable& v) { return os << v.to_string(); }
+std::ostream& operator<<(std::ostream& os, const Variable& v) {
+  return os << v.to_string();
+}
 
 namespace detail {
 
@@ -102,9 +113,12 @@ bool VariableImpl::grad_in_buffer() const {
 
 }  // namespace detail
 
-Parameter::Parameter(Array data) : Variable(std::move(data), true) { impl_->device = impl_->data.device(); }
+Parameter::Parameter(Array data) : Variable(std::move(data), true) {
+  impl_->device = impl_->data.device();
+}
 
-Parameter::Parameter(std::shared_ptr<Initializer> initializer, std::optional<Shape> shape, Device device) {
+Parameter::Parameter(std::shared_ptr<Initializer> initializer, std::optional<Shape> shape,
+                     Device device) {
   impl_ = std::make_shared<detail::VariableImpl>();
   impl_->requires_grad = true;
   impl_->initializer = std::move(initializer);
@@ -127,10 +141,17 @@ void Parameter::initialize(const Shape& shape) {
     // Chainer fills parameters that have no initializer with NaN, so forgetting one is loud.
     a.fill(std::numeric_limits<double>::quiet_NaN());
   }
-  if (im.memory_format != MemoryFormat::kContiguous && a.ndim() == 4) a = a.to_memory_format(im.memory_format);
+  if (im.memory_format != MemoryFormat::kContiguous && a.ndim() == 4)
+    a = a.to_memory_format(im.memory_format);
   im.data = std::move(a);
   im.grad.reset();
   im.grad_buffer = Array();
+  im.loaded_from.clear();
+}
+
+std::string Parameter::shape_origin() const {
+  const std::string& key = impl().loaded_from;
+  return key.empty() ? std::string() : " (its shape came from the snapshot entry '" + key + "')";
 }
 
 void Parameter::to_device(Device device) {
@@ -147,18 +168,22 @@ void Parameter::set_grad_buffer(Array buffer) {
     im.grad_buffer = Array();
     return;
   }
-  const std::string who = im.name.empty() ? std::string("the parameter") : "parameter '" + im.name + "'";
+  const std::string who =
+      im.name.empty() ? std::string("the parameter") : "parameter '" + im.name + "'";
   KUSARI_CHECK(im.data.defined(), ValueError, "Parameter::set_grad_buffer: ", who,
                " is not initialized yet; bind a gradient buffer once it has a shape");
-  KUSARI_CHECK(buffer.shape() == im.data.shape(), ShapeError, "Parameter::set_grad_buffer: ", who, " has shape ",
-               im.data.shape(), " but the buffer has shape ", buffer.shape(), " (they must be equal)");
-  KUSARI_CHECK(buffer.dtype() == im.data.dtype(), DtypeError, "Parameter::set_grad_buffer: ", who, " has dtype ",
-               dtype_name(im.data.dtype()), " but the buffer has dtype ", dtype_name(buffer.dtype()),
+  KUSARI_CHECK(buffer.shape() == im.data.shape(), ShapeError, "Parameter::set_grad_buffer: ", who,
+               " has shape ", im.data.shape(), " but the buffer has shape ", buffer.shape(),
                " (they must be equal)");
-  KUSARI_CHECK(buffer.device() == im.data.device(), DeviceError, "Parameter::set_grad_buffer: ", who, " is on ",
-               im.data.device(), " but the buffer is on ", buffer.device(), " (they must be on the same device)");
-  KUSARI_CHECK(buffer.is_contiguous(), ValueError, "Parameter::set_grad_buffer: the buffer for ", who,
-               " (shape ", buffer.shape(), ") is not contiguous; backward writes gradients as contiguous arrays");
+  KUSARI_CHECK(buffer.dtype() == im.data.dtype(), DtypeError, "Parameter::set_grad_buffer: ", who,
+               " has dtype ", dtype_name(im.data.dtype()), " but the buffer has dtype ",
+               dtype_name(buffer.dtype()), " (they must be equal)");
+  KUSARI_CHECK(buffer.device() == im.data.device(), DeviceError,
+               "Parameter::set_grad_buffer: ", who, " is on ", im.data.device(),
+               " but the buffer is on ", buffer.device(), " (they must be on the same device)");
+  KUSARI_CHECK(buffer.is_contiguous(), ValueError, "Parameter::set_grad_buffer: the buffer for ",
+               who, " (shape ", buffer.shape(),
+               ") is not contiguous; backward writes gradients as contiguous arrays");
   if (buffer.shares_memory_with(im.data)) {
     // Both ranges in elements of the same allocation; the data's extent is bounded by its strides.
     int64_t lo = im.data.offset(), hi = im.data.offset();
@@ -168,8 +193,8 @@ void Parameter::set_grad_buffer(Array buffer) {
     }
     const bool apart = buffer.size() == 0 || im.data.size() == 0 ||
                        buffer.offset() + buffer.size() <= lo || hi < buffer.offset();
-    KUSARI_CHECK(apart, ValueError, "Parameter::set_grad_buffer: the buffer overlaps the data of ", who,
-                 "; gradients would overwrite the parameter");
+    KUSARI_CHECK(apart, ValueError, "Parameter::set_grad_buffer: the buffer overlaps the data of ",
+                 who, "; gradients would overwrite the parameter");
   }
   im.grad_buffer = std::move(buffer);
 }
@@ -183,9 +208,10 @@ Dtype Parameter::dtype() const {
 
 void Parameter::to_dtype(Dtype dtype) {
   detail::VariableImpl& im = impl();
-  KUSARI_CHECK(is_floating(dtype), DtypeError, "Parameter::to_dtype: parameter '", im.name,
-               "' can only be converted to a floating dtype (float16, bfloat16, float32 or float64), got ",
-               dtype_name(dtype));
+  KUSARI_CHECK(
+      is_floating(dtype), DtypeError, "Parameter::to_dtype: parameter '", im.name,
+      "' can only be converted to a floating dtype (float16, bfloat16, float32 or float64), got ",
+      dtype_name(dtype));
   im.dtype = dtype;
   if (im.grad_buffer.defined() && im.grad_buffer.dtype() != dtype) im.grad_buffer = Array();
   if (im.data.defined() && im.data.dtype() != dtype) im.data = im.data.astype(dtype);

@@ -6,12 +6,15 @@
 
 namespace kusari::links {
 
-Classifier::Classifier(std::shared_ptr<Link> predictor, LossFunction lossfun, AccuracyFunction accfun)
+Classifier::Classifier(std::shared_ptr<Link> predictor, LossFunction lossfun,
+                       AccuracyFunction accfun)
     : predictor_(std::move(predictor)), lossfun_(std::move(lossfun)), accfun_(std::move(accfun)) {
   KUSARI_CHECK(predictor_, ValueError, "Classifier: the predictor is null");
   add_link("predictor", predictor_);
   if (!lossfun_) {
-    lossfun_ = [](const Variable& y, const Array& t) { return functions::softmax_cross_entropy(y, t); };
+    lossfun_ = [](const Variable& y, const Array& t) {
+      return functions::softmax_cross_entropy(y, t);
+    };
   }
   if (!accfun_) {
     accfun_ = [](const Variable& y, const Array& t) { return functions::accuracy(y, t); };
@@ -31,8 +34,8 @@ Variable Classifier::operator()(const Variable& x, const Array& t) {
 }
 
 Variable Classifier::forward_batch(const std::vector<Variable>& batch) {
-  KUSARI_CHECK(batch.size() == 2, ValueError, "Classifier: expected a batch of (x, t), got ", batch.size(),
-               " arrays");
+  KUSARI_CHECK(batch.size() == 2, ValueError, "Classifier: expected a batch of (x, t), got ",
+               batch.size(), " arrays");
   return (*this)(batch[0], batch[1].data());
 }
 

@@ -38,7 +38,7 @@ Variable Convolution2D::forward(const Variable& x) {
   if (!W.is_initialized()) initialize_W(x.shape()[1]);
   KUSARI_CHECK(x.shape()[1] == W.shape()[1] * groups_, ShapeError, "Convolution2D: the input has ",
                x.shape()[1], " channels (shape ", x.shape(), ") but W of shape ", W.shape(),
-               " with groups=", groups_, " expects ", W.shape()[1] * groups_);
+               W.shape_origin(), " with groups=", groups_, " expects ", W.shape()[1] * groups_);
   return functions::convolution_2d(x, W, b.defined() ? Variable(b) : Variable(), stride_, pad_,
                                    dilate_, groups_);
 }

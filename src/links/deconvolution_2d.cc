@@ -43,7 +43,7 @@ Variable Deconvolution2D::forward(const Variable& x) {
   if (!W.is_initialized()) initialize_W(x.shape()[1]);
   KUSARI_CHECK(x.shape()[1] == W.shape()[0], ShapeError, "Deconvolution2D: the input has ",
                x.shape()[1], " channels (shape ", x.shape(), ") but W of shape ", W.shape(),
-               " expects ", W.shape()[0]);
+               W.shape_origin(), " expects ", W.shape()[0]);
   return functions::deconvolution_2d(x, W, b.defined() ? Variable(b) : Variable(), stride_, pad_,
                                      outsize_, dilate_, groups_);
 }

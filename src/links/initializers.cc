@@ -5,8 +5,10 @@
 namespace kusari::initializers {
 
 std::pair<int64_t, int64_t> get_fans(const Shape& shape) {
-  KUSARI_CHECK(shape.size() >= 2, ShapeError, "initializer: fan-in and fan-out need a weight of at least 2 "
-               "dimensions, got shape ", shape);
+  KUSARI_CHECK(shape.size() >= 2, ShapeError,
+               "initializer: fan-in and fan-out need a weight of at least 2 "
+               "dimensions, got shape ",
+               shape);
   int64_t receptive = 1;
   for (int i = 2; i < shape.size(); ++i) receptive *= shape[i];
   return {shape[1] * receptive, shape[0] * receptive};
@@ -24,9 +26,15 @@ void fill_uniform(Array& a, double bound, Generator& gen) {
 
 }  // namespace
 
-void Constant::operator()(Array& array) const { array.fill(value_); }
-void Normal::operator()(Array& a) const { fill_normal(a, scale_, generator()); }
-void Uniform::operator()(Array& a) const { fill_uniform(a, scale_, generator()); }
+void Constant::operator()(Array& array) const {
+  array.fill(value_);
+}
+void Normal::operator()(Array& a) const {
+  fill_normal(a, scale_, generator());
+}
+void Uniform::operator()(Array& a) const {
+  fill_uniform(a, scale_, generator());
+}
 
 void LeCunNormal::operator()(Array& a) const {
   auto [fan_in, fan_out] = get_fans(a.shape());

@@ -4,11 +4,12 @@
 
 namespace kusari::links {
 
-Linear::Linear(std::optional<int64_t> in_size, int64_t out_size, bool nobias, std::shared_ptr<Initializer> initialW,
-               std::shared_ptr<Initializer> initial_bias)
+Linear::Linear(std::optional<int64_t> in_size, int64_t out_size, bool nobias,
+               std::shared_ptr<Initializer> initialW, std::shared_ptr<Initializer> initial_bias)
     : out_size_(out_size) {
   KUSARI_CHECK(out_size > 0, ValueError, "Linear: out_size must be positive, got ", out_size);
-  KUSARI_CHECK(!in_size || *in_size > 0, ValueError, "Linear: in_size must be positive, got ", *in_size);
+  KUSARI_CHECK(!in_size || *in_size > 0, ValueError, "Linear: in_size must be positive, got ",
+               *in_size);
   if (!initialW) initialW = std::make_shared<initializers::LeCunNormal>();
   std::optional<Shape> wshape;
   if (in_size) wshape = Shape{out_size, *in_size};
@@ -21,10 +22,14 @@ Linear::Linear(std::optional<int64_t> in_size, int64_t out_size, bool nobias, st
 
 Variable Linear::forward(const Variable& x) {
   if (!W.is_initialized()) {
-    KUSARI_CHECK(x.ndim() >= 1 && x.shape()[0] > 0, ShapeError, "Linear: cannot infer in_size from input of shape ",
-                 x.shape());
+    KUSARI_CHECK(x.ndim() >= 1 && x.shape()[0] > 0, ShapeError,
+                 "Linear: cannot infer in_size from input of shape ", x.shape());
     W.initialize({out_size_, x.size() / x.shape()[0]});
   }
+  const int64_t features = x.shape()[0] > 0 ? x.size() / x.shape()[0] : 0;
+  KUSARI_CHECK(W.ndim() != 2 || x.shape()[0] == 0 || W.shape()[1] == features, ShapeError,
+               "Linear: the input has ", features, " features per example (shape ", x.shape(),
+               ") but W of shape ", W.shape(), W.shape_origin(), " expects ", W.shape()[1]);
   return functions::linear(x, W, b.defined() ? Variable(b) : Variable());
 }
 

@@ -12,8 +12,10 @@ Variable Link::forward(const Variable&) {
 }
 
 Variable Link::forward_batch(const std::vector<Variable>& batch) {
-  KUSARI_CHECK(batch.size() == 1, ValueError, type_name(), "::forward_batch: got a batch of ", batch.size(),
-               " arrays, but the default forward_batch passes exactly one to forward(); override forward_batch "
+  KUSARI_CHECK(batch.size() == 1, ValueError, type_name(), "::forward_batch: got a batch of ",
+               batch.size(),
+               " arrays, but the default forward_batch passes exactly one to forward(); override "
+               "forward_batch "
                "(e.g. use links::Classifier for (x, t) batches)");
   return forward(batch[0]);
 }
@@ -59,7 +61,8 @@ void Link::add_link_impl(const std::string& name, std::shared_ptr<Link> link) {
   KUSARI_CHECK(!name.empty() && name.find('/') == std::string::npos, ValueError, type_name(),
                "::add_link: invalid child name '", name, "' (non-empty, without '/')");
   for (const auto& [n, c] : children_) {
-    KUSARI_CHECK(n != name, ValueError, type_name(), "::add_link: a child named '", name, "' already exists");
+    KUSARI_CHECK(n != name, ValueError, type_name(), "::add_link: a child named '", name,
+                 "' already exists");
   }
   link->name_ = name;
   children_.emplace_back(name, std::move(link));
@@ -79,7 +82,8 @@ std::vector<std::pair<std::string, Parameter>> Link::namedparams(bool include_un
   return out;
 }
 
-void Link::for_each_param(const std::function<void(const Parameter&)>& fn, bool include_uninit) const {
+void Link::for_each_param(const std::function<void(const Parameter&)>& fn,
+                          bool include_uninit) const {
   for (const auto& [n, p] : params_) {
     if (include_uninit || p.is_initialized()) fn(p);
   }
@@ -96,7 +100,8 @@ std::vector<std::pair<std::string, Link*>> Link::namedlinks(bool skipself) {
   std::vector<std::pair<std::string, Link*>> out;
   if (!skipself) out.emplace_back("/", this);
   std::vector<std::pair<std::string, Link*>> stack;
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it) stack.emplace_back("/" + it->first, it->second.get());
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it)
+    stack.emplace_back("/" + it->first, it->second.get());
   while (!stack.empty()) {
     auto [path, link] = stack.back();
     stack.pop_back();
@@ -134,11 +139,13 @@ void Link::zerograds() {
 void Link::copyparams(const Link& other, bool copy_persistent) {
   auto mine = namedparams();
   auto theirs = other.namedparams();
-  KUSARI_CHECK(mine.size() == theirs.size(), ValueError, type_name(), "::copyparams: this link has ", mine.size(),
-               " parameters but the source has ", theirs.size());
+  KUSARI_CHECK(mine.size() == theirs.size(), ValueError, type_name(),
+               "::copyparams: this link has ", mine.size(), " parameters but the source has ",
+               theirs.size());
   for (size_t i = 0; i < mine.size(); ++i) {
-    KUSARI_CHECK(mine[i].first == theirs[i].first, ValueError, type_name(), "::copyparams: parameter ", i, " is '",
-                 mine[i].first, "' here but '", theirs[i].first, "' in the source");
+    KUSARI_CHECK(mine[i].first == theirs[i].first, ValueError, type_name(),
+                 "::copyparams: parameter ", i, " is '", mine[i].first, "' here but '",
+                 theirs[i].first, "' in the source");
     Parameter& p = mine[i].second;
     const Parameter& q = theirs[i].second;
     if (!q.is_initialized()) continue;
@@ -149,7 +156,8 @@ void Link::copyparams(const Link& other, bool copy_persistent) {
   if (copy_persistent) {
     auto pm = namedpersistents();
     auto pt = const_cast<Link&>(other).namedpersistents();
-    KUSARI_CHECK(pm.size() == pt.size(), ValueError, type_name(), "::copyparams: different persistent values");
+    KUSARI_CHECK(pm.size() == pt.size(), ValueError, type_name(),
+                 "::copyparams: different persistent values");
     for (size_t i = 0; i < pm.size(); ++i) {
       Array& dst = *pm[i].second;
       const Array& src = *pt[i].second;
@@ -166,7 +174,8 @@ void Link::copyparams(const Link& other, bool copy_persistent) {
 void Link::addgrads(const Link& other) {
   auto mine = namedparams(false);
   auto theirs = other.namedparams(false);
-  KUSARI_CHECK(mine.size() == theirs.size(), ValueError, type_name(), "::addgrads: different parameter sets");
+  KUSARI_CHECK(mine.size() == theirs.size(), ValueError, type_name(),
+               "::addgrads: different parameter sets");
   for (size_t i = 0; i < mine.size(); ++i) {
     Array g = theirs[i].second.grad();
     if (!g.defined()) continue;
@@ -195,7 +204,8 @@ std::string Link::describe() const {
 }
 
 void Link::check_link_dtype(Dtype dtype) const {
-  KUSARI_CHECK(is_floating(dtype), DtypeError, describe(), "::to_dtype: a link's parameters need a floating dtype ",
+  KUSARI_CHECK(is_floating(dtype), DtypeError, describe(),
+               "::to_dtype: a link's parameters need a floating dtype ",
                "(float16, bfloat16, float32 or float64), got ", dtype_name(dtype));
 }
 
@@ -229,6 +239,7 @@ void Link::serialize(Serializer& s) {
       // It keeps the dtype it would have been created in (Note [Link dtype]).
       const bool planned = p.impl().dtype || p.initializer();
       p.impl().data = a.to_device(p.device()).astype(planned ? p.dtype() : a.dtype()).copy();
+      p.impl().loaded_from = s.path() + n;
     }
   }
   for (auto& [n, a] : persistents_) {
@@ -258,7 +269,8 @@ Sequential& Sequential::add(std::function<Variable(const Variable&)> fn) {
 
 Variable Sequential::forward(const Variable& x) {
   Variable h = x;
-  for (auto& [index, fn] : steps_) h = index >= 0 ? (*this)[static_cast<size_t>(index)].forward(h) : fn(h);
+  for (auto& [index, fn] : steps_)
+    h = index >= 0 ? (*this)[static_cast<size_t>(index)].forward(h) : fn(h);
   return h;
 }
 

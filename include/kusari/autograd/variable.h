@@ -40,6 +40,9 @@ struct VariableImpl {
   // Parameters only: the layout set by Parameter::to_memory_format, which a lazily sized 4-d
   // parameter is created in. See Note [Memory formats] in src/core/array.cc.
   MemoryFormat memory_format = MemoryFormat::kContiguous;
+  // Parameters only: the snapshot entry a lazily sized parameter took its shape from (empty:
+  // none), for the link's error when that shape does not fit its input.
+  std::string loaded_from;
   // Set on leaves by backward(loss_scale=s); optimizers divide gradients by it.
   double loss_scale = 1.0;
   // Parameters only: false when the owning link disabled updates (Link::disable_update).
@@ -152,8 +155,8 @@ class Parameter : public Variable {
   /// A parameter initialised from `data` (requires_grad is true).
   explicit Parameter(Array data);
   /// A parameter to be filled by `initializer`; sized now when `shape` is given, else later.
-  explicit Parameter(std::shared_ptr<Initializer> initializer, std::optional<Shape> shape = std::nullopt,
-                     Device device = default_device());
+  explicit Parameter(std::shared_ptr<Initializer> initializer,
+                     std::optional<Shape> shape = std::nullopt, Device device = default_device());
   /// Rewraps a Variable handle that refers to a parameter.
   static Parameter from_variable(const Variable& v);
 
@@ -162,6 +165,9 @@ class Parameter : public Variable {
   /// Allocates the data with `shape` and fills it with the initializer (dropping the gradient and
   /// unbinding a gradient buffer).
   void initialize(const Shape& shape);
+  /// " (its shape came from the snapshot entry 'KEY')" when a lazily sized parameter was sized by
+  /// a loaded value, else empty: the end of a link's shape error.
+  std::string shape_origin() const;
   const std::shared_ptr<Initializer>& initializer() const { return impl().initializer; }
   /// The device the parameter lives (or will live) on.
   Device device() const { return is_initialized() ? data().device() : impl().device; }
@@ -198,7 +204,9 @@ class Parameter : public Variable {
 /// Computes d outputs / d inputs without touching any variable's grad (Chainer's chainer.grad).
 /// grad_outputs may be empty (ones for scalar outputs). Inputs the outputs do not depend on get
 /// an undefined Variable.
-std::vector<Variable> grad(const std::vector<Variable>& outputs, const std::vector<Variable>& inputs,
-                           const std::vector<Variable>& grad_outputs = {}, bool enable_double_backprop = false);
+std::vector<Variable> grad(const std::vector<Variable>& outputs,
+                           const std::vector<Variable>& inputs,
+                           const std::vector<Variable>& grad_outputs = {},
+                           bool enable_double_backprop = false);
 
 }  // namespace kusari

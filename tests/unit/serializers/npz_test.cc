@@ -399,8 +399,7 @@ TEST_P(NumpyInteropTest, NumpyReadsOurFiles) {
       "')\n"
       "assert z.testzip() is None\n" +
       std::string("assert all(i.compress_type == ") +
-      (GetParam() ? "zipfile.ZIP_DEFLATED" : "zipfile.ZIP_STORED") +
-      " for i in z.infolist())\n");
+      (GetParam() ? "zipfile.ZIP_DEFLATED" : "zipfile.ZIP_STORED") + " for i in z.infolist())\n");
 }
 
 INSTANTIATE_TEST_SUITE_P(Compression, NumpyInteropTest, ::testing::Values(false, true),
@@ -522,6 +521,32 @@ TEST_F(NpzTest, EveryTruncationIsDetected) {
       EXPECT_THROW(read_npz(file("cut.npz")), IOError)
           << "a file cut to " << len << " of " << whole.size() << " bytes was accepted";
     }
+  }
+}
+
+// A member whose NPY header promises far more than the member holds (the IDX case of
+// docs/reliability.md, in an npz): refused before anything that size is allocated, naming the
+// file and the member, stored or deflated.
+TEST_F(NpzTest, LyingMemberHeaderIsCaughtBeforeAllocating) {
+  python_ok(
+      "import zipfile, io\n"
+      "from numpy.lib import format as npf\n"
+      "def lying():\n"
+      "    b = io.BytesIO()\n"
+      "    npf.write_array_header_1_0(b, {'descr': '<f8', 'fortran_order': False,\n"
+      "                                   'shape': (16777215, 28, 28)})\n"
+      "    b.write(bytes(2352))\n"
+      "    return b.getvalue()\n"
+      "for name, method in (('stored', zipfile.ZIP_STORED), ('deflated', zipfile.ZIP_DEFLATED)):\n"
+      "    with zipfile.ZipFile(r'" +
+      dir_.string() +
+      "/' + name + '.npz', 'w', method) as z:\n"
+      "        z.writestr('a.npy', lying())\n");
+  for (const char* name : {"stored.npz", "deflated.npz"}) {
+    SCOPED_TRACE(name);
+    expect_io_error([&] { read_npz(file(name)); },
+                    {name, "'a.npy'", "the header describes shape (16777215, 28, 28)",
+                     "only 2352 bytes of data follow it"});
   }
 }
 
@@ -696,6 +721,27 @@ void randomize(Link& link, double offset) {
     Array data = p.data();
     data.assign(sample(data.shape(), data.dtype(), offset + 10.0 * i++));
   }
+}
+
+// A lazily sized weight takes its shape from the snapshot; when that shape does not fit the
+// input, the first forward says so and names the snapshot entry (before: an error deep in the
+// matrix product, with no word of the snapshot).
+TEST_F(NpzTest, LazyWeightOfTheWrongShapeNamesTheSnapshotEntry) {
+  MLP model(3, 4, 2);
+  const std::string path = file("mlp3.npz");
+  save_npz(path, model);
+  MLP lazy(0, 4, 2);
+  load_npz(path, lazy);
+  Variable x(Array::zeros({2, 5}, float32));  // 5 features, the snapshot's l1/W wants 3
+  EXPECT_TRUE(testing::ThrowsWith<ShapeError>(
+      [&] { (*lazy.l1)(x); }, {"Linear: the input has 5 features per example", "W of shape (4, 3)",
+                               "its shape came from the snapshot entry 'l1/W'", "expects 3"}));
+  // Inputs of the snapshot's size work; a parameter sized by its initializer names no snapshot.
+  EXPECT_EQ((*lazy.l1)(Variable(Array::zeros({2, 3}, float32))).shape(), (Shape{2, 4}));
+  MLP fresh(0, 4, 2);
+  (*fresh.l1)(Variable(Array::zeros({2, 3}, float32)));
+  EXPECT_TRUE(
+      testing::ThrowsWith<ShapeError>([&] { (*fresh.l1)(x); }, {"W of shape (4, 3) expects 3"}));
 }
 
 TEST_F(NpzTest, LinkRoundTripIntoLazyModel) {
@@ -958,11 +1004,19 @@ class TestMomentum : public Optimizer {
 // IOError naming the key and the value (Note [Integers read from a snapshot]); before, 1e30 was
 // converted with undefined behaviour into a garbage counter.
 TEST_F(NpzTest, ImpossibleIntegersNameTheKey) {
-  python_ok("np.savez(r'" + file("huge.npz") + "', t=np.float64(1e30))\n"
-            "np.savez(r'" + file("half.npz") + "', t=np.float64(2.5))\n"
-            "np.savez(r'" + file("exact.npz") + "', t=np.float64(12.0))\n"
-            "np.savez(r'" + file("negative.npz") + "', t=np.int64(-5), epoch=np.int64(0))\n"
-            "np.savez(r'" + file("negative_epoch.npz") + "', t=np.int64(3), epoch=np.int64(-1))");
+  python_ok("np.savez(r'" + file("huge.npz") +
+            "', t=np.float64(1e30))\n"
+            "np.savez(r'" +
+            file("half.npz") +
+            "', t=np.float64(2.5))\n"
+            "np.savez(r'" +
+            file("exact.npz") +
+            "', t=np.float64(12.0))\n"
+            "np.savez(r'" +
+            file("negative.npz") +
+            "', t=np.int64(-5), epoch=np.int64(0))\n"
+            "np.savez(r'" +
+            file("negative_epoch.npz") + "', t=np.int64(3), epoch=np.int64(-1))");
   OptimizerState state;
   expect_io_error([&] { load_npz(file("huge.npz"), state, "", false); }, {"'t'", "1e+30", "int64"});
   expect_io_error([&] { load_npz(file("half.npz"), state, "", false); }, {"'t'", "2.5"});
