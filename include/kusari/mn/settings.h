@@ -21,8 +21,9 @@ using Setting = std::pair<std::string, std::string>;
 /// (collective: every rank calls it at the same point). One allreduce of a hash when they agree;
 /// otherwise every rank gathers the lists and raises the same CommunicatorError, naming each
 /// setting that differs and its value on each rank, e.g. "train_mnist: the processes were
-/// started with different settings: --batchsize is 50 on rank 0 but 100 on rank 1; every
-/// process must be started with the same --batchsize". `what` names the program or the call
+/// started with different settings: --batchsize is '50' on rank 0 but '100' on rank 1; every
+/// process must be started with the same --batchsize (the same command line), ...". A setting
+/// that a rank does not pass is "(not given)" there. `what` names the program or the call
 /// (Note [Same settings]).
 void check_same_settings(Communicator& comm, const std::vector<Setting>& settings,
                          const std::string& what);
