@@ -6,10 +6,12 @@
 #         -DARGS=<train_imagenet flags separated by |> [-DMIN_ACCURACY=0.5] [-DRESUME=ON]
 #         -P check_train_imagenet.cmake
 #
-# With RESUME the training runs twice: one epoch (ending with a snapshot), then again with
-# --resume from that snapshot and two epochs. The second run must say it continues at epoch 1,
-# and the log (restored from the snapshot, then extended) must hold exactly epochs 1 and 2, the
-# second at twice the first's iteration count.
+# With RESUME the training runs three times: two epochs without a stop, then one epoch (ending
+# with a snapshot, one file per process: snapshot_iter_<iteration>.<rank>), then again with
+# --resume from that snapshot and two epochs. The resumed run must say it continues at epoch 1,
+# its log (restored from the snapshot, then extended) must hold exactly epochs 1 and 2, the
+# second at twice the first's iteration count, and its last entry must equal the uninterrupted
+# run's to the last digit (each process resumes from its own file, its loader state included).
 #
 # Without the fixture's folder (no Fashion-MNIST) it prints "SKIP:" and exits 0.
 foreach(_var TRAIN_IMAGENET IMAGES OUT MPIEXEC NP)
@@ -25,11 +27,12 @@ endif()
 string(REPLACE "|" ";" _args "${ARGS}")
 string(REPLACE "|" ";" _mpi_flags "${MPI_FLAGS}")
 file(REMOVE_RECURSE ${OUT})
+set(_out ${OUT})  # the folder of the next run
 
 # Runs train_imagenet with the common arguments and `extra`; its output goes to _output.
 macro(_run_training)
   set(_command ${MPIEXEC} -n ${NP} ${_mpi_flags} ${TRAIN_IMAGENET} ${IMAGES}/train ${IMAGES}/val
-               ${_args} --noplot --out ${OUT} ${ARGN})
+               ${_args} --noplot --out ${_out} ${ARGN})
   string(REPLACE ";" " " _shown "${_command}")
   message("running: ${_shown}")
   string(TIMESTAMP _start "%s")
@@ -45,13 +48,13 @@ endmacro()
 
 # The log's entry count and the value of `key` in entry `index` (negative: from the end).
 function(_log_value index key result)
-  if(NOT EXISTS ${OUT}/log)
-    message(FATAL_ERROR "train_imagenet wrote no ${OUT}/log")
+  if(NOT EXISTS ${_out}/log)
+    message(FATAL_ERROR "train_imagenet wrote no ${_out}/log")
   endif()
-  file(READ ${OUT}/log _log)
+  file(READ ${_out}/log _log)
   string(JSON _n LENGTH "${_log}")
   if(_n EQUAL 0)
-    message(FATAL_ERROR "${OUT}/log has no entries")
+    message(FATAL_ERROR "${_out}/log has no entries")
   endif()
   if(index LESS 0)
     math(EXPR index "${_n} + ${index}")
@@ -61,13 +64,25 @@ function(_log_value index key result)
   set(_log_entries ${_n} PARENT_SCOPE)
 endfunction()
 
+set(_compared main/loss main/accuracy validation/main/loss validation/main/accuracy)
 if(RESUME)
+  set(_out ${OUT}/straight)
+  _run_training(--epoch 2)
+  set(_straight "")
+  foreach(_key ${_compared})
+    _log_value(-1 ${_key} _value)
+    string(APPEND _straight " ${_key} ${_value}")
+  endforeach()
+  set(_out ${OUT})
   _run_training(--epoch 1)
   _log_value(-1 iteration _first_iteration)
   set(_snapshot ${OUT}/snapshot_iter_${_first_iteration})
-  if(NOT EXISTS ${_snapshot})
-    message(FATAL_ERROR "the first run left no ${_snapshot}")
-  endif()
+  math(EXPR _last_rank "${NP} - 1")
+  foreach(_rank RANGE ${_last_rank})
+    if(NOT EXISTS ${_snapshot}.${_rank})
+      message(FATAL_ERROR "the first run left no ${_snapshot}.${_rank} (each process writes its own)")
+    endif()
+  endforeach()
   _run_training(--epoch 2 --resume ${_snapshot})
   if(NOT _output MATCHES "Continuing at epoch 1, iteration ${_first_iteration}")
     message(FATAL_ERROR "the resumed run did not continue at epoch 1, iteration ${_first_iteration}")
@@ -82,7 +97,16 @@ if(RESUME)
                         "${_epoch1}, ending at iteration ${_last_iteration}; expected epochs 1 and 2, "
                         "ending at iteration ${_expected_iteration}")
   endif()
-  message("resumed: epochs 1 and 2 logged, iteration ${_last_iteration}")
+  set(_resumed "")
+  foreach(_key ${_compared})
+    _log_value(-1 ${_key} _value)
+    string(APPEND _resumed " ${_key} ${_value}")
+  endforeach()
+  if(NOT _resumed STREQUAL _straight)
+    message(FATAL_ERROR "the resumed run ended elsewhere than the uninterrupted one:\n"
+                        "  uninterrupted:${_straight}\n  resumed:      ${_resumed}")
+  endif()
+  message("resumed: epochs 1 and 2 logged, iteration ${_last_iteration}, as without a stop:${_resumed}")
 else()
   _run_training()
 endif()

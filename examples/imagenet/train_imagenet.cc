@@ -194,7 +194,11 @@ int main(int argc, char** argv) {
   app.add_flag("--channels-last", channels_last,
                "NHWC memory for the images, activations and filters (fastest on GPUs)");
   app.add_option("-o,--out", out, "Directory to output the result")->capture_default_str();
-  app.add_option("-r,--resume", resume, "Resume the training from a snapshot");
+  app.add_option(
+      "-r,--resume", resume,
+      "Resume the training from a snapshot, e.g. result/snapshot_iter_600; under mpiexec "
+      "each process writes its own snapshot_iter_<iteration>.<rank> and resumes from its "
+      "own file (give the name without the rank, and as many processes)");
   app.add_option("-f,--frequency", frequency,
                  "Frequency of taking a snapshot (epochs, a positive number; -1: at the end)")
       ->capture_default_str()
@@ -297,6 +301,33 @@ int main(int argc, char** argv) {
   // Each rank gets its shard of indices; the files stay where they are.          (multi-node)
   train = kusari::mn::scatter_dataset(train, *comm, 0, true, seed);
   val = kusari::mn::scatter_dataset(val, *comm, 0, true, seed + 1);
+
+  // Every process must have been started with the same settings: a batch size or a number of
+  // epochs that differs between them would make them wait for each other forever.   (multi-node)
+  const int64_t shard = train->size();
+  const int64_t common = std::gcd(shard, static_cast<int64_t>(batchsize));
+  std::string iterations_per_epoch = std::to_string(shard / common);
+  if (common != batchsize) iterations_per_epoch += "/" + std::to_string(batchsize / common);
+  iterations_per_epoch +=
+      " (" + std::to_string(shard) + " examples in batches of " + std::to_string(batchsize) + ")";
+  const auto on_off = [](bool b) { return std::string(b ? "on" : "off"); };
+  kusari::mn::check_same_settings(*comm,
+                                  {{"--batchsize", std::to_string(batchsize)},
+                                   {"iterations per epoch", iterations_per_epoch},
+                                   {"--val-batchsize", std::to_string(val_batchsize)},
+                                   {"--epoch", std::to_string(epoch)},
+                                   {"--frequency", std::to_string(frequency)},
+                                   {"--checkpoint-interval", std::to_string(checkpoint_interval)},
+                                   {"--arch", arch},
+                                   {"--num-classes", std::to_string(num_classes)},
+                                   {"--size", std::to_string(size)},
+                                   {"--communicator", communicator},
+                                   {"--gpu", on_off(gpu)},
+                                   {"--mnbn", on_off(mnbn)},
+                                   {"--dtype", dtype_name},
+                                   {"--channels-last", on_off(channels_last)},
+                                   {"--resume", resume.empty() ? "(none)" : "given"}},
+                                  "train_imagenet");
 
   const int64_t global_batch = static_cast<int64_t>(batchsize) * comm->size();
   if (lr < 0) lr = 0.1 * static_cast<double>(global_batch) / 256.0;
@@ -413,10 +444,18 @@ int main(int argc, char** argv) {
         kusari::training::interval(static_cast<double>(checkpoint_interval), "iteration"));
   }
 
+  // Snapshots: one process writes Chainer's snapshot_iter_<iteration>; under mpiexec each process
+  // writes its own snapshot_iter_<iteration>.<rank>, with its own loader state.     (multi-node)
+  const int snapshot_every = frequency == -1 ? epoch : frequency;
+  if (comm->size() == 1) {
+    trainer.extend(E::snapshot(), "", kusari::training::interval(snapshot_every, "epoch"));
+  } else {
+    trainer.extend(kusari::mn::multi_node_snapshot(comm, E::snapshot()), "",
+                   kusari::training::interval(snapshot_every, "epoch"));
+  }
+
   // Some display and output extensions are necessary only for one worker.
   if (comm->rank() == 0) {
-    const int snapshot_every = frequency == -1 ? epoch : frequency;
-    trainer.extend(E::snapshot(), "", kusari::training::interval(snapshot_every, "epoch"));
     trainer.extend(E::observe_lr());
     trainer.extend(std::make_shared<E::LogReport>());
     if (!noplot) {
@@ -436,10 +475,9 @@ int main(int argc, char** argv) {
   // An exception from here on (an unreadable image, a snapshot of another model) ends the whole
   // job: the library prints it and aborts every process, so none waits on a dead peer.
   if (!resume.empty()) {
-    // Every process loads the same snapshot, so they continue with identical weights.
-    kusari::load_npz(resume, trainer);
-    std::static_pointer_cast<kusari::mn::MultiNodeOptimizer>(optimizer)
-        ->mark_parameters_synchronized();
+    // Every process loads its own file of the snapshot (<resume>.<rank> under mpiexec): the same
+    // weights, and its own loader position and order, so the run goes on bit for bit. (multi-node)
+    kusari::mn::load_snapshot_of_each_rank(resume, trainer, *comm);
   }
   if (checkpointer) {
     // A job restarted after a crash or a time limit goes on from the newest complete set.

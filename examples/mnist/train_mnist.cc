@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <numeric>
 #include <string>
 #include <thread>
 
@@ -54,7 +55,11 @@ int main(int argc, char** argv) {
   app.add_option("-e,--epoch", epoch, "Number of sweeps over the dataset to train")->capture_default_str();
   app.add_flag("-g,--gpu", gpu, "Use GPUs: each process uses the GPU of its rank within its host");
   app.add_option("-o,--out", out, "Directory to output the result")->capture_default_str();
-  app.add_option("-r,--resume", resume, "Resume the training from a snapshot");
+  app.add_option(
+      "-r,--resume", resume,
+      "Resume the training from a snapshot, e.g. result/snapshot_iter_600; under mpiexec each "
+      "process writes its own snapshot_iter_<iteration>.<rank> and resumes from its own file "
+      "(give the name without the rank, and as many processes)");
   app.add_option("-u,--unit", unit, "Number of units")->capture_default_str();
   // 0 and negatives other than -1 used to mean "every epoch" silently; they are refused.
   app.add_option("-f,--frequency", frequency, "Frequency of taking a snapshot (epochs, a positive number; -1: at the end)")
@@ -168,6 +173,27 @@ int main(int argc, char** argv) {
   train = kusari::mn::scatter_dataset(train, *comm, 0, true);
   test = kusari::mn::scatter_dataset(test, *comm, 0, true);
 
+  // Every process must have been started with the same settings: a batch size or a number of
+  // epochs that differs between them would make them wait for each other forever.   (multi-node)
+  const int64_t shard = train->size();
+  const int64_t common = std::gcd(shard, static_cast<int64_t>(batchsize));
+  std::string iterations_per_epoch = std::to_string(shard / common);
+  if (common != batchsize) iterations_per_epoch += "/" + std::to_string(batchsize / common);
+  iterations_per_epoch +=
+      " (" + std::to_string(shard) + " examples in batches of " + std::to_string(batchsize) + ")";
+  kusari::mn::check_same_settings(*comm,
+                                  {{"--batchsize", std::to_string(batchsize)},
+                                   {"iterations per epoch", iterations_per_epoch},
+                                   {"--epoch", std::to_string(epoch)},
+                                   {"--frequency", std::to_string(frequency)},
+                                   {"--unit", std::to_string(unit)},
+                                   {"--communicator", communicator},
+                                   {"--gpu", gpu ? "on" : "off"},
+                                   {"--double-buffering", double_buffering ? "on" : "off"},
+                                   {"--dtype", dtype_name},
+                                   {"--resume", resume.empty() ? "(none)" : "given"}},
+                                  "train_mnist");
+
   auto train_iter = std::make_shared<kusari::SerialIterator>(train, batchsize);
   auto test_iter = std::make_shared<kusari::SerialIterator>(test, batchsize, false, false);
   auto updater = std::make_shared<kusari::training::StandardUpdater>(train_iter, optimizer, device, converter);
@@ -178,10 +204,18 @@ int main(int argc, char** argv) {
   trainer.extend(
       kusari::mn::create_multi_node_evaluator(E::Evaluator(test_iter, model, converter, device), comm));
 
+  // Snapshots: one process writes Chainer's snapshot_iter_<iteration>; under mpiexec each process
+  // writes its own snapshot_iter_<iteration>.<rank>, with its own iterator state.   (multi-node)
+  const int snapshot_every = frequency == -1 ? epoch : frequency;
+  if (comm->size() == 1) {
+    trainer.extend(E::snapshot(), "", kusari::training::interval(snapshot_every, "epoch"));
+  } else {
+    trainer.extend(kusari::mn::multi_node_snapshot(comm, E::snapshot()), "",
+                   kusari::training::interval(snapshot_every, "epoch"));
+  }
+
   // Some display and output extensions are necessary only for one worker.
   if (comm->rank() == 0) {
-    const int snapshot_every = frequency == -1 ? epoch : frequency;
-    trainer.extend(E::snapshot(), "", kusari::training::interval(snapshot_every, "epoch"));
     trainer.extend(std::make_shared<E::LogReport>());
     if (!noplot) {
       trainer.extend(std::make_shared<E::PlotReport>(std::vector<std::string>{"main/loss", "validation/main/loss"},
@@ -195,9 +229,9 @@ int main(int argc, char** argv) {
   }
 
   if (!resume.empty()) {
-    // Every process loads the same snapshot, so they continue with identical weights.
-    kusari::load_npz(resume, trainer);
-    std::static_pointer_cast<kusari::mn::MultiNodeOptimizer>(optimizer)->mark_parameters_synchronized();
+    // Every process loads its own file of the snapshot (<resume>.<rank> under mpiexec): the same
+    // weights, and its own iterator position and order, so the run goes on bit for bit.
+    kusari::mn::load_snapshot_of_each_rank(resume, trainer, *comm);  // (multi-node)
   }
   trainer.run();
   return 0;

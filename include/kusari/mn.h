@@ -18,3 +18,4 @@
 #include "kusari/mn/links.h"
 #include "kusari/mn/object.h"
 #include "kusari/mn/optimizer.h"
+#include "kusari/mn/settings.h"

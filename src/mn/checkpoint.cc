@@ -512,4 +512,53 @@ std::shared_ptr<MultiNodeSnapshot> multi_node_snapshot(
   return multi_node_snapshot(std::move(comm), std::move(snapshot), sets);
 }
 
+std::string snapshot_file_of_rank(const std::string& path, const Communicator& comm) {
+  if (comm.size() == 1) return path;
+  return path + "." + std::to_string(comm.rank());
+}
+
+// Note [Resuming each rank from its own snapshot]
+// A trainer snapshot holds, besides the model and the optimizer state that every rank shares, the
+// training iterator's state: its epoch, its position and the order of the epoch, which are this
+// rank's own (its shard, its shuffle). When every rank loaded rank 0's file, the other ranks took
+// rank 0's order for their shards and the resumed job drew other batches than the uninterrupted
+// one, ending at another loss. So under
+// mpiexec every rank writes its own file (multi_node_snapshot with a set per rank appends
+// ".<rank>") and loads its own. The loads can fail on some ranks only (a file missing on one node);
+// the ranks tell each other before anyone walks into the first step's allreduce alone, and they
+// check that all files are of the same iteration (the files of an older run left in the folder).
+int64_t load_snapshot_of_each_rank(const std::string& path, training::Trainer& trainer,
+                                   Communicator& comm) {
+  const std::string file = snapshot_file_of_rank(path, comm);
+  RankReport mine;
+  try {
+    KUSARI_CHECK(
+        fs::exists(file), IOError, "'", file, "' does not exist",
+        comm.size() > 1
+            ? " (in a job of several processes each resumes from its own file, <snapshot>.<rank>; "
+              "give the name without the rank, from a job of as many processes)"
+            : "");
+    load_npz(file, trainer);
+    mine.iterations = {trainer.updater().iteration()};
+  } catch (const std::exception& e) {
+    mine.failed = true;
+    mine.error = e.what();
+  }
+  const std::vector<RankReport> reports = exchange(comm, mine);
+  throw_if_any_failed(reports, "load_snapshot_of_each_rank: resuming from '" + path + "'");
+  bool same = true;
+  std::ostringstream resumed;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    same = same && reports[r].iterations == reports[0].iterations;
+    resumed << (r ? "; " : "") << "rank " << r << ": iteration " << reports[r].iterations.at(0);
+  }
+  KUSARI_CHECK(same, IOError, "load_snapshot_of_each_rank: the files of '", path,
+               "' are of different iterations (", resumed.str(),
+               "); every rank must resume from the snapshot of the same iteration");
+  if (auto* multi = dynamic_cast<MultiNodeOptimizer*>(&trainer.updater().optimizer())) {
+    multi->mark_parameters_synchronized();
+  }
+  return reports[0].iterations.at(0);
+}
+
 }  // namespace kusari::mn

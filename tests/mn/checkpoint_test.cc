@@ -51,8 +51,9 @@ std::shared_ptr<TupleDataset> make_data() {
 
 // A Linear classifier trained with Adam; data-parallel (scattered data, MultiNodeOptimizer) or
 // the same single-process training on every rank.
+// `order_seed` seeds the iterator's shuffle.
 TrainingRun make_run(const std::shared_ptr<Communicator>& comm, uint64_t init_seed,
-                     bool data_parallel) {
+                     bool data_parallel, uint64_t order_seed = 1) {
   TrainingRun r;
   manual_seed(init_seed);
   r.model = std::make_shared<links::Classifier>(std::make_shared<links::Linear>(5, 3));
@@ -63,7 +64,7 @@ TrainingRun make_run(const std::shared_ptr<Communicator>& comm, uint64_t init_se
     data = scatter_dataset(data, *comm, 0, true, 5);
   }
   r.optimizer->setup(r.model);
-  r.iterator = std::make_shared<SerialIterator>(data, 4, true, true, 1);
+  r.iterator = std::make_shared<SerialIterator>(data, 4, true, true, order_seed);
   r.updater = std::make_shared<training::StandardUpdater>(r.iterator, r.optimizer);
   return r;
 }
@@ -515,6 +516,47 @@ TEST_F(CheckpointTest, MultiNodeSnapshotFailureOnAMasterStopsEveryRank) {
     } catch (const IOError& e) {
       EXPECT_NE(std::string(e.what()).find("rank 0: "), std::string::npos) << e.what();
     }
+  });
+}
+
+// Note [Resuming each rank from its own snapshot]: every rank's iterator has its own order here,
+// so loading rank 0's file everywhere would not give the uninterrupted run back.
+TEST_F(CheckpointTest, LoadSnapshotOfEachRankResumesExactlyAndFailsOnEveryRank) {
+  on_every_rank([&] {
+    const int rank = comm_->rank();
+    const int last = comm_->size() - 1;
+    const uint64_t order_seed = 100 + static_cast<uint64_t>(rank);
+    TrainingRun a = make_run(comm_, 0, true, order_seed);
+    Trainer ta(a.updater, interval(12, "iteration"), (dir_ / "a").string());
+    ta.run();
+
+    TrainingRun b = make_run(comm_, 0, true, order_seed);
+    Trainer tb(b.updater, interval(6, "iteration"), (dir_ / "b").string());
+    tb.extend(multi_node_snapshot(comm_, training::extensions::snapshot()), "",
+              interval(6, "iteration"));
+    tb.run();
+    comm_->barrier();
+    const std::string path = (dir_ / "b" / "snapshot_iter_6").string();
+    EXPECT_EQ(snapshot_file_of_rank(path, *comm_), path + "." + std::to_string(rank));
+
+    TrainingRun c = make_run(comm_, 1000 + static_cast<uint64_t>(rank), true, 7);
+    Trainer tc(c.updater, interval(12, "iteration"), (dir_ / "c").string());
+    EXPECT_EQ(load_snapshot_of_each_rank(path, tc, *comm_), 6);
+    tc.run();
+    EXPECT_EQ(params_of(*c.model), params_of(*a.model)) << "rank " << rank;
+    EXPECT_EQ(c.iterator->order(), a.iterator->order()) << "rank " << rank;
+
+    // The last rank's file is missing: every rank throws, naming it.
+    comm_->barrier();
+    if (rank == last) fs::remove(path + "." + std::to_string(last));
+    comm_->barrier();
+    TrainingRun d = make_run(comm_, 0, true, order_seed);
+    Trainer td(d.updater, interval(12, "iteration"), (dir_ / "d").string());
+    EXPECT_TRUE(testing::ThrowsWith<IOError>(
+        [&] { load_snapshot_of_each_rank(path, td, *comm_); },
+        {"load_snapshot_of_each_rank: resuming from '" + path + "' failed",
+         "rank " + std::to_string(last) + ": '" + path + "." + std::to_string(last) +
+             "' does not exist"}));
   });
 }
 

@@ -233,4 +233,21 @@ std::shared_ptr<MultiNodeSnapshot> multi_node_snapshot(
 std::shared_ptr<MultiNodeSnapshot> multi_node_snapshot(
     std::shared_ptr<Communicator> comm, std::shared_ptr<training::extensions::Snapshot> snapshot);
 
+/// The snapshot file of this rank for the name `path`: `path` itself in a job of one process,
+/// `<path>.<rank>` in a job of more - the names that multi_node_snapshot(comm, snapshot) writes,
+/// each rank its own file.
+std::string snapshot_file_of_rank(const std::string& path, const Communicator& comm);
+
+/// Resumes `trainer` from the snapshot `path` that a job of as many processes wrote with
+/// multi_node_snapshot(comm, snapshot): each rank loads its own file (snapshot_file_of_rank), with
+/// its own iterator position and order, so the resumed job goes on bit for bit as the uninterrupted
+/// one would; one process loads `path` itself. Collective: the ranks then agree (one allgather)
+/// that every load succeeded and that all resumed from the same iteration, and otherwise every rank
+/// throws the same IOError naming each rank's file and what went wrong, so no rank is left waiting
+/// in the first step. A MultiNodeOptimizer as the updater's "main" optimizer is told that the
+/// parameters are in sync. Returns the iteration resumed from (Note [Resuming each rank from its
+/// own snapshot]).
+int64_t load_snapshot_of_each_rank(const std::string& path, training::Trainer& trainer,
+                                   Communicator& comm);
+
 }  // namespace kusari::mn

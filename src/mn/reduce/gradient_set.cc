@@ -19,6 +19,7 @@ namespace {
 // FNV-1a, for the hashes the ranks compare (one allreduce instead of whole lists).
 constexpr uint64_t kFnvBasis = 1469598103934665603ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
+}  // namespace
 
 uint64_t fnv1a(std::string_view text) {
   uint64_t hash = kFnvBasis;
@@ -26,7 +27,12 @@ uint64_t fnv1a(std::string_view text) {
   return hash;
 }
 
-}  // namespace
+bool same_hash_everywhere(Communicator& comm, uint64_t hash) {
+  // max(h) == min(h) as max(h) == -max(-h); 62 bits keep both in the int64 range.
+  int64_t check[2] = {static_cast<int64_t>(hash >> 2), -static_cast<int64_t>(hash >> 2)};
+  allreduce_host(check, 2, Dtype::kInt64, ReduceOp::kMax, to_comm(comm.mpi_comm_handle()));
+  return check[0] == -check[1];
+}
 
 GradientSet::GradientSet(MpiCommunicator& comm, std::function<std::string()> settings,
                          std::function<void(const NamedParams&)> check_here)
@@ -217,10 +223,7 @@ void check_same_parameters(Communicator& comm, const NamedParams& params, const 
   }
   if (!extra.empty()) sig << extra << "\n";
   const std::string mine = sig.str();
-  const uint64_t hash = fnv1a(mine);
-  int64_t check[2] = {static_cast<int64_t>(hash >> 2), -static_cast<int64_t>(hash >> 2)};
-  allreduce_host(check, 2, Dtype::kInt64, ReduceOp::kMax, to_comm(comm.mpi_comm_handle()));
-  if (check[0] == -check[1]) return;
+  if (same_hash_everywhere(comm, fnv1a(mine))) return;
   Writer w;
   w.put_string(mine);
   const std::vector<Bytes> all = comm.allgather_obj(w.take());

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kusari/mn/communicator.h"
@@ -73,6 +74,13 @@ class GradientSet {
   /// A hash of settings_(), made at the first check.
   std::optional<uint64_t> settings_hash_;
 };
+
+/// FNV-1a of `text`: the hashes the ranks compare instead of whole lists.
+uint64_t fnv1a(std::string_view text);
+
+/// True on every rank when every rank passed the same hash, false on every rank otherwise (one
+/// allreduce of two integers).
+bool same_hash_everywhere(Communicator& comm, uint64_t hash);
 
 /// The line where `other` first differs from `ref` (both one item per line): its index and the
 /// two lines, "(nothing)" past an end; nullopt when they are equal.

@@ -1,0 +1,69 @@
+# Resuming under mpiexec must be bit-identical: runs train_mnist on NP processes for 2 epochs, and
+# again for 1 epoch (which ends with a snapshot, one file per process) followed by a run resumed
+# from that snapshot (-r) up to epoch 2, and fails unless the last LogReport entries of the two
+# agree exactly on the losses and accuracies (the log keeps every digit of a double).
+#
+#   cmake -DTRAIN_MNIST=<program> -DMPIEXEC=<mpiexec> -DNP=2 [-DMPI_FLAGS=<flags separated by |>]
+#         -DOUT=<dir> -DARGS=<train_mnist flags separated by |> -P check_resume_mnist.cmake
+foreach(_var TRAIN_MNIST MPIEXEC NP OUT ARGS)
+  if(NOT DEFINED ${_var})
+    message(FATAL_ERROR "check_resume_mnist: -D${_var}=... is required")
+  endif()
+endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/fashion_mnist.cmake)
+if(NOT FASHION_MNIST_FOUND)
+  return()
+endif()
+string(REPLACE "|" ";" _args "${ARGS}")
+string(REPLACE "|" ";" _mpi_flags "${MPI_FLAGS}")
+file(REMOVE_RECURSE ${OUT})
+
+function(run_train_mnist)
+  set(_command ${MPIEXEC} -n ${NP} ${_mpi_flags} ${TRAIN_MNIST} ${_args} --noplot ${ARGN})
+  string(REPLACE ";" " " _shown "${_command}")
+  message("running: ${_shown}")
+  execute_process(COMMAND ${_command} RESULT_VARIABLE _rc TIMEOUT 60)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "train_mnist failed (${_rc}): ${_shown}")
+  endif()
+endfunction()
+
+run_train_mnist(-e 2 --out ${OUT}/straight)
+run_train_mnist(-e 1 --out ${OUT}/resumed)
+# One file per process: snapshot_iter_<iteration>.<rank>.
+file(GLOB _snapshots RELATIVE ${OUT}/resumed ${OUT}/resumed/snapshot_iter_*)
+list(LENGTH _snapshots _n)
+if(NOT _n EQUAL NP)
+  message(FATAL_ERROR "the 1-epoch run left ${_n} snapshot files (${_snapshots}); expected one per process, "
+                      "snapshot_iter_<iteration>.<rank>")
+endif()
+math(EXPR _last_rank "${NP} - 1")
+foreach(_rank RANGE ${_last_rank})
+  list(FILTER _snapshots EXCLUDE REGEX "^snapshot_iter_[0-9]+\\.${_rank}$")
+endforeach()
+if(_snapshots)
+  message(FATAL_ERROR "unexpected snapshot files: ${_snapshots}")
+endif()
+file(GLOB _first ${OUT}/resumed/snapshot_iter_*.0)
+string(REGEX REPLACE "\\.0$" "" _snapshot "${_first}")
+run_train_mnist(-e 2 --out ${OUT}/resumed -r ${_snapshot})
+
+set(_keys main/loss main/accuracy validation/main/loss validation/main/accuracy)
+foreach(_run straight resumed)
+  file(READ ${OUT}/${_run}/log _log)
+  string(JSON _entries LENGTH "${_log}")
+  if(NOT _entries EQUAL 2)
+    message(FATAL_ERROR "${OUT}/${_run}/log has ${_entries} entries; expected epochs 1 and 2")
+  endif()
+  string(JSON _epoch GET "${_log}" 1 epoch)
+  set(_${_run} "epoch ${_epoch}")
+  foreach(_key ${_keys})
+    string(JSON _value GET "${_log}" 1 ${_key})
+    string(APPEND _${_run} ", ${_key} ${_value}")
+  endforeach()
+  message("${_run}: ${_${_run}}")
+endforeach()
+if(NOT _straight STREQUAL _resumed)
+  message(FATAL_ERROR "the resumed run ended elsewhere than the uninterrupted one:\n"
+                      "  uninterrupted: ${_straight}\n  resumed:       ${_resumed}")
+endif()
