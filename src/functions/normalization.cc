@@ -397,25 +397,14 @@ Variable fused_batch_normalization(const char* fn, const Variable& x, const Vari
   return record(fn, {x, gamma, beta}, std::move(y), std::move(rule));
 }
 
-}  // namespace
-
-Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
-                             double eps, Array* running_mean, Array* running_var, double decay,
-                             const Axes& axis, BatchStatisticsReducer* reducer) {
+// The training batch normalization composed from generic routines (the fused kernels declined
+// x), with the parameters cast to x's dtype; the arguments are checked (`g`).
+Variable composed_batch_normalization(const Variable& x, const Variable& gamma_in,
+                                      const Variable& beta_in, const BatchNormGeometry& g,
+                                      double eps, Array* running_mean, Array* running_var,
+                                      double decay, BatchStatisticsReducer* reducer) {
   const char* fn = "batch_normalization";
-  BatchNormGeometry g =
-      train_geometry(fn, x, gamma, beta, eps, running_mean, running_var, decay, axis);
-
-  // The fused kernels (Note [Fused batch normalization in autograd]).
-  Variable fused = fused_batch_normalization(fn, x, gamma, beta, Variable(), false, g, eps,
-                                             running_mean, running_var, decay, reducer);
-  if (fused.defined()) return fused;
-
-  // The composed form, with the parameters in x's dtype.
-  if (gamma.dtype() != x.dtype() || beta.dtype() != x.dtype()) {
-    return batch_normalization(x, in_dtype(gamma, x.dtype()), in_dtype(beta, x.dtype()), eps,
-                               running_mean, running_var, decay, axis, reducer);
-  }
+  const Variable gamma = in_dtype(gamma_in, x.dtype()), beta = in_dtype(beta_in, x.dtype());
   double total = static_cast<double>(g.m);
   BatchStatistics s =
       reducer ? compute_global_batch_statistics(x.data(), g.axes, eps, g.m, *reducer, &total)
@@ -440,6 +429,24 @@ Variable batch_normalization(const Variable& x, const Variable& gamma, const Var
                 [g, eps, mean = s.mean, inv_std = s.inv_std](BackwardContext& ctx) {
                   batch_norm_backward(ctx, g, eps, mean, inv_std, ctx.output_grad());
                 });
+}
+
+}  // namespace
+
+Variable batch_normalization(const Variable& x, const Variable& gamma, const Variable& beta,
+                             double eps, Array* running_mean, Array* running_var, double decay,
+                             const Axes& axis, BatchStatisticsReducer* reducer) {
+  const char* fn = "batch_normalization";
+  BatchNormGeometry g =
+      train_geometry(fn, x, gamma, beta, eps, running_mean, running_var, decay, axis);
+
+  // The fused kernels (Note [Fused batch normalization in autograd]).
+  Variable fused = fused_batch_normalization(fn, x, gamma, beta, Variable(), false, g, eps,
+                                             running_mean, running_var, decay, reducer);
+  if (fused.defined()) return fused;
+
+  return composed_batch_normalization(x, gamma, beta, g, eps, running_mean, running_var, decay,
+                                      reducer);
 }
 
 namespace {
@@ -480,9 +487,9 @@ Variable batch_normalization_relu(const Variable& x, const Variable& gamma, cons
   Variable fused = fused_batch_normalization(fn, x, gamma, beta, residual, true, g, eps,
                                              running_mean, running_var, decay, reducer);
   if (fused.defined()) return fused;
-  return add_relu(
-      batch_normalization(x, gamma, beta, eps, running_mean, running_var, decay, axis, reducer),
-      residual);
+  return add_relu(composed_batch_normalization(x, gamma, beta, g, eps, running_mean, running_var,
+                                               decay, reducer),
+                  residual);
 }
 
 Variable fixed_batch_normalization_relu(const Variable& x, const Variable& gamma,
