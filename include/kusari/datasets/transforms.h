@@ -68,20 +68,27 @@ class Transform {
 /// See Note [Resampling] in transforms.cc.
 Image resample(const Image& image, const CropPlan& plan);
 
+/// A crop or resize: apply() is execute(image, plan(...)), and execute() resamples the planned
+/// region with resample(); a subclass says only which region (plan()).
+class GeometricTransform : public Transform {
+ public:
+  void apply(Image& image, Rng& rng) const override {
+    execute(image, plan(image.height, image.width, rng));
+  }
+  bool is_geometric() const final { return true; }
+  CropPlan plan(int64_t height, int64_t width, Rng& rng) const override = 0;
+  void execute(Image& image, const CropPlan& plan) const override { image = resample(image, plan); }
+};
+
 /// A random part of the image (torchvision's RandomResizedCrop): area a fraction in `scale` of
 /// the image's, aspect ratio (w / h) log-uniform in `ratio`, up to 10 attempts to fit, then the
 /// centre crop of the largest region with a ratio in range; resampled to size x size.
-class RandomResizedCrop : public Transform {
+class RandomResizedCrop : public GeometricTransform {
  public:
   explicit RandomResizedCrop(int64_t size, std::array<double, 2> scale = {0.08, 1.0},
                              std::array<double, 2> ratio = {3.0 / 4.0, 4.0 / 3.0},
                              int attempts = 10);
-  void apply(Image& image, Rng& rng) const override {
-    execute(image, plan(image.height, image.width, rng));
-  }
-  bool is_geometric() const override { return true; }
   CropPlan plan(int64_t height, int64_t width, Rng& rng) const override;
-  void execute(Image& image, const CropPlan& plan) const override { image = resample(image, plan); }
   std::string name() const override;
 
  private:
@@ -93,15 +100,10 @@ class RandomResizedCrop : public Transform {
 
 /// Scales the image so that its shorter side is `size` (the longer one keeps the ratio,
 /// truncated as in torchvision's Resize(int)).
-class Resize : public Transform {
+class Resize : public GeometricTransform {
  public:
   explicit Resize(int64_t size);
-  void apply(Image& image, Rng& rng) const override {
-    execute(image, plan(image.height, image.width, rng));
-  }
-  bool is_geometric() const override { return true; }
   CropPlan plan(int64_t height, int64_t width, Rng& rng) const override;
-  void execute(Image& image, const CropPlan& plan) const override { image = resample(image, plan); }
   std::string name() const override;
 
  private:
@@ -110,16 +112,11 @@ class Resize : public Transform {
 
 /// The centred height x width window (torchvision's CenterCrop: the offset is rounded, and an
 /// image smaller than the window is an error).
-class CenterCrop : public Transform {
+class CenterCrop : public GeometricTransform {
  public:
   explicit CenterCrop(int64_t size) : CenterCrop(size, size) {}
   CenterCrop(int64_t height, int64_t width);
-  void apply(Image& image, Rng& rng) const override {
-    execute(image, plan(image.height, image.width, rng));
-  }
-  bool is_geometric() const override { return true; }
   CropPlan plan(int64_t height, int64_t width, Rng& rng) const override;
-  void execute(Image& image, const CropPlan& plan) const override { image = resample(image, plan); }
   std::string name() const override;
 
  private:
