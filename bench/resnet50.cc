@@ -41,6 +41,9 @@ struct Config {
   std::string arch = "resnet50", device = "cuda", rows, tf32 = "default", python = "python3";
   int batch = 64, size = 224, steps = 20, warmup = 5;
   bool compile = false, no_peer = false;
+  /// A child with --profile runs its warm-up steps, then one step between profiler_start and
+  /// profiler_stop (for `ncu --profile-from-start off`, see scripts/gpu_profile.sh), and ends.
+  bool profile = false;
 };
 
 int depth_of(const std::string& arch) {
@@ -103,6 +106,15 @@ int run_child(const Config& c, const std::string& row) {
     loss = kusari::Variable();  // free the graph before the update
     opt.update();
   };
+  if (c.profile) {
+    for (int i = 0; i < c.warmup; ++i) step();
+    device.synchronize();
+    kusari::cuda::profiler_start();
+    step();
+    device.synchronize();
+    kusari::cuda::profiler_stop();
+    return 0;
+  }
   const double eager_ms = time_steps(device, c.warmup, c.steps, step);
   std::printf("RESULT params %lld\n", static_cast<long long>(model->count_params()));
   std::printf("RESULT eager_ms %.6f\n", eager_ms);
@@ -213,6 +225,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-peer", c.no_peer, "Time kusari only");
   app.add_option("--child", child, "(internal) run one row of kusari in this process")->group("");
+  app.add_flag("--profile", c.profile, "(with --child) one step between profiler start and stop")
+      ->group("");
   CLI11_PARSE(app, argc, argv);
   if (c.device == "cuda" && !kusari::cuda_available()) {
     std::fprintf(

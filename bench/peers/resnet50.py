@@ -107,6 +107,8 @@ def main():
     p.add_argument("--row", default="f32-nchw", choices=["f32-nchw", "f32-cl", "bf16-nchw", "bf16-cl"])
     p.add_argument("--mode", default="eager", choices=["eager", "compile"])
     p.add_argument("--tf32", default="default", choices=["default", "on", "off"])
+    p.add_argument("--profile", action="store_true",
+                   help="after the warm-up, one step between profiler start and stop, then end")
     args = p.parse_args()
 
     cuda = args.device == "cuda"
@@ -145,6 +147,12 @@ def main():
     for _ in range(args.warmup):
         step()
     sync()
+    if args.profile:
+        torch.cuda.profiler.start()
+        step()
+        sync()
+        torch.cuda.profiler.stop()
+        return
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()

@@ -93,6 +93,10 @@ void empty_cache() {
   if (Runtime* r = runtime()) r->empty_cache();
 }
 
+void profiler_start() { require_runtime("cuda::profiler_start").profiler_collect(true); }
+
+void profiler_stop() { require_runtime("cuda::profiler_stop").profiler_collect(false); }
+
 void set_allow_tf32(bool allow) {
   set_allow_tf32_convolution(allow);
   set_allow_tf32_matmul(allow);

@@ -67,6 +67,8 @@ class Runtime {
   virtual int device_count() = 0;
   virtual MemoryStats memory_stats(int device) = 0;
   virtual void empty_cache() = 0;
+  /// cudaProfilerStart (on) or cudaProfilerStop.
+  virtual void profiler_collect(bool on) = 0;
   /// True while GPU `device` records a graph (device is a valid index).
   virtual bool capturing(int device) = 0;
   virtual std::unique_ptr<Graph::Impl> make_graph() = 0;

@@ -34,6 +34,11 @@ struct MemoryStats {
 MemoryStats memory_stats(int device = 0);
 /// Returns every cached free block of every device to the driver (never done in the hot loop).
 void empty_cache();
+/// Starts and stops the collection of a profiler that was told to wait for it (Nsight's
+/// `--profile-from-start off`), so that a profile holds only the steps between the two calls
+/// (cudaProfilerStart / cudaProfilerStop; PyTorch's torch.cuda.profiler.start / stop).
+void profiler_start();
+void profiler_stop();
 /// TF32 tensor cores for float32 work on GPUs: the products keep ~10 bits of mantissa (sums and
 /// range stay float32), and run several times faster. As in PyTorch, convolutions may use them by
 /// default and matrix products may not. The switches are read at each call. Environment:

@@ -1,5 +1,7 @@
 // The entry point of the CUDA library: what the core calls once it has loaded libkusari_cuda.
 // See Note [The CUDA library is loaded] in core/cuda_runtime.h.
+#include <cuda_profiler_api.h>
+
 #include "backends/cuda/runtime/cuda_backend.h"
 #include "core/cuda_runtime.h"
 #include "kusari/core/error.h"
@@ -45,6 +47,9 @@ class CudaRuntime final : public Runtime {
   int device_count() override { return cuda_device_count(); }
   MemoryStats memory_stats(int device) override { return pool_memory_stats(device); }
   void empty_cache() override { pool_empty_cache(); }
+  void profiler_collect(bool on) override {
+    KUSARI_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
+  }
   bool capturing(int device) override { return cuda::capturing(device); }
   std::unique_ptr<Graph::Impl> make_graph() override { return cuda::make_graph(); }
   std::unique_ptr<ScalarReader::Impl> make_scalar_reader() override { return cuda::make_scalar_reader(); }
