@@ -226,15 +226,22 @@ __global__ void rows_partials(BatchNormShape s, Terms terms, const S* center_of,
   }
 }
 
+// The finishing kernels give each channel a warp: the lanes merge a stride of its splits, then
+// the warp merges the lanes (a channel can have hundreds of splits, see reduction_splits).
+constexpr int kFinishWarps = 4;
+
 template <typename T, typename S>
 __global__ void finish_statistics(BatchNormShape s, const T* x, const S* partial, int splits, S eps,
                                   S* mean, S* var, S* inv_std, S* running_mean, S* running_var,
                                   S decay, S var_adjust) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= s.channels) return;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kFinishWarps + threadIdx.x / 32;
+  if (c >= s.channels) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
   const S* p = partial + c * splits * 3;
-  Moments<S> m{p[0], p[1], p[2]};
-  for (int k = 1; k < splits; ++k) m = merge(m, Moments<S>{p[k * 3], p[k * 3 + 1], p[k * 3 + 2]});
+  Moments<S> m{S(0), S(0), S(0)};
+  for (int k = lane; k < splits; k += 32) m = merge(m, Moments<S>{p[k * 3], p[k * 3 + 1], p[k * 3 + 2]});
+  for (int off = 16; off > 0; off /= 2) m = merge(m, shfl_down(m, off));
+  if (lane != 0) return;
   const S mu = load_as<S>(x, c * s.inner) + m.mean;
   const S v = m.n > S(0) ? m.m2 / m.n : S(0);
   mean[c] = mu;
@@ -251,26 +258,40 @@ __global__ void finish_statistics(BatchNormShape s, const T* x, const S* partial
 template <typename S>
 __global__ void finish_grad_sums(int64_t channels, const S* partial, int splits, const S* inv_std,
                                  S* gbeta, S* ggamma) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kFinishWarps + threadIdx.x / 32;
   if (c >= channels) return;
+  const int lane = threadIdx.x % 32;
   const S* p = partial + c * splits * 3;
   S a = S(0), b = S(0);
-  for (int k = 0; k < splits; ++k) {
+  for (int k = lane; k < splits; k += 32) {
     a += p[k * 3];
     b += p[k * 3 + 1];
   }
+  for (int off = 16; off > 0; off /= 2) {
+    a += __shfl_down_sync(0xffffffffu, a, off);
+    b += __shfl_down_sync(0xffffffffu, b, off);
+  }
+  if (lane != 0) return;
   gbeta[c] = a;
   ggamma[c] = b * inv_std[c];
 }
 
+/// The finishing kernels' grid: a warp per channel.
+unsigned finish_grid(int64_t channels) {
+  return static_cast<unsigned>((channels + kFinishWarps - 1) / kFinishWarps);
+}
+
 // How many splits each channel's reduction gets: enough blocks to fill the GPU a few times,
-// and no block with less than a few thousand elements.
+// and no block with too little work: a few thousand elements for the planar kernel's 256
+// threads, 16 rows per thread for the channels-minor one. (The channels-minor kernel once had
+// the planar rule, 4096 rows per split: ResNet-50's 64-channel channels-last batch norms then
+// ran on fewer blocks than the GPU has multiprocessors.)
 int reduction_splits(const BatchNormShape& s, int device, bool rows) {
   const int64_t per_channel = s.outer * s.inner;
   const int64_t column_blocks = rows ? (s.channels + kRowsX - 1) / kRowsX : s.channels;
-  const int64_t wanted_blocks = static_cast<int64_t>(sm_count(device)) * 4;
+  const int64_t wanted_blocks = static_cast<int64_t>(sm_count(device)) * (rows ? 8 : 4);
   int64_t splits = (wanted_blocks + column_blocks - 1) / column_blocks;
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, per_channel / 4096));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, per_channel / (rows ? kRowsY * 16 : 4096)));
   splits = std::min<int64_t>(splits, s.outer);
   return static_cast<int>(std::clamp<int64_t>(splits, 1, 65535));
 }
@@ -316,8 +337,7 @@ bool batch_norm_statistics(const Array& x, const BatchNormShape& s,
     int splits = 1;
     Array work = reduce_partials<S, true>(x, s, StatTerms<T, S>{xp}, nullptr, &splits);
     cudaStream_t stream = compute_stream(x.device().index());
-    const unsigned grid = static_cast<unsigned>((s.channels + 127) / 128);
-    finish_statistics<T, S><<<grid, 128, 0, stream>>>(
+    finish_statistics<T, S><<<finish_grid(s.channels), kFinishWarps * 32, 0, stream>>>(
         s, xp, work.data<S>(), splits, static_cast<S>(p.eps), mean.data<S>(), var.data<S>(),
         inv_std.data<S>(), p.running_mean ? p.running_mean->data<S>() : nullptr,
         p.running_var ? p.running_var->data<S>() : nullptr, static_cast<S>(p.decay),
@@ -341,10 +361,9 @@ bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* re
         int splits = 1;
         Array work = reduce_partials<S, false>(x, s, terms, mean.data<S>(), &splits);
         cudaStream_t stream = compute_stream(x.device().index());
-        const unsigned grid = static_cast<unsigned>((s.channels + 127) / 128);
-        finish_grad_sums<S><<<grid, 128, 0, stream>>>(s.channels, work.data<S>(), splits,
-                                                      inv_std.data<S>(), gbeta.data<S>(),
-                                                      ggamma.data<S>());
+        finish_grad_sums<S><<<finish_grid(s.channels), kFinishWarps * 32, 0, stream>>>(
+            s.channels, work.data<S>(), splits, inv_std.data<S>(), gbeta.data<S>(),
+            ggamma.data<S>());
         KUSARI_CUDA_CHECK_LAUNCH();
       });
   return true;

@@ -21,7 +21,8 @@
 //     float16 and bfloat16 use tensor cores with float32 accumulation; float64 computes in
 //     float64. The math mode is part of the key, so switching TF32 at run time gets new plans.
 // The layout (Note [Memory formats]) is part of the key: a convolution whose output is
-// channels-last runs in NHWC (x, y and the filter described as CUDNN_TENSOR_NHWC, operands
+// channels-last (or both layouts at once, as a 1x1 filter's gradient, with a channels-last input
+// or gy) runs in NHWC (x, y and the filter described as CUDNN_TENSOR_NHWC, operands
 // brought to channels-last when they are not), any other in NCHW (operands made contiguous,
 // NCHW and OIHW). float64 always runs in NCHW (cuDNN has next to no NHWC double algorithms), and
 // a geometry cuDNN cannot run in NHWC falls back to NCHW; a channels-last output is then
@@ -366,9 +367,13 @@ Array to_float32(const Array& a) {
   return a.defined() ? a.astype(Dtype::kFloat32) : Array();
 }
 
-/// True when a convolution writing `out` runs in NHWC: see Note [cuDNN convolution plans].
-bool runs_nhwc(const Array& out) {
-  return out.dtype() != Dtype::kFloat64 && out.memory_format() == MemoryFormat::kChannelsLast;
+/// True when a convolution writing `out` from the activation `in` runs in NHWC: see Note [cuDNN
+/// convolution plans]. An output that is both layouts at once (a 1x1 filter's gradient, an
+/// output of 1x1 pixels) follows `in`: otherwise a channels-last model's 1x1 filter gradients
+/// would copy x and gy to NCHW.
+bool runs_nhwc(const Array& out, const Array& in) {
+  return out.dtype() != Dtype::kFloat64 && out.is_contiguous(MemoryFormat::kChannelsLast) &&
+         (!out.is_contiguous() || in.memory_format() == MemoryFormat::kChannelsLast);
 }
 
 /// `a` in the convolution's layout (a view when it already is).
@@ -398,7 +403,7 @@ struct Scales {
 void conv2d_forward(const Array& x_in, const Array& w_in, const Array& b, const Conv2dParams& p,
                     Array& y) {
   data_type(x_in.dtype());
-  const bool nhwc = runs_nhwc(y);
+  const bool nhwc = runs_nhwc(y, x_in);
   if (!nhwc && !y.is_contiguous()) {
     Array y_nchw = nchw_like(y);
     conv2d_forward(x_in, w_in, b, p, y_nchw);
@@ -444,7 +449,7 @@ void conv2d_forward(const Array& x_in, const Array& w_in, const Array& b, const 
 
 void conv2d_backward_data(const Array& w_in, const Array& gy_in, const Conv2dParams& p, Array& gx) {
   data_type(gy_in.dtype());
-  const bool nhwc = runs_nhwc(gx);
+  const bool nhwc = runs_nhwc(gx, gy_in);
   if (!nhwc && !gx.is_contiguous()) {
     Array gx_nchw = nchw_like(gx);
     conv2d_backward_data(w_in, gy_in, p, gx_nchw);
@@ -483,7 +488,7 @@ void conv2d_backward_data(const Array& w_in, const Array& gy_in, const Conv2dPar
 void conv2d_backward_filter(const Array& x_in, const Array& gy_in, const Conv2dParams& p,
                             Array& gw) {
   data_type(gy_in.dtype());
-  const bool nhwc = runs_nhwc(gw);
+  const bool nhwc = runs_nhwc(gw, gy_in);
   if (!nhwc && !gw.is_contiguous()) {
     Array gw_nchw = nchw_like(gw);
     conv2d_backward_filter(x_in, gy_in, p, gw_nchw);
