@@ -18,7 +18,8 @@
 // Measured on an H200 (docs/benchmarks.md, bench_batch_norm): threads that each moved packs of
 // up to 16 bytes of channels, and reductions that kept four rows' loads in flight per thread,
 // were both slower than these one-element-per-thread kernels on ResNet-50's channels-last
-// shapes (fewer blocks in flight); PyTorch's channels-last batch norm is still faster there.
+// shapes (fewer blocks in flight). What made them fast was the number of blocks: see
+// reduction_splits (float32 channels-last bn went from 1.46x PyTorch's time to 1.08x).
 #include <algorithm>
 
 #include "backends/cuda/kernels/cuda_kernels.h"
