@@ -4,7 +4,10 @@
 # hang in a collective (Note [Same settings]).
 #
 #   cmake -DTRAIN_MNIST=<program> -DMPIEXEC=<mpiexec> [-DMPI_FLAGS=<flags separated by |>]
-#         -DOUT=<dir> "-DARGS0=-b|50" "-DARGS1=-b|100" "-DEXPECT=<regex>" -P check_ranks_disagree.cmake
+#         -DOUT=<dir> "-DARGS0=-b|50" "-DARGS1=-b|100" "-DEXPECT=<regex>" [-DNP=<n> (default 2)]
+#         [-DPLOT=OFF] -P check_ranks_disagree.cmake
+# With NP=n, rank 0 gets ARGS0 and the other n-1 ranks ARGS1. PLOT=OFF: the program has no
+# --noplot flag (the model-parallel examples write no plots).
 foreach(_var TRAIN_MNIST MPIEXEC OUT ARGS0 ARGS1 EXPECT)
   if(NOT DEFINED ${_var})
     message(FATAL_ERROR "check_ranks_disagree: -D${_var}=... is required")
@@ -17,9 +20,16 @@ endif()
 string(REPLACE "|" ";" _args0 "${ARGS0}")
 string(REPLACE "|" ";" _args1 "${ARGS1}")
 string(REPLACE "|" ";" _mpi_flags "${MPI_FLAGS}")
-set(_common --noplot --out ${OUT})
-set(_command ${MPIEXEC} ${_mpi_flags} -n 1 ${TRAIN_MNIST} ${_args0} ${_common} : -n 1 ${TRAIN_MNIST} ${_args1}
-             ${_common})
+if(NOT DEFINED NP)
+  set(NP 2)
+endif()
+math(EXPR _others "${NP} - 1")
+set(_common --out ${OUT})
+if(NOT DEFINED PLOT OR PLOT)
+  list(PREPEND _common --noplot)
+endif()
+set(_command ${MPIEXEC} ${_mpi_flags} -n 1 ${TRAIN_MNIST} ${_args0} ${_common} : -n ${_others} ${TRAIN_MNIST}
+             ${_args1} ${_common})
 file(REMOVE_RECURSE ${OUT})
 string(REPLACE ";" " " _shown "${_command}")
 message("running: ${_shown}")

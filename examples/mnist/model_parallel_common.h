@@ -52,6 +52,17 @@ inline std::optional<int> parse_args(int argc, char** argv, const std::string& d
   return std::nullopt;
 }
 
+/// Ends every process with the same error, naming each flag and its values, when the processes
+/// were started with different flags: the halves would otherwise exchange activations of other
+/// sizes, or one would stop while the other waits (Note [Same settings]).
+inline void check_same_args(kusari::mn::Communicator& comm, const Args& args, const char* program) {
+  kusari::mn::check_same_settings(comm,
+                                  {{"--batchsize", std::to_string(args.batchsize)},
+                                   {"--epoch", std::to_string(args.epoch)},
+                                   {"--unit", std::to_string(args.unit)}},
+                                  program);
+}
+
 /// The first half of the 784-unit-unit-10 MLP: Linear(784, unit) -> ReLU.
 inline std::shared_ptr<kusari::Sequential> first_half(int64_t unit) {
   auto half = std::make_shared<kusari::Sequential>();

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: this example needs exactly 4 processes (mpiexec -n 4)\n");
     return 2;
   }
+  example::check_same_args(*comm, args, "train_mnist_dual_parallel");
   const int replica = comm->rank() / 2;  // which copy of the model
   const int half = comm->rank() % 2;     // 0: first half, 1: second half (with the loss)
   // split(color, key): same color -> same group, ordered by key.

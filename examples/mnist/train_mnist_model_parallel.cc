@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: this example needs exactly 2 processes (mpiexec -n 2)\n");
     return 2;
   }
+  example::check_same_args(*comm, args, "train_mnist_model_parallel");
   const bool has_loss = comm->rank() == 1;
   if (has_loss) {
     std::printf("model parallel MNIST: 2 processes, %lld units, minibatch %lld, %lld epochs\n",
