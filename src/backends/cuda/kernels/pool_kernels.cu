@@ -36,31 +36,44 @@ struct PoolGeometry {
   bool count_include_pad;
 };
 
+// Note [Pooling index arithmetic]
+// The kernels split flat positions into (plane, row, col) with divisions. A 64-bit integer
+// division is a long instruction sequence on the GPU, and the backward pass divides per tap, so
+// every kernel is also instantiated with 32-bit unsigned indices (I = uint32_t), used when every
+// position of x and y fits; the results are the same.
+
 /// Where element (plane = n * c + ch, row, col) of an (n, c, rows, cols) array lies in memory:
-/// NCHW or, with kNhwc, channels-last.
-template <bool kNhwc>
+/// NCHW or, with kNhwc, channels-last; computed in the index type I.
+template <bool kNhwc, typename I>
 __device__ __forceinline__ int64_t offset(int64_t plane, int64_t c, int64_t rows, int64_t cols,
                                           int64_t row, int64_t col) {
+  const I p = static_cast<I>(plane), cc = static_cast<I>(c), r = static_cast<I>(rows),
+          w = static_cast<I>(cols), y = static_cast<I>(row), x = static_cast<I>(col);
   if constexpr (kNhwc) {
-    return (((plane / c) * rows + row) * cols + col) * c + plane % c;
+    return static_cast<int64_t>((((p / cc) * r + y) * w + x) * cc + p % cc);
   } else {
-    return (plane * rows + row) * cols + col;
+    return static_cast<int64_t>((p * r + y) * w + x);
   }
 }
 
 /// The (plane, row, col) of the element at memory position e of an (n, c, rows, cols) array.
-template <bool kNhwc>
-__device__ __forceinline__ void position(int64_t e, int64_t c, int64_t rows, int64_t cols,
-                                         int64_t& plane, int64_t& row, int64_t& col) {
+template <bool kNhwc, typename I>
+__device__ __forceinline__ void position(int64_t e_in, int64_t c_in, int64_t rows_in,
+                                         int64_t cols_in, int64_t& plane, int64_t& row,
+                                         int64_t& col) {
+  const I e = static_cast<I>(e_in), c = static_cast<I>(c_in), rows = static_cast<I>(rows_in),
+          cols = static_cast<I>(cols_in);
   if constexpr (kNhwc) {
-    const int64_t ch = e % c, pixel = e / c;
-    col = pixel % cols;
-    row = (pixel / cols) % rows;
-    plane = (pixel / (cols * rows)) * c + ch;
+    const I ch = e % c, pixel = e / c;
+    const I rest = pixel / cols;
+    col = static_cast<int64_t>(pixel - rest * cols);
+    row = static_cast<int64_t>(rest % rows);
+    plane = static_cast<int64_t>((rest / rows) * c + ch);
   } else {
-    col = e % cols;
-    row = (e / cols) % rows;
-    plane = e / (cols * rows);
+    const I rest = e / cols;
+    col = static_cast<int64_t>(e - rest * cols);
+    row = static_cast<int64_t>(rest % rows);
+    plane = static_cast<int64_t>(rest / rows);
   }
 }
 
@@ -109,12 +122,12 @@ __device__ __forceinline__ int64_t window_argmax(const T* x0, int64_t row_step, 
 }
 
 /// The plane's element (0, 0) of x and the steps between its rows and its columns.
-template <bool kNhwc, typename T>
+template <bool kNhwc, typename I, typename T>
 __device__ __forceinline__ const T* plane_origin(const T* x, const PoolGeometry& g, int64_t plane,
                                                  int64_t& row_step, int64_t& col_step) {
   row_step = kNhwc ? g.w * g.c : g.w;
   col_step = kNhwc ? g.c : 1;
-  return x + offset<kNhwc>(plane, g.c, g.h, g.w, 0, 0);
+  return x + offset<kNhwc, I>(plane, g.c, g.h, g.w, 0, 0);
 }
 
 /// Smallest integer >= a / b for b > 0.
@@ -125,15 +138,15 @@ __device__ __forceinline__ int64_t ceil_div(int64_t a, int64_t b) {
 // --- kernels -------------------------------------------------------------------------------------
 
 // y (n, c, oh, ow) = pool(x (n, c, h, w)), both NCHW or both NHWC (kNhwc).
-template <typename T, bool kNhwc>
+template <typename T, bool kNhwc, typename I>
 __global__ void pool_forward_kernel(PoolGeometry g, bool is_max, const T* x, T* y) {
   using C = compute_t<T>;
   const int64_t total = g.planes * g.oh * g.ow;
   for (int64_t e = grid_start(); e < total; e += grid_step()) {
     int64_t plane, oy, ox;
-    position<kNhwc>(e, g.c, g.oh, g.ow, plane, oy, ox);
+    position<kNhwc, I>(e, g.c, g.oh, g.ow, plane, oy, ox);
     int64_t rs, cs;
-    const T* xs = plane_origin<kNhwc>(x, g, plane, rs, cs);
+    const T* xs = plane_origin<kNhwc, I>(x, g, plane, rs, cs);
     const Window win = window(g, oy, ox);
     if (is_max) {
       const int64_t at = window_argmax(xs, rs, cs, g, win);
@@ -151,14 +164,14 @@ __global__ void pool_forward_kernel(PoolGeometry g, bool is_max, const T* x, T* 
 
 // argmax (y's shape and layout) = the row-major index in its plane of each window's maximum
 // (-1: empty).
-template <typename T, bool kNhwc>
+template <typename T, bool kNhwc, typename I>
 __global__ void pool_argmax_kernel(PoolGeometry g, const T* x, int64_t* argmax) {
   const int64_t total = g.planes * g.oh * g.ow;
   for (int64_t e = grid_start(); e < total; e += grid_step()) {
     int64_t plane, oy, ox;
-    position<kNhwc>(e, g.c, g.oh, g.ow, plane, oy, ox);
+    position<kNhwc, I>(e, g.c, g.oh, g.ow, plane, oy, ox);
     int64_t rs, cs;
-    const T* xs = plane_origin<kNhwc>(x, g, plane, rs, cs);
+    const T* xs = plane_origin<kNhwc, I>(x, g, plane, rs, cs);
     argmax[e] = window_argmax(xs, rs, cs, g, window(g, oy, ox));
   }
 }
@@ -166,14 +179,14 @@ __global__ void pool_argmax_kernel(PoolGeometry g, const T* x, int64_t* argmax) 
 // gx (n, c, h, w) = sum of gy (n, c, oh, ow) over the windows whose maximum is this element
 // (max pooling, with argmax) or over the windows that cover it, divided by their divisors; gx,
 // gy and argmax all NCHW or all NHWC (kNhwc).
-template <typename T, bool kNhwc>
+template <typename T, bool kNhwc, typename I>
 __global__ void pool_backward_kernel(PoolGeometry g, bool is_max, const int64_t* argmax,
                                      const T* gy, T* gx) {
   using C = compute_t<T>;
   const int64_t total = g.planes * g.h * g.w;
   for (int64_t e = grid_start(); e < total; e += grid_step()) {
     int64_t plane, iy, ix;
-    position<kNhwc>(e, g.c, g.h, g.w, plane, iy, ix);
+    position<kNhwc, I>(e, g.c, g.h, g.w, plane, iy, ix);
     // The windows whose taps include (iy, ix).
     const int64_t oy_lo = max(ceil_div(iy + g.ph - g.kh + 1, g.sh), int64_t{0});
     const int64_t oy_hi = min((iy + g.ph) / g.sh, g.oh - 1);
@@ -183,7 +196,7 @@ __global__ void pool_backward_kernel(PoolGeometry g, bool is_max, const int64_t*
     C sum = C(0);
     for (int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
       for (int64_t ox = ox_lo; ox <= ox_hi; ++ox) {
-        const int64_t o = offset<kNhwc>(plane, g.c, g.oh, g.ow, oy, ox);
+        const int64_t o = offset<kNhwc, I>(plane, g.c, g.oh, g.ow, oy, ox);
         if (is_max) {
           if (argmax[o] == at) sum += to_compute(gy[o]);
         } else {
@@ -212,6 +225,13 @@ bool use_nhwc(const Array& out, const Array& in) {
          (!out.is_contiguous() || in.memory_format() == MemoryFormat::kChannelsLast);
 }
 
+/// True when every position of a and b fits the kernels' 32-bit indices (Note [Pooling index
+/// arithmetic]); the products inside offset() stay below the larger array's size.
+bool small_indices(const Array& a, const Array& b) {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  return a.size() < kLimit && b.size() < kLimit;
+}
+
 }  // namespace
 
 void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
@@ -231,7 +251,9 @@ void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
   cudaStream_t stream = prepare(x);
   visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "pooling_2d", [&](auto tag) {
     using T = decltype(tag);
-    auto kernel = nhwc ? pool_forward_kernel<T, true> : pool_forward_kernel<T, false>;
+    auto kernel = small_indices(x, y)
+                      ? (nhwc ? pool_forward_kernel<T, true, uint32_t> : pool_forward_kernel<T, false, uint32_t>)
+                      : (nhwc ? pool_forward_kernel<T, true, int64_t> : pool_forward_kernel<T, false, int64_t>);
     kernel<<<grid_for(y.size(), device), kBlockSize, 0, stream>>>(
         g, p.kind == PoolKind::kMax, static_cast<const T*>(x.raw_data()),
         static_cast<T*>(y.raw_data()));
@@ -254,6 +276,7 @@ void pool2d_backward(const Array& x_in, const Array& y, const Array& gy_in, cons
   const Array x = is_max ? x_in.to_memory_format(format) : Array();
   const Array gy = gy_in.to_memory_format(format);
   const PoolGeometry g = geometry(gx.shape(), gy.shape(), p);
+  const bool small = small_indices(gx, gy);
   const int device = gx.device().index();
   cudaStream_t stream = prepare(gx);
   visit_device_dtype<common::kFloatingDtypes>(gy.dtype(), "pooling_2d (gradient)", [&](auto tag) {
@@ -262,12 +285,16 @@ void pool2d_backward(const Array& x_in, const Array& y, const Array& gy_in, cons
     if (is_max) {
       // In gy's layout, like the windows it indexes.
       argmax = Array::empty(gy.shape(), Dtype::kInt64, gy.device(), format);
-      auto argmax_kernel = nhwc ? pool_argmax_kernel<T, true> : pool_argmax_kernel<T, false>;
+      auto argmax_kernel =
+          small ? (nhwc ? pool_argmax_kernel<T, true, uint32_t> : pool_argmax_kernel<T, false, uint32_t>)
+                : (nhwc ? pool_argmax_kernel<T, true, int64_t> : pool_argmax_kernel<T, false, int64_t>);
       argmax_kernel<<<grid_for(gy.size(), device), kBlockSize, 0, stream>>>(
           g, static_cast<const T*>(x.raw_data()), static_cast<int64_t*>(argmax.raw_data()));
       KUSARI_CUDA_CHECK_LAUNCH();
     }
-    auto kernel = nhwc ? pool_backward_kernel<T, true> : pool_backward_kernel<T, false>;
+    auto kernel =
+        small ? (nhwc ? pool_backward_kernel<T, true, uint32_t> : pool_backward_kernel<T, false, uint32_t>)
+              : (nhwc ? pool_backward_kernel<T, true, int64_t> : pool_backward_kernel<T, false, int64_t>);
     kernel<<<grid_for(gx.size(), device), kBlockSize, 0, stream>>>(
         g, is_max, is_max ? static_cast<const int64_t*>(argmax.raw_data()) : nullptr,
         static_cast<const T*>(gy.raw_data()), static_cast<T*>(gx.raw_data()));
