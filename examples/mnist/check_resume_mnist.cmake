@@ -1,7 +1,10 @@
 # Resuming under mpiexec must be bit-identical: runs train_mnist on NP processes for 2 epochs, and
 # again for 1 epoch (which ends with a snapshot, one file per process) followed by a run resumed
 # from that snapshot (-r) up to epoch 2, and fails unless the last LogReport entries of the two
-# agree exactly on the losses and accuracies (the log keeps every digit of a double).
+# agree exactly on the losses and accuracies (the log keeps every digit of a double), and the
+# final snapshots of the two runs hold the same parameters, optimizer state and iterator state
+# bit for bit on every process (compared with NumPy: $KUSARI_TEST_PYTHON, default
+# /usr/bin/python3).
 #
 #   cmake -DTRAIN_MNIST=<program> -DMPIEXEC=<mpiexec> -DNP=2 [-DMPI_FLAGS=<flags separated by |>]
 #         -DOUT=<dir> -DARGS=<train_mnist flags separated by |> -P check_resume_mnist.cmake
@@ -30,22 +33,30 @@ endfunction()
 
 run_train_mnist(-e 2 --out ${OUT}/straight)
 run_train_mnist(-e 1 --out ${OUT}/resumed)
-# One file per process: snapshot_iter_<iteration>.<rank>.
+# One file per process: snapshot_iter_<iteration>.<rank> (one process keeps Chainer's name,
+# snapshot_iter_<iteration>).
 file(GLOB _snapshots RELATIVE ${OUT}/resumed ${OUT}/resumed/snapshot_iter_*)
 list(LENGTH _snapshots _n)
 if(NOT _n EQUAL NP)
   message(FATAL_ERROR "the 1-epoch run left ${_n} snapshot files (${_snapshots}); expected one per process, "
                       "snapshot_iter_<iteration>.<rank>")
 endif()
-math(EXPR _last_rank "${NP} - 1")
-foreach(_rank RANGE ${_last_rank})
-  list(FILTER _snapshots EXCLUDE REGEX "^snapshot_iter_[0-9]+\\.${_rank}$")
-endforeach()
+if(NP EQUAL 1)
+  list(FILTER _snapshots EXCLUDE REGEX "^snapshot_iter_[0-9]+$")
+else()
+  math(EXPR _last_rank "${NP} - 1")
+  foreach(_rank RANGE ${_last_rank})
+    list(FILTER _snapshots EXCLUDE REGEX "^snapshot_iter_[0-9]+\\.${_rank}$")
+  endforeach()
+endif()
 if(_snapshots)
   message(FATAL_ERROR "unexpected snapshot files: ${_snapshots}")
 endif()
-file(GLOB _first ${OUT}/resumed/snapshot_iter_*.0)
-string(REGEX REPLACE "\\.0$" "" _snapshot "${_first}")
+file(GLOB _first ${OUT}/resumed/snapshot_iter_*)
+list(GET _first 0 _snapshot)
+if(NP GREATER 1)
+  string(REGEX REPLACE "\\.[0-9]+$" "" _snapshot "${_snapshot}")
+endif()
 run_train_mnist(-e 2 --out ${OUT}/resumed -r ${_snapshot})
 
 set(_keys main/loss main/accuracy validation/main/loss validation/main/accuracy)
@@ -67,3 +78,35 @@ if(NOT _straight STREQUAL _resumed)
   message(FATAL_ERROR "the resumed run ended elsewhere than the uninterrupted one:\n"
                       "  uninterrupted: ${_straight}\n  resumed:       ${_resumed}")
 endif()
+
+# The final snapshots (one per process): every entry of the updater (model, optimizer, iterator).
+set(_python /usr/bin/python3)
+if(DEFINED ENV{KUSARI_TEST_PYTHON} AND NOT "$ENV{KUSARI_TEST_PYTHON}" STREQUAL "")
+  set(_python $ENV{KUSARI_TEST_PYTHON})
+endif()
+file(GLOB _finals RELATIVE ${OUT}/straight ${OUT}/straight/snapshot_iter_*)
+list(LENGTH _finals _n)
+if(NOT _n EQUAL NP)
+  message(FATAL_ERROR "the uninterrupted run left ${_n} snapshot files (${_finals}); expected ${NP}")
+endif()
+set(_compare [=[
+import sys
+import numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+keys = sorted(k for k in a.files if k.startswith("updater/"))
+if keys != sorted(k for k in b.files if k.startswith("updater/")):
+    sys.exit("the two snapshots hold different updater entries")
+bad = [k for k in keys if a[k].dtype != b[k].dtype or a[k].shape != b[k].shape or a[k].tobytes() != b[k].tobytes()]
+if bad:
+    sys.exit("entries that differ: " + ", ".join(bad))
+print(f"{len(keys)} updater entries equal bit for bit")
+]=])
+foreach(_final ${_finals})
+  execute_process(COMMAND ${_python} -c "${_compare}" ${OUT}/straight/${_final} ${OUT}/resumed/${_final}
+                  RESULT_VARIABLE _rc OUTPUT_VARIABLE _cmp_out ERROR_VARIABLE _cmp_err)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "the final snapshot ${_final} of the resumed run differs from the uninterrupted "
+                        "one's (${_python}): ${_cmp_out}${_cmp_err}")
+  endif()
+  message("${_final}: ${_cmp_out}")
+endforeach()

@@ -27,19 +27,33 @@ using kusari::Variable;
 // Network definition: 784 -> n_units -> n_units -> n_out, ReLU in between.
 class MLP : public kusari::Chain {
  public:
-  MLP(int64_t n_units, int64_t n_out) {
+  // With dropout > 0 the hidden layers are dropped out while training, with random numbers of
+  // this model's own generator, which the snapshot keeps (so a resumed run draws what an
+  // uninterrupted one would).
+  MLP(int64_t n_units, int64_t n_out, double dropout = 0, uint64_t seed = 0) : dropout_(dropout), rng_(seed) {
     l1 = add_link("l1", std::make_shared<L::Linear>(n_units));  // input size inferred
     l2 = add_link("l2", std::make_shared<L::Linear>(n_units));
     l3 = add_link("l3", std::make_shared<L::Linear>(n_out));
   }
   Variable forward(const Variable& x) override {
-    Variable h1 = F::relu((*l1)(x));
-    Variable h2 = F::relu((*l2)(h1));
+    Variable h1 = drop(F::relu((*l1)(x)));
+    Variable h2 = drop(F::relu((*l2)(h1)));
     return (*l3)(h2);
+  }
+  void serialize(kusari::Serializer& serializer) override {
+    kusari::Chain::serialize(serializer);
+    if (dropout_ > 0) {
+      auto offset = static_cast<int64_t>(rng_.offset());
+      serializer("dropout_generator_offset", offset);
+      rng_.set_offset(static_cast<uint64_t>(offset));
+    }
   }
 
  private:
+  Variable drop(const Variable& h) { return dropout_ > 0 ? F::dropout(h, dropout_, &rng_) : h; }
   std::shared_ptr<L::Linear> l1, l2, l3;
+  double dropout_;
+  kusari::Generator rng_;
 };
 
 int main(int argc, char** argv) {
@@ -47,6 +61,9 @@ int main(int argc, char** argv) {
   int batchsize = 100, epoch = 20, unit = 1000, frequency = -1, threads = 0;
   bool gpu = false, noplot = false, double_buffering = false, cuda_graph = false;
   std::string communicator = "pure_nccl", out = "result", resume, data, dtype_name = "float32";
+  std::string iterator_kind = "serial";
+  double dropout = 0;
+  int64_t seed = 0;
   app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)")->capture_default_str();
   app.add_option("--communicator", communicator,
                  "Type of communicator (on CPUs, a GPU one such as the default falls back to naive)")
@@ -90,6 +107,17 @@ int main(int argc, char** argv) {
                  "loss dynamically (its range is small), bfloat16 has float32's range and needs no loss scaling")
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
+  app.add_option("--seed", seed, "Seed of the initial weights, the shuffling and the dropout masks")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--iterator", iterator_kind,
+                 "How batches are gathered: serial (SerialIterator) or multithread (MultithreadIterator, 2 "
+                 "threads); both give the same batches")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"serial", "multithread"}));
+  app.add_option("--dropout", dropout, "Dropout ratio of the hidden layers while training (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.95));
   app.add_flag("--noplot", noplot, "Disable PlotReport extension");
   app.add_flag("--double-buffering", double_buffering,
                "Overlap each step's gradient allreduce with the next step (NCCL communicators; one step stale)");
@@ -135,7 +163,10 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  auto model = std::make_shared<L::Classifier>(std::make_shared<MLP>(unit, 10));
+  kusari::manual_seed(static_cast<uint64_t>(seed));
+  // Each process drops other units: its dropout stream is seeded with its rank too.
+  const uint64_t dropout_seed = static_cast<uint64_t>(seed) * 1000003u + static_cast<uint64_t>(comm->rank());
+  auto model = std::make_shared<L::Classifier>(std::make_shared<MLP>(unit, 10, dropout, dropout_seed));
   model->to_device(device);
   // Parameters in the training dtype; the lazily sized l1.W is created in it.   (mixed precision)
   model->to_dtype(dtype);
@@ -191,10 +222,16 @@ int main(int argc, char** argv) {
                                    {"--gpu", gpu ? "on" : "off"},
                                    {"--double-buffering", double_buffering ? "on" : "off"},
                                    {"--dtype", dtype_name},
+                                   {"--dropout", std::to_string(dropout)},
                                    {"--resume", resume.empty() ? "(none)" : "given"}},
                                   "train_mnist");
 
-  auto train_iter = std::make_shared<kusari::SerialIterator>(train, batchsize);
+  std::shared_ptr<kusari::Iterator> train_iter;
+  if (iterator_kind == "multithread") {
+    train_iter = std::make_shared<kusari::MultithreadIterator>(train, batchsize, true, true, std::nullopt, 2);
+  } else {
+    train_iter = std::make_shared<kusari::SerialIterator>(train, batchsize);
+  }
   auto test_iter = std::make_shared<kusari::SerialIterator>(test, batchsize, false, false);
   auto updater = std::make_shared<kusari::training::StandardUpdater>(train_iter, optimizer, device, converter);
   updater->set_use_cuda_graph(cuda_graph);
