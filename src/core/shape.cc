@@ -1,5 +1,6 @@
 #include "kusari/core/shape.h"
 
+#include <cstdint>
 #include <sstream>
 
 namespace kusari {
@@ -19,10 +20,13 @@ std::string Shape::to_string() const {
 Strides contiguous_strides(const Shape& shape) {
   Strides s;
   s.resize(shape.size());
+  // Saturating: only an array with a zero-length axis can have a product of the other lengths
+  // beyond int64 (every other size is checked against memory first), and its strides never
+  // address an element. Found by the IDX fuzzer: a header of shape (0, 4294967295, ...).
   int64_t acc = 1;
   for (int i = shape.size() - 1; i >= 0; --i) {
     s[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
+    if (__builtin_mul_overflow(acc, std::max<int64_t>(shape[i], 1), &acc)) acc = INT64_MAX;
   }
   return s;
 }

@@ -59,8 +59,12 @@ class Shape {
     --n_;
   }
 
-  /// Product of the entries (1 for an empty shape).
+  /// Product of the entries (1 for an empty shape; 0 when an entry is 0, however large the
+  /// others are).
   int64_t numel() const {
+    for (int i = 0; i < n_; ++i) {
+      if (d_[i] == 0) return 0;
+    }
     int64_t p = 1;
     for (int i = 0; i < n_; ++i) p *= d_[i];
     return p;

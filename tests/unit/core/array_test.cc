@@ -244,5 +244,26 @@ TEST(CudaGraphOnCpu, CaptureOnTheCpuIsADeviceError) {
   EXPECT_FALSE(cuda::is_capturing(Device::cpu()));
 }
 
+// Found by the IDX fuzzer under UBSan: an empty array whose other axes multiply past int64 (an
+// IDX header of shape (0, 4294967295, ...)) overflowed while its strides were computed.
+TEST(ArrayShapeTest, HugeAxesBesideAZeroAxisAreAnEmptyArray) {
+  const int64_t huge = 4294967295;
+  for (const Shape& shape : {Shape{0, huge, huge, huge}, Shape{huge, huge, huge, 0}}) {
+    Array a = Array::empty(shape, uint8);
+    EXPECT_EQ(a.size(), 0) << shape;
+    EXPECT_EQ(a.shape(), shape);
+  }
+}
+
+TEST(ArrayShapeTest, ShapesBeyondA64BitCountAreRefused) {
+  const int64_t huge = 4294967295;
+  try {
+    Array::empty(Shape{huge, huge, huge}, uint8);
+    ADD_FAILURE() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("more elements than a 64-bit count holds"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kusari
