@@ -67,12 +67,13 @@ Strides memory_format_strides(const Shape& shape, MemoryFormat format) {
 
 Array Array::empty(const Shape& shape, Dtype dtype, Device device, MemoryFormat format) {
   int64_t elements = 1;
-  bool overflow = false;
+  bool overflow = false, has_zero = false;
   for (int64_t d : shape) {
     KUSARI_CHECK(d >= 0, ShapeError, "Array::empty: negative dimension in shape ", shape);
+    has_zero = has_zero || d == 0;
     overflow = overflow || __builtin_mul_overflow(elements, d, &elements);
   }
-  KUSARI_CHECK(!overflow || shape.numel() == 0, ShapeError, "Array::empty: shape ", shape,
+  KUSARI_CHECK(!overflow || has_zero, ShapeError, "Array::empty: shape ", shape,
                " has more elements than a 64-bit count holds");
   if (format != MemoryFormat::kContiguous) {
     Array a = empty(shape, dtype, device);
