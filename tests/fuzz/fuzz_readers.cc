@@ -25,7 +25,6 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,16 +36,6 @@ namespace fs = std::filesystem;
 using Bytes = std::vector<uint8_t>;
 
 namespace {
-
-Bytes read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const fs::path& p, const Bytes& b) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 
 void write_gzip(const fs::path& p, const Bytes& b) {
   gzFile f = gzopen(p.string().c_str(), "wb");
@@ -122,7 +111,7 @@ void feed(const std::string& target, const Bytes& input, const fs::path& scratch
     return;
   }
   const fs::path file = scratch / (target == "npz" ? "input.npz" : gz ? "input.gz" : "input");
-  write_bytes(file, input);
+  kusari::write_file_bytes(file.string(), input);
   if (target == "npz") {
     (void)kusari::read_npz(file.string());
   } else {
@@ -143,9 +132,9 @@ void write_seeds(const fs::path& dir) {
   // IDX: 3 images of 4x4 (magic 0x00000803) and 3 labels (0x00000801), plain and gzip'd.
   Bytes images = {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 4};
   for (int i = 0; i < 48; ++i) images.push_back(static_cast<uint8_t>(i * 5));
-  write_bytes(dir / "idx" / "images", images);
+  kusari::write_file_bytes((dir / "idx" / "images").string(), images);
   const Bytes labels = {0, 0, 8, 1, 0, 0, 0, 3, 1, 2, 3};
-  write_bytes(dir / "idx" / "labels", labels);
+  kusari::write_file_bytes((dir / "idx" / "labels").string(), labels);
   write_gzip(dir / "idx" / "images.gz", images);
   write_gzip(dir / "idx" / "labels.gz", labels);
   kusari::Image image;
@@ -187,7 +176,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<Bytes, bool>> inputs;  // (bytes, gzip'd IDX)
   for (const auto& entry : fs::directory_iterator(fs::path(corpus) / target)) {
     if (!entry.is_regular_file()) continue;
-    inputs.emplace_back(read_bytes(entry.path()), entry.path().extension() == ".gz");
+    inputs.emplace_back(kusari::read_file_bytes(entry.path().string()), entry.path().extension() == ".gz");
   }
   if (inputs.empty()) {
     std::fprintf(stderr, "kusari_fuzz_readers: no seed files in %s/%s\n", corpus.c_str(), target.c_str());
@@ -210,7 +199,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       fs::create_directories(findings);
       const fs::path saved = fs::path(findings) / (target + "_run" + std::to_string(run));
-      write_bytes(saved, input);
+      kusari::write_file_bytes(saved.string(), input);
       std::fprintf(stderr, "kusari_fuzz_readers: run %lld: %s escaped as a non-kusari exception: %s (input saved as %s)\n",
                    static_cast<long long>(run), target.c_str(), e.what(), saved.string().c_str());
       status = 1;
