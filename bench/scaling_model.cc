@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -101,7 +102,10 @@ const Machine& find_machine(const std::string& name) {
   for (const Machine& m : machines()) {
     if (m.name == name) return m;
   }
-  std::fprintf(stderr, "bench_scaling_model: unknown machine '%s'\n", name.c_str());
+  std::string names;
+  for (const Machine& m : machines()) names += (names.empty() ? "" : ", ") + m.name;
+  std::fprintf(stderr, "bench_scaling_model: --machine: unknown machine '%s' (expected one of %s)\n",
+               name.c_str(), names.c_str());
   std::exit(2);
 }
 
