@@ -3,6 +3,7 @@
 #include <optional>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "autograd/graph_access.h"
 #include "kusari/core/routines.h"
@@ -120,6 +121,108 @@ class GradStore {
   std::unordered_map<VariableImpl*, Variable> map_;
 };
 
+// Note [Gradient-ready hooks]
+// A leaf's hooks (Variable::add_grad_ready_hook) run once the leaf's gradient for this backward
+// is final, so that a data-parallel reducer can send it while backward goes on with the rest of
+// the graph (Note [Overlapped gradient reduction] in src/mn/reduce/bucket_reducer.h). The engine
+// runs nodes newest generation first, and a node's consumers always have a higher generation, so
+// when a node runs every consumer that will ever run already has. But "the last node that uses
+// the leaf has run" is not enough: a consumer that never receives a gradient is never queued and
+// never runs. So, as PyTorch's engine counts dependencies, a first pass over the graph that
+// backward can reach (through inputs with requires_grad, as the walk itself goes) counts the
+// edges into each node and into each leaf that has hooks. When a node is done (run, or popped
+// without gradients) each of its inputs loses an edge; a node whose count reaches zero without
+// ever being queued can no longer get a gradient, so it is done at once (dead) and its inputs lose
+// their edges in turn. A leaf whose count reaches zero has had every contribution of this
+// backward: its hooks run then, if it received one (a leaf the outputs reach only through
+// functions that gave it no gradient is not ready: its hooks do not run). A leaf used twice by one
+// node, or by several, counts each edge, so the hooks run after the last one has been summed;
+// with enable_double_backprop the summed gradient is a recorded variable, and the hooks see it.
+// Only Variable::backward runs hooks: kusari::grad leaves the leaves' gradients alone. While no
+// hook exists anywhere (live_grad_ready_hooks() == 0) the first pass is skipped, so backward
+// costs what it did.
+class ReadyTracker {
+ public:
+  /// Counts the edges of the graph reachable from `roots`; `mark` must be fresh (the walk's own
+  /// marks differ from it).
+  void plan(const std::vector<VariableImpl*>& roots, uint64_t mark) {
+    std::vector<FunctionNode*> stack;
+    auto visit = [&](FunctionNode* node) {
+      uint64_t& m = GraphAccess::visit_mark(*node);
+      if (m == mark) return;
+      m = mark;
+      stack.push_back(node);
+    };
+    for (VariableImpl* r : roots) {
+      if (r->creator) visit(r->creator.get());
+    }
+    while (!stack.empty()) {
+      FunctionNode* node = stack.back();
+      stack.pop_back();
+      for (const auto& in : GraphAccess::inputs(*node)) {
+        if (!in->requires_grad) continue;
+        if (in->creator) {
+          ++node_edges_[in->creator.get()];
+          visit(in->creator.get());
+        } else if (!in->grad_ready_hooks.list.empty()) {
+          Leaf& leaf = leaves_[in.get()];
+          leaf.impl = in;
+          ++leaf.edges;
+        }
+      }
+    }
+  }
+
+  /// `leaf` received a gradient in this backward.
+  void received(VariableImpl* leaf) {
+    auto it = leaves_.find(leaf);
+    if (it != leaves_.end()) it->second.received = true;
+  }
+
+  /// `node` is done (its rule ran, or it had no gradient); `queued_mark` is the walk's mark of
+  /// queued nodes. Runs the hooks of the leaves this completes, and finishes dead nodes.
+  void done(FunctionNode* node, uint64_t queued_mark) {
+    std::vector<FunctionNode*> finished{node};
+    while (!finished.empty()) {
+      FunctionNode* n = finished.back();
+      finished.pop_back();
+      for (const auto& in : GraphAccess::inputs(*n)) {
+        if (!in->requires_grad) continue;
+        if (in->creator) {
+          FunctionNode* c = in->creator.get();
+          auto it = node_edges_.find(c);
+          if (it == node_edges_.end() || --it->second > 0) continue;
+          node_edges_.erase(it);
+          if (GraphAccess::visit_mark(*c) != queued_mark) finished.push_back(c);  // dead
+        } else {
+          auto it = leaves_.find(in.get());
+          if (it == leaves_.end() || --it->second.edges > 0) continue;
+          Leaf leaf = std::move(it->second);
+          leaves_.erase(it);
+          if (leaf.received) run_grad_ready_hooks(leaf.impl);
+        }
+      }
+    }
+  }
+
+  /// Runs the hooks of `leaf` (a copy of the list: a hook may remove itself or others).
+  static void run_grad_ready_hooks(const std::shared_ptr<VariableImpl>& leaf) {
+    if (leaf->grad_ready_hooks.list.empty()) return;
+    const auto hooks = leaf->grad_ready_hooks.list;
+    const Variable v(leaf);
+    for (const auto& [id, hook] : hooks) hook(v);
+  }
+
+ private:
+  struct Leaf {
+    std::shared_ptr<VariableImpl> impl;
+    int64_t edges = 0;
+    bool received = false;
+  };
+  std::unordered_map<FunctionNode*, int64_t> node_edges_;
+  std::unordered_map<VariableImpl*, Leaf> leaves_;
+};
+
 struct QueueEntry {
   int64_t generation;
   uint64_t sequence;
@@ -132,6 +235,11 @@ struct QueueEntry {
 
 void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, bool retain_grad, bool double_backprop,
                   double loss_scale, const std::vector<VariableImpl*>& keep) {
+  std::optional<ReadyTracker> ready;
+  if (!store.functional() && live_grad_ready_hooks() > 0) {
+    ready.emplace();
+    ready->plan(roots, ++g_visit_counter);
+  }
   const uint64_t mark = ++g_visit_counter;
   std::priority_queue<QueueEntry> queue;
   uint64_t sequence = 0;
@@ -165,7 +273,10 @@ void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, boo
         any = any || gys[i].defined();
       }
     }
-    if (!any) continue;
+    if (!any) {
+      if (ready) ready->done(node, mark);
+      continue;
+    }
     gxs.assign(inputs.size(), Variable());
     {
       BackwardContext ctx(*node, gys, gxs, double_backprop);
@@ -193,8 +304,10 @@ void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, boo
         push(in->creator.get());
       } else if (!store.functional()) {
         in->loss_scale = loss_scale;
+        if (ready) ready->received(in);
       }
     }
+    if (ready) ready->done(node, mark);
   }
 }
 
@@ -213,7 +326,11 @@ void Variable::backward(const BackwardOptions& options) const {
   } else if (options.loss_scale) {
     self.grad = Variable(Variable(self.grad).data() * scale).impl_ptr();
   }
-  if (!self.creator) return;
+  if (!self.creator) {
+    // A leaf's backward: its gradient is the initial one, final at once.
+    if (self.requires_grad) detail::ReadyTracker::run_grad_ready_hooks(impl_);
+    return;
+  }
   detail::run_backward({&self}, store, options.retain_grad, options.enable_double_backprop, scale, {&self});
 }
 

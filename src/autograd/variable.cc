@@ -1,5 +1,6 @@
 #include "kusari/autograd/variable.h"
 
+#include <atomic>
 #include <limits>
 #include <sstream>
 #include <unordered_set>
@@ -71,6 +72,57 @@ void Variable::set_data(Array data) {
   }
   im.data = std::move(data);
 }
+
+namespace detail {
+namespace {
+
+std::atomic<int64_t> g_live_grad_ready_hooks{0};
+std::atomic<int64_t> g_next_grad_ready_hook_id{1};
+
+}  // namespace
+
+int64_t live_grad_ready_hooks() { return g_live_grad_ready_hooks.load(std::memory_order_relaxed); }
+
+GradReadyHooks::GradReadyHooks(const GradReadyHooks& other) : list(other.list) {
+  g_live_grad_ready_hooks += static_cast<int64_t>(list.size());
+}
+
+GradReadyHooks& GradReadyHooks::operator=(const GradReadyHooks& other) {
+  if (this != &other) {
+    g_live_grad_ready_hooks += static_cast<int64_t>(other.list.size()) - static_cast<int64_t>(list.size());
+    list = other.list;
+  }
+  return *this;
+}
+
+GradReadyHooks::~GradReadyHooks() { g_live_grad_ready_hooks -= static_cast<int64_t>(list.size()); }
+
+void GradReadyHooks::add(int64_t id, GradReadyHook hook) {
+  list.emplace_back(id, std::move(hook));
+  ++g_live_grad_ready_hooks;
+}
+
+bool GradReadyHooks::remove(int64_t id) {
+  for (auto it = list.begin(); it != list.end(); ++it) {
+    if (it->first == id) {
+      list.erase(it);
+      --g_live_grad_ready_hooks;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace detail
+
+int64_t Variable::add_grad_ready_hook(GradReadyHook hook) {
+  KUSARI_CHECK(hook, ValueError, "Variable::add_grad_ready_hook: the hook is empty");
+  const int64_t id = detail::g_next_grad_ready_hook_id++;
+  impl().grad_ready_hooks.add(id, std::move(hook));
+  return id;
+}
+
+bool Variable::remove_grad_ready_hook(int64_t id) { return impl().grad_ready_hooks.remove(id); }
 
 void Variable::unchain() {
   impl().creator.reset();

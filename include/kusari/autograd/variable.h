@@ -9,6 +9,8 @@
 // into Variables (with the same creator) on demand, so no output is kept alive by its own node.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,8 +22,29 @@ namespace kusari {
 
 class FunctionNode;
 class Initializer;
+class Variable;
+
+/// Called by Variable::backward once a leaf's gradient of that backward is final (see
+/// Variable::add_grad_ready_hook); `leaf` is the variable the hook was added to.
+using GradReadyHook = std::function<void(const Variable& leaf)>;
 
 namespace detail {
+
+/// The grad-ready hooks of one variable, with their ids. Every hook alive is counted (copies
+/// included), so that backward skips the finality bookkeeping while no variable has one
+/// (Note [Gradient-ready hooks] in src/autograd/backward.cc).
+struct GradReadyHooks {
+  std::vector<std::pair<int64_t, GradReadyHook>> list;
+  GradReadyHooks() = default;
+  GradReadyHooks(const GradReadyHooks& other);
+  GradReadyHooks& operator=(const GradReadyHooks& other);
+  ~GradReadyHooks();
+  void add(int64_t id, GradReadyHook hook);
+  bool remove(int64_t id);
+};
+
+/// Grad-ready hooks alive in the process (any variable).
+int64_t live_grad_ready_hooks();
 
 /// The state behind a Variable handle. See Note [Graph ownership].
 struct VariableImpl {
@@ -50,6 +73,8 @@ struct VariableImpl {
   // Parameters only: where backward puts this leaf's gradient (undefined: a fresh array). See
   // Note [Gradients in a persistent buffer] in src/autograd/backward.cc.
   Array grad_buffer;
+  // Called when backward has finished this leaf's gradient (Variable::add_grad_ready_hook).
+  GradReadyHooks grad_ready_hooks;
 
   /// True when the gradient is grad_buffer itself (the same memory, offset and geometry).
   bool grad_in_buffer() const;
@@ -116,6 +141,23 @@ class Variable {
   /// Computes the gradients of this variable with respect to every variable it depends on
   /// (a scalar's gradient starts at 1; a non-scalar needs its grad set first).
   void backward(const BackwardOptions& options = {}) const;
+  /// Adds `hook`, which every later backward() (Variable::backward, not kusari::grad) calls once
+  /// this variable, a leaf with requires_grad, has received the last contribution of that
+  /// backward to its gradient, with the gradient already summed: once per backward in which it
+  /// got a gradient (a variable used several times: after the last use is differentiated; not at
+  /// all when the loss does not depend on it), also when backward runs several times before an
+  /// update (gradient accumulation: the gradient then holds the sum so far). Hooks run in the
+  /// order they were added, on the thread running backward, while backward goes on for the rest
+  /// of the graph; an exception from a hook ends that backward. Returns an id for
+  /// remove_grad_ready_hook. See Note [Gradient-ready hooks] in src/autograd/backward.cc.
+  int64_t add_grad_ready_hook(GradReadyHook hook);
+  /// Removes the hook with id `id` (also from within a hook); false when this variable has none.
+  bool remove_grad_ready_hook(int64_t id);
+  /// Hooks added and not removed.
+  int64_t grad_ready_hook_count() const {
+    return static_cast<int64_t>(impl().grad_ready_hooks.list.size());
+  }
+
   /// Cuts the link to the creator: this variable becomes a leaf (Chainer's unchain).
   void unchain();
   /// Cuts every link reachable backwards from this variable (Chainer's unchain_backward).
