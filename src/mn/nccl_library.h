@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kusari/mn/communicator.h"
+#include "mn/reduce/bucket_reducer.h"
 
 namespace kusari::mn::detail {
 
@@ -26,6 +27,9 @@ struct NcclLibrary {
   bool (*allreduce_in_pieces)(Communicator& comm, Array& x, int pieces) = nullptr;
   /// For an NCCL communicator: its chunk setting's name (true), else false.
   bool (*chunk_setting)(const Communicator& comm, std::string* setting) = nullptr;
+  /// For an NCCL communicator: the transport of its overlapped buckets (Note [Overlapped
+  /// gradient reduction]); null for another communicator.
+  std::unique_ptr<BucketTransport> (*bucket_transport)(Communicator& comm) = nullptr;
 };
 
 /// The NCCL library, loaded on the first call; null when this build has none or it cannot be

@@ -35,11 +35,15 @@ bool chunk_setting(const Communicator& comm, std::string* setting) {
 }
 
 }  // namespace
+
+std::unique_ptr<BucketTransport> make_nccl_bucket_transport(Communicator& comm);
+
 }  // namespace kusari::mn::detail
 
 extern "C" __attribute__((visibility("default"))) const kusari::mn::detail::NcclLibrary* KUSARI_NCCL_ENTRY() {
   using namespace kusari::mn::detail;
   static const NcclLibrary library{&create_nccl_communicator, &version, &gradient_chunks,
-                                   &allreduce_in_pieces, &chunk_setting};
+                                   &allreduce_in_pieces, &chunk_setting,
+                                   &make_nccl_bucket_transport};
   return &library;
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "kusari/autograd/variable.h"
+#include "mn/nccl_library.h"
+#include "mn/reduce/bucket_reducer.h"
 #include "mn/reduce/mean_grad_pipeline.h"
 
 namespace kusari::mn {
@@ -10,6 +12,27 @@ namespace kusari::mn {
 namespace {
 
 detail::MeanGradPipeline* pipeline_of(Communicator* comm) { return dynamic_cast<detail::MeanGradPipeline*>(comm); }
+
+/// `options`, refused when they combine overlap with double buffering.
+const MultiNodeOptimizerOptions& checked_options(const MultiNodeOptimizerOptions& options) {
+  KUSARI_CHECK(!(options.overlap && options.double_buffering), NotImplementedError,
+               "create_multi_node_optimizer: overlap and double_buffering cannot be combined: double buffering "
+               "reduces step t's gradients during step t+1 (one step stale), overlap during step t's own "
+               "backward; choose one (overlap keeps the gradients fresh)");
+  return options;
+}
+
+/// The transport of the overlapped buckets for `comm`'s kind.
+std::unique_ptr<detail::BucketTransport> bucket_transport_of(Communicator& comm) {
+  if (auto host = detail::make_host_bucket_transport(comm)) return host;
+  if (const detail::NcclLibrary* nccl = detail::nccl_library()) {
+    if (nccl->bucket_transport) {
+      if (auto t = nccl->bucket_transport(comm)) return t;
+    }
+  }
+  KUSARI_THROW(NotImplementedError, "create_multi_node_optimizer: overlap has no transport for the communicator '",
+               comm.name(), "' (it works with naive, flat, dummy and the NCCL communicators)");
+}
 
 }  // namespace
 
@@ -25,6 +48,38 @@ MultiNodeOptimizer::MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::s
   if (actual_->target()) target_ = actual_->target_ptr();
 }
 
+MultiNodeOptimizer::MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::shared_ptr<Communicator> comm,
+                                       const MultiNodeOptimizerOptions& options)
+    : MultiNodeOptimizer(std::move(actual), std::move(comm), options.zero_fill,
+                         checked_options(options).double_buffering) {
+  if (!options.overlap) return;
+  KUSARI_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0, ValueError,
+               "create_multi_node_optimizer: bucket_bytes (", options.bucket_bytes, ") and first_bucket_bytes (",
+               options.first_bucket_bytes, ") must be positive");
+  detail::BucketSettings settings;
+  settings.bucket_bytes = options.bucket_bytes;
+  settings.first_bucket_bytes = options.first_bucket_bytes;
+  reducer_ = std::make_unique<detail::BucketReducer>(*comm_, bucket_transport_of(*comm_), settings);
+  if (target_) reducer_->attach(*target_);
+}
+
+MultiNodeOptimizer::~MultiNodeOptimizer() = default;
+
+MultiNodeOptimizer::NoSync::NoSync(detail::BucketReducer* reducer) : reducer_(reducer) {
+  if (reducer_) reducer_->hold();
+}
+
+MultiNodeOptimizer::NoSync::~NoSync() {
+  if (reducer_) reducer_->release_hold();
+}
+
+MultiNodeOptimizer::NoSync MultiNodeOptimizer::no_sync() { return NoSync(reducer_.get()); }
+
+OverlapStats MultiNodeOptimizer::overlap_stats() const {
+  if (!reducer_) return {};
+  return OverlapStats{reducer_->stats().buckets, reducer_->stats().launched_in_backward};
+}
+
 void MultiNodeOptimizer::setup(std::shared_ptr<Link> target) {
   if (double_buffering_) {
     pipeline_of(comm_.get())->cancel_mean_grads();
@@ -33,6 +88,10 @@ void MultiNodeOptimizer::setup(std::shared_ptr<Link> target) {
   target_ = std::move(target);
   first_ = true;
   last_params_.clear();
+  if (reducer_) {
+    reducer_->reset();
+    reducer_->attach(*target_);
+  }
 }
 
 bool MultiNodeOptimizer::parameters_changed() {
@@ -56,6 +115,12 @@ void MultiNodeOptimizer::step_after_backward() {
       pipeline_of(comm_.get())->cancel_mean_grads();
     }
     comm_->bcast_data(*target_);
+    if (reducer_) reducer_->learn(*target_);  // (the buckets' plan, from this step's backward)
+    return;
+  }
+  if (reducer_) {
+    reducer_->mean_grad(*target_, zero_fill_);
+    actual_->update();
     return;
   }
   if (double_buffering_) {
@@ -107,6 +172,12 @@ std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer
                                                        std::shared_ptr<Communicator> comm, bool double_buffering,
                                                        bool zero_fill) {
   return std::make_shared<MultiNodeOptimizer>(std::move(actual), std::move(comm), zero_fill, double_buffering);
+}
+
+std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> actual,
+                                                       std::shared_ptr<Communicator> comm,
+                                                       const MultiNodeOptimizerOptions& options) {
+  return std::make_shared<MultiNodeOptimizer>(std::move(actual), std::move(comm), options);
 }
 
 }  // namespace kusari::mn

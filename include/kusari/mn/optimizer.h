@@ -11,6 +11,35 @@
 
 namespace kusari::mn {
 
+namespace detail {
+class BucketReducer;
+}  // namespace detail
+
+/// Options of create_multi_node_optimizer.
+struct MultiNodeOptimizerOptions {
+  /// Each update applies the previous step's averaged gradients while this step's are reduced
+  /// in the background (ChainerMN's double buffering; NCCL communicators only).
+  bool double_buffering = false;
+  /// Parameters without a gradient are reduced as zeros (ChainerMN's zero_fill); false skips
+  /// them (every rank must then agree on which have one).
+  bool zero_fill = true;
+  /// Reduce the gradients in buckets while backward runs, each bucket sent as soon as its
+  /// gradients are final (PyTorch DDP's overlap; see docs/data_parallel.md).
+  bool overlap = false;
+  /// With overlap: bytes of a bucket on the wire (a bucket closes once it holds this many).
+  int64_t bucket_bytes = int64_t{25} << 20;
+  /// With overlap: bytes of the first bucket (the last layers' gradients, sent first).
+  int64_t first_bucket_bytes = int64_t{1} << 20;
+};
+
+/// What the last update of an overlapping multi-node optimizer did.
+struct OverlapStats {
+  /// Buckets of the plan.
+  int buckets = 0;
+  /// Buckets sent while backward was still running (the rest were sent by the update).
+  int launched_in_backward = 0;
+};
+
 /// Wraps an optimizer so that every update first averages the gradients over the ranks.
 ///
 /// Note [First update and changed parameter sets]
@@ -28,6 +57,10 @@ class MultiNodeOptimizer : public Optimizer {
   /// create_multi_node_optimizer).
   MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::shared_ptr<Communicator> comm, bool zero_fill,
                      bool double_buffering = false);
+  /// With the options of create_multi_node_optimizer.
+  MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::shared_ptr<Communicator> comm,
+                     const MultiNodeOptimizerOptions& options);
+  ~MultiNodeOptimizer() override;
 
   void setup(std::shared_ptr<Link> target) override;
   void update() override;
@@ -63,7 +96,29 @@ class MultiNodeOptimizer : public Optimizer {
   Optimizer& actual_optimizer() { return *actual_; }
   /// True when updates apply the previous step's averaged gradients (double buffering).
   bool double_buffering() const { return double_buffering_; }
+  /// True when gradients are reduced in buckets during backward (MultiNodeOptimizerOptions).
+  bool overlap() const { return static_cast<bool>(reducer_); }
+  /// With overlap: the buckets of the plan and how many the last update found already sent.
+  OverlapStats overlap_stats() const;
   Communicator& communicator() { return *comm_; }
+
+  /// While alive, the backward calls of an overlapping optimizer send nothing (PyTorch's
+  /// no_sync): hold one around every backward of a gradient accumulation but the last, which
+  /// then sends the summed gradients. Does nothing without overlap. Movable, not copyable.
+  class NoSync {
+   public:
+    explicit NoSync(detail::BucketReducer* reducer);
+    NoSync(NoSync&& other) noexcept : reducer_(other.reducer_) { other.reducer_ = nullptr; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+    ~NoSync();
+
+   private:
+    detail::BucketReducer* reducer_;
+  };
+  /// A NoSync guard for this optimizer.
+  [[nodiscard]] NoSync no_sync();
 
  protected:
   void update_one(ParamState&) override {}
@@ -79,6 +134,7 @@ class MultiNodeOptimizer : public Optimizer {
 
   bool zero_fill_;
   bool double_buffering_ = false;
+  std::unique_ptr<detail::BucketReducer> reducer_;
   std::vector<std::pair<std::string, bool>> last_params_;
   bool first_ = true;
 };
@@ -91,5 +147,14 @@ class MultiNodeOptimizer : public Optimizer {
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> actual,
                                                        std::shared_ptr<Communicator> comm,
                                                        bool double_buffering = false, bool zero_fill = true);
+
+/// Wraps `actual` for data-parallel training over `comm` with `options`, e.g.
+/// `create_multi_node_optimizer(opt, comm, {.overlap = true})` to reduce the gradients in
+/// buckets while backward runs (every communicator kind; the buckets are planned in the first
+/// update, which broadcasts rank 0's parameters, and checked across ranks). overlap and
+/// double_buffering cannot be combined (NotImplementedError).
+std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> actual,
+                                                       std::shared_ptr<Communicator> comm,
+                                                       const MultiNodeOptimizerOptions& options);
 
 }  // namespace kusari::mn

@@ -51,4 +51,11 @@ void bcast_bytes(void* data, int64_t n, int root, MPI_Comm comm);
 void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm);
 void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm);
 
+/// Waits until the `count` requests at `requests` have completed (each becomes MPI_REQUEST_NULL);
+/// `what` names the operation they belong to. Every wait on MPI requests goes through here.
+inline void wait_requests(MPI_Request* requests, int count, const char* what) {
+  (void)what;
+  if (count > 0) KUSARI_MPI_CHECK(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE));
+}
+
 }  // namespace kusari::mn::detail
