@@ -77,7 +77,9 @@ MultiNodeOptimizer::NoSync MultiNodeOptimizer::no_sync() { return NoSync(reducer
 
 OverlapStats MultiNodeOptimizer::overlap_stats() const {
   if (!reducer_) return {};
-  return OverlapStats{reducer_->stats().buckets, reducer_->stats().launched_in_backward};
+  const detail::BucketStepStats& s = reducer_->stats();
+  return OverlapStats{s.buckets, s.launched_in_backward, s.seconds_in_backward, s.seconds_waiting,
+                      s.progress_thread};
 }
 
 void MultiNodeOptimizer::setup(std::shared_ptr<Link> target) {

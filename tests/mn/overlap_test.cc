@@ -276,10 +276,15 @@ TEST(BucketPlanTest, BucketsCloseAtTheirSizeAndAtADtypeChange) {
   std::vector<std::vector<size_t>> got;
   for (const auto& b : buckets) got.push_back(b.params);
   // First bucket: 2 + 20 elements (88 bytes >= 16 after the second); then the float64 one alone;
-  // then 10 + 10 (80 >= 64), then 3 + 2.
-  EXPECT_EQ(got, (std::vector<std::vector<size_t>>{{6, 5}, {4}, {3, 2}, {1, 0}}));
+  // then 10 + 10 (80 >= 64), then 3 + 2, whose tail is cut off into a last bucket of its own.
+  EXPECT_EQ(got, (std::vector<std::vector<size_t>>{{6, 5}, {4}, {3, 2}, {1}, {0}}));
   EXPECT_EQ(buckets[1].wire_dtype, float64);
   EXPECT_EQ(buckets[0].bytes, 88);
+  // A large last bucket keeps about first_bucket_bytes at its end for the final one.
+  const auto tail = plan_buckets({0, 5, 6, 2}, sizes, grads, wires, s);
+  got.clear();
+  for (const auto& b : tail) got.push_back(b.params);
+  EXPECT_EQ(got, (std::vector<std::vector<size_t>>{{0, 5}, {6}, {2}}));
 }
 
 }  // namespace

@@ -38,6 +38,13 @@ struct OverlapStats {
   int buckets = 0;
   /// Buckets sent while backward was still running (the rest were sent by the update).
   int launched_in_backward = 0;
+  /// Seconds backward spent in the hooks starting and moving on the collectives (on the CPU
+  /// communicators this is where MPI copies and sums), and the update spent finishing them.
+  double seconds_in_backward = 0;
+  double seconds_waiting = 0;
+  /// True when a thread moved the CPU collectives on (MPI initialised with
+  /// MPI_THREAD_MULTIPLE by the program); false when the hooks did.
+  bool progress_thread = false;
 };
 
 /// Wraps an optimizer so that every update first averages the gradients over the ranks.

@@ -2,6 +2,7 @@
 #include "mn/reduce/bucket_reducer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <sstream>
 
@@ -17,6 +18,10 @@ namespace {
 using ::kusari::detail::VariableImpl;
 
 constexpr const char* kWhat = "multi_node_mean_grad (overlap)";
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 bool debug_mode(const Communicator& comm) {
   if (comm.options().debug) return true;
@@ -59,6 +64,25 @@ std::vector<BucketLayout> plan_buckets(const std::vector<size_t>& order,
     BucketLayout& b = buckets.back();
     b.params.push_back(index);
     b.bytes += sizes[index] * static_cast<int64_t>(itemsize(wire));
+  }
+  // The last bucket goes out only when backward ends, so whatever it holds is never hidden: its
+  // tail (the parameters backward finishes last) becomes a bucket of its own of about
+  // first_bucket_bytes, and the rest goes out before backward reaches them.
+  if (buckets.size() >= 2 && buckets.back().bytes > settings.first_bucket_bytes &&
+      buckets.back().params.size() >= 2) {
+    BucketLayout& last = buckets.back();
+    const int64_t item = static_cast<int64_t>(itemsize(last.wire_dtype));
+    BucketLayout tail;
+    tail.grad_dtype = last.grad_dtype;
+    tail.wire_dtype = last.wire_dtype;
+    while (last.params.size() > 1 && tail.bytes < settings.first_bucket_bytes) {
+      const size_t index = last.params.back();
+      last.params.pop_back();
+      last.bytes -= sizes[index] * item;
+      tail.params.insert(tail.params.begin(), index);
+      tail.bytes += sizes[index] * item;
+    }
+    buckets.push_back(std::move(tail));
   }
   return buckets;
 }
@@ -114,6 +138,7 @@ void BucketReducer::reset_step() {
   }
   next_launch_ = 0;
   launched_in_backward_ = 0;
+  seconds_in_backward_ = 0;
 }
 
 void BucketReducer::abandon_in_flight() noexcept {
@@ -147,8 +172,10 @@ void BucketReducer::on_ready(VariableImpl* impl) {
     r = 1;
     --bucket.pending;
   }
+  const double start = seconds_now();
   launch_ready(/*in_backward=*/true);
   transport_->progress();
+  seconds_in_backward_ += seconds_now() - start;
 }
 
 void BucketReducer::fill_segment(Bucket& b, size_t i) {
@@ -357,6 +384,7 @@ void BucketReducer::mean_grad(Link& model, bool zero_fill) {
     }
     present = comm_.allreduce_obj(present, ReduceOp::kSum);
   }
+  const double start = seconds_now();
   try {
     for (size_t b = next_launch_; b < buckets_.size(); ++b) {
       Bucket& bucket = buckets_[b];
@@ -371,7 +399,8 @@ void BucketReducer::mean_grad(Link& model, bool zero_fill) {
     reset_step();
     throw;
   }
-  stats_ = BucketStepStats{bucket_count(), launched_in_backward_};
+  stats_ = BucketStepStats{bucket_count(), launched_in_backward_, seconds_in_backward_,
+                           seconds_now() - start, transport_->progress_thread()};
   // The means.
   const double scale = 1.0 / comm_.size();
   std::string disagreement;

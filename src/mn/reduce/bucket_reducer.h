@@ -151,6 +151,9 @@ class BucketTransport {
   virtual void divide(Array& flat) const = 0;
   /// Waits for whatever is in flight and forgets it, never throwing (an error, or teardown).
   virtual void abandon() noexcept = 0;
+  /// True when a thread of the transport's own moves the collectives on (Note [Progress
+  /// thread] in host_bucket_transport.cc).
+  virtual bool progress_thread() const { return false; }
 };
 
 /// The transport of a host communicator ("naive", "flat", "dummy"); null for other kinds.
@@ -160,6 +163,11 @@ std::unique_ptr<BucketTransport> make_host_bucket_transport(Communicator& comm);
 struct BucketStepStats {
   int buckets = 0;
   int launched_in_backward = 0;
+  /// Seconds the hooks spent starting and moving on the collectives (host transports: inside
+  /// MPI, doing the collectives' copies and sums), and the update spent waiting for them.
+  double seconds_in_backward = 0;
+  double seconds_waiting = 0;
+  bool progress_thread = false;
 };
 
 /// Reduces a model's gradients in buckets as backward makes them ready. See Note [Overlapped
@@ -262,6 +270,7 @@ class BucketReducer {
   int holds_ = 0;
   BucketStepStats stats_;
   int launched_in_backward_ = 0;
+  double seconds_in_backward_ = 0;
 };
 
 }  // namespace kusari::mn::detail

@@ -3,7 +3,14 @@
 // bucket_reducer.h).
 #include <mpi.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "kusari/core/routines.h"
@@ -27,11 +34,22 @@ class HostBucketTransport : public BucketTransport {
     // them in another order on another rank. (Collective: every rank makes the optimizer.)
     if (communicate_) {
       KUSARI_MPI_CHECK(MPI_Comm_dup(to_comm(comm.mpi_comm_handle()), &dup_));
+      int level = MPI_THREAD_SINGLE;
+      KUSARI_MPI_CHECK(MPI_Query_thread(&level));
+      threaded_ = level == MPI_THREAD_MULTIPLE;
     }
   }
 
   ~HostBucketTransport() override {
     abandon();
+    if (worker_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+      }
+      changed_.notify_all();
+      worker_.join();
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (dup_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&dup_);
@@ -59,23 +77,31 @@ class HostBucketTransport : public BucketTransport {
   void launch(int, Array& flat) override {
     if (!communicate_) return;
     const Dtype dtype = flat.dtype();
-    const MPI_Datatype type = mpi_datatype(dtype);
-    const MPI_Op op = mpi_op(ReduceOp::kSum, dtype);
-    char* p = static_cast<char*>(flat.raw_data());
+    Piece piece{static_cast<char*>(flat.raw_data()), 0, mpi_datatype(dtype),
+                mpi_op(ReduceOp::kSum, dtype)};
     const int64_t item = static_cast<int64_t>(itemsize(dtype));
     // In pieces that fit an MPI count, as allreduce_host cuts them.
+    std::vector<Piece> pieces;
     for (int64_t done = 0; done < flat.size();) {
-      const int count = static_cast<int>(std::min(flat.size() - done, max_chunk_elements()));
-      MPI_Request request = MPI_REQUEST_NULL;
-      KUSARI_MPI_CHECK(
-          MPI_Iallreduce(MPI_IN_PLACE, p + done * item, count, type, op, dup_, &request));
-      requests_.push_back(request);
-      done += count;
+      piece.count = static_cast<int>(std::min(flat.size() - done, max_chunk_elements()));
+      pieces.push_back(piece);
+      piece.data += piece.count * item;
+      done += piece.count;
     }
+    if (!threaded_) {
+      for (const Piece& p : pieces) start(p);
+      return;
+    }
+    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.insert(queue_.end(), pieces.begin(), pieces.end());
+    }
+    changed_.notify_all();
   }
 
   void progress() override {
-    if (requests_.empty()) return;
+    if (threaded_ || requests_.empty()) return;  // (the worker tests them)
     int all_done = 0;
     KUSARI_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &all_done,
                                  MPI_STATUSES_IGNORE));
@@ -83,8 +109,12 @@ class HostBucketTransport : public BucketTransport {
   }
 
   void wait(int) override {
+    park_worker();
+    std::exception_ptr failure = std::exchange(failure_, nullptr);
     wait_requests(requests_.data(), static_cast<int>(requests_.size()), kWhat);
     requests_.clear();
+    unpark_worker();
+    if (failure) std::rethrow_exception(failure);
   }
 
   bool averages(Dtype) const override { return !communicate_; }
@@ -101,7 +131,12 @@ class HostBucketTransport : public BucketTransport {
   }
 
   void abandon() noexcept override {
-    if (requests_.empty()) return;
+    park_worker();
+    failure_ = nullptr;
+    if (requests_.empty()) {
+      unpark_worker();
+      return;
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
@@ -111,15 +146,117 @@ class HostBucketTransport : public BucketTransport {
       }
     }
     requests_.clear();
+    unpark_worker();
   }
 
+  bool progress_thread() const override { return threaded_; }
+
  private:
+  /// A piece of a bucket: one MPI_Iallreduce.
+  struct Piece {
+    char* data = nullptr;
+    int count = 0;
+    MPI_Datatype type;
+    MPI_Op op;
+  };
+
+  void start(const Piece& p) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    KUSARI_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p.data, p.count, p.type, p.op, dup_, &request));
+    requests_.push_back(request);
+  }
+
+  // Note [Progress thread]
+  // MPI moves a non-blocking collective only while some thread is inside MPI. When the program
+  // initialised MPI with MPI_THREAD_MULTIPLE, a worker thread starts each bucket's collective as
+  // soon as the hook queues it and then tests the requests every 200 microseconds, sleeping in
+  // between (a blocking MPI call would spin a core that backward needs); so the transfers and
+  // sums go on while backward computes, on whatever core the system gives the worker. Only the
+  // worker touches the requests until the update parks it (park_worker: it starts what is
+  // queued and stops), and then the update waits for them itself through wait_requests. Under
+  // MPI_THREAD_SERIALIZED (kusari's own initialisation) no second thread may call MPI while the
+  // program might (a model's own collectives during backward), so the hooks start and test the
+  // requests themselves (Note [Overlapped gradient reduction]).
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      changed_.wait(lock, [&] { return stop_ || parked_request_ || !queue_.empty() || open_; });
+      if (stop_) return;
+      if (!queue_.empty()) {  // (started without the lock: a hook may queue the next meanwhile)
+        std::deque<Piece> todo;
+        todo.swap(queue_);
+        lock.unlock();
+        std::exception_ptr failure;
+        try {
+          for (const Piece& p : todo) start(p);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        lock.lock();
+        if (failure) failure_ = failure;
+        open_ = !requests_.empty();
+        continue;
+      }
+      if (parked_request_) {
+        parked_ = true;
+        changed_.notify_all();
+        changed_.wait(lock, [&] { return stop_ || !parked_request_; });
+        parked_ = false;
+        open_ = !requests_.empty();
+        continue;
+      }
+      if (!open_) continue;
+      lock.unlock();
+      int all_done = 0;
+      const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(),
+                                   &all_done, MPI_STATUSES_IGNORE);
+      if (!all_done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      lock.lock();
+      if (code != MPI_SUCCESS) {
+        try {
+          check_mpi(code, "MPI_Testall");
+        } catch (...) {
+          failure_ = std::current_exception();
+        }
+        open_ = false;
+      } else if (all_done) {
+        requests_.clear();
+        open_ = false;
+      }
+    }
+  }
+
+  /// Makes the worker start what is queued and stop touching the requests (no worker: nothing).
+  void park_worker() noexcept {
+    if (!worker_.joinable()) return;
+    std::unique_lock<std::mutex> lock(mutex_);
+    parked_request_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return parked_; });
+  }
+  void unpark_worker() noexcept {
+    if (!worker_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      parked_request_ = false;
+    }
+    changed_.notify_all();
+  }
+
   Communicator& comm_;
   std::string name_;
   bool communicate_;
   bool cast_;
   MPI_Comm dup_ = MPI_COMM_NULL;
   std::vector<MPI_Request> requests_;
+  /// MPI_THREAD_MULTIPLE: the worker of Note [Progress thread] and what it shares.
+  bool threaded_ = false;
+  std::thread worker_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Piece> queue_;
+  bool open_ = false, stop_ = false, parked_request_ = false, parked_ = false;
+  std::exception_ptr failure_;
 };
 
 }  // namespace
