@@ -72,7 +72,10 @@ void expect_same(OverlapModel& a, OverlapModel& b, const std::string& where, boo
     if (!grads) continue;
     const Array ga = pa[i].second.grad(), gb = pb[i].second.grad();
     ASSERT_EQ(ga.defined(), gb.defined());
-    if (ga.defined()) EXPECT_TRUE(array_equal(ga, gb)) << "gradient differs";
+    if (ga.defined())
+      EXPECT_TRUE(array_equal(ga, gb))
+          << "gradient differs: " << ga.reshape({-1}).to_vector<float>()[0] << " vs "
+          << gb.reshape({-1}).to_vector<float>()[0];
   }
 }
 
@@ -160,6 +163,10 @@ TEST_P(OverlapTest, BucketsAreSentDuringBackward) {
   EXPECT_GE(stats.buckets, 3);
   // The last one too: the hook of the last gradient backward finishes launches it.
   EXPECT_EQ(stats.launched_in_backward, stats.buckets);
+  // A progress thread works where MPI allows it (the threaded test executable), and only there.
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  EXPECT_EQ(stats.progress_thread, GetParam() != "dummy" && level == MPI_THREAD_MULTIPLE);
   expect_same(*pair.a, *pair.b, "after three steps");
 }
 
@@ -242,7 +249,7 @@ TEST_P(OverlapTest, SixteenBitWireAndGradientsOutsideTheBuffer) {
       Step s;
       s.use_side = t != 1;
       pair.step(t, s);
-      }
+    }
   }
 }
 

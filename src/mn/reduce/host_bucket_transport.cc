@@ -202,14 +202,15 @@ class HostBucketTransport : public BucketTransport {
         changed_.notify_all();
         changed_.wait(lock, [&] { return stop_ || !parked_request_; });
         parked_ = false;
+        changed_.notify_all();
         open_ = !requests_.empty();
         continue;
       }
       if (!open_) continue;
       lock.unlock();
       int all_done = 0;
-      const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(),
-                                   &all_done, MPI_STATUSES_IGNORE);
+      const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &all_done,
+                                   MPI_STATUSES_IGNORE);
       if (!all_done) std::this_thread::sleep_for(std::chrono::microseconds(200));
       lock.lock();
       if (code != MPI_SUCCESS) {
@@ -234,13 +235,14 @@ class HostBucketTransport : public BucketTransport {
     changed_.notify_all();
     changed_.wait(lock, [&] { return parked_; });
   }
+  /// Lets the worker go on, and waits until it has left its parked state (else a park that
+  /// follows at once would find it still parked, with new pieces queued and not started).
   void unpark_worker() noexcept {
     if (!worker_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      parked_request_ = false;
-    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    parked_request_ = false;
     changed_.notify_all();
+    changed_.wait(lock, [&] { return !parked_; });
   }
 
   Communicator& comm_;
