@@ -15,19 +15,22 @@
 #include <tuple>
 
 #include "kusari/config.h"
+#include "kusari/core/cuda.h"
 #include "kusari/functions.h"
+#include "kusari/links/linear.h"
 #include "kusari/mn.h"
 #include "kusari/mn/benchmark.h"
 #include "kusari/optimizers/sgd.h"
+#include "mn/comm/nccl_wait.h"
 #include "mn/reduce/chunk_plan.h"
 #include "mn/reduce/mean_grad_pipeline.h"
-#include "mn/comm/nccl_wait.h"
 #include "mn_test_util.h"
 #include "test_util.h"
 
 namespace kusari::mn {
 namespace {
 
+namespace F = functions;
 using test::world_rank;
 using test::world_size;
 using testing::ArraysClose;
@@ -452,7 +455,8 @@ TEST_P(NcclKindTest, GradientsInTheBufferEqualPacked) {
       loss = loss.defined() ? loss + term : term;
     }
     loss.backward();
-    EXPECT_FALSE(a.namedparams().front().second.grad_in_buffer()) << "backward adopts its gradients";
+    EXPECT_FALSE(a.namedparams().front().second.grad_in_buffer())
+        << "backward adopts its gradients";
     on->multi_node_mean_grad(a);
     EXPECT_TRUE(gradients_in_one_buffer(a)) << on->name() << " step " << step;
     for (auto& [path, p] : a.namedparams()) EXPECT_EQ(p.grad().storage(), storage) << path;
@@ -637,6 +641,175 @@ TEST_P(NcclKindTest, PipelinedDoubleBuffering) {
   auto comm = make_kind({}, kSmallChunks);
   check_double_buffering(comm);
   EXPECT_GE(gradient_chunks(*comm), 30) << comm->name();
+}
+
+// --- overlap (Note [Overlapped gradient reduction] in src/mn/reduce/bucket_reducer.h)
+// -------------
+
+/// l1 -> l2 (used twice) -> l3 (created lazily); `side` only in the steps that ask for it.
+class GpuOverlapModel : public Chain {
+ public:
+  GpuOverlapModel() {
+    l1 = add_link("l1", std::make_shared<links::Linear>(6, 300));
+    l2 = add_link("l2", std::make_shared<links::Linear>(300, 300));
+    l3 = add_link("l3", std::make_shared<links::Linear>(5));
+    side = add_link("side", std::make_shared<links::Linear>(300, 3));
+  }
+  Variable loss(const Array& x, bool use_side) {
+    Variable h = F::tanh((*l1)(Variable(x)));
+    h = F::tanh((*l2)(h));
+    h = F::tanh((*l2)(h));
+    Variable main = F::sum(F::square((*l3)(h)));
+    return use_side ? main + F::sum((*side)(h)) : main;
+  }
+  std::shared_ptr<links::Linear> l1, l2, l3, side;
+};
+
+/// Trains two copies of GpuOverlapModel on this rank's GPU, one without overlap and one with
+/// (buckets of 64 KiB, so that there are several), through `steps` steps in which `side` is used
+/// in even steps only, and checks after each that parameters and gradients agree within
+/// `tolerance`. With `graph`, the overlapped copy's forward and backward of steps 2 and later are
+/// recorded in CUDA graphs (one with `side`, one without) and replayed. With `loss_scaled`, both
+/// use dynamic loss scaling and rank 0's input of step 3 overflows.
+void check_overlap_against_plain(const std::shared_ptr<Communicator>& comm, double tolerance,
+                                 bool graph = false, bool loss_scaled = false) {
+  const int r = comm->rank();
+  auto a = std::make_shared<GpuOverlapModel>(), b = std::make_shared<GpuOverlapModel>();
+  a->to_device(my_gpu());
+  b->to_device(my_gpu());
+  auto opt_a = create_multi_node_optimizer(std::make_shared<test::Plain>(), comm);
+  MultiNodeOptimizerOptions o;
+  o.overlap = true;
+  o.bucket_bytes = 64 << 10;
+  o.first_bucket_bytes = 8 << 10;
+  auto opt_b = create_multi_node_optimizer(std::make_shared<test::Plain>(), comm, o);
+  opt_a->setup(a);
+  opt_b->setup(b);
+  if (loss_scaled) {
+    opt_a->loss_scaling(2);  // (dynamic)
+    opt_b->loss_scaling(2);
+  }
+  cuda::Graph recordings[2];  // (without and with `side`), and the gradients each leaves
+  std::vector<std::pair<Parameter, Variable>> recorded_grads[2];
+  Array x = Array::zeros({4, 6}, float32, my_gpu());  // (the recording's input)
+  for (int step = 0; step < 6; ++step) {
+    const bool use_side = step % 2 == 0;
+    manual_seed(500 + 10 * static_cast<uint64_t>(step) + static_cast<uint64_t>(r));
+    Array input = Array::normal({4, 6}, 0.0, 1.0, float32);
+    // With loss scaling, rank 0's input of step 3 overflows: every rank skips that update.
+    if (loss_scaled && step == 3 && r == 0) input = input * 1e30 * 1e30;
+    x.assign(input.to_device(my_gpu()));
+    const int64_t t0 = opt_a->t();
+    for (auto [model, opt, overlapped] :
+         {std::tuple{a.get(), opt_a.get(), false}, std::tuple{b.get(), opt_b.get(), true}}) {
+      manual_seed(900 + static_cast<uint64_t>(step));  // (l3's weights, made at the first step)
+      BackwardOptions bo;
+      if (opt->loss_scale() != 1.0) bo.loss_scale = opt->loss_scale();
+      auto forward_backward = [&, model = model] {
+        model->cleargrads();
+        model->loss(x, use_side).backward(bo);
+      };
+      if (overlapped && graph && step >= 2) {
+        // As the updater's graph steps: record once, replay, put the recorded gradients back
+        // on the parameters (the update made the buckets' segments their gradients).
+        const int k = use_side ? 1 : 0;
+        if (!recordings[k].captured()) {
+          recordings[k].capture(my_gpu(), forward_backward);
+          for (auto& [path, p] : model->namedparams(false)) {
+            recorded_grads[k].emplace_back(p, p.grad_var());
+          }
+        }
+        recordings[k].replay();
+        for (auto& [p, g] : recorded_grads[k]) p.set_grad_var(g);
+      } else {
+        forward_backward();
+      }
+      opt->update();
+    }
+    const bool reduced = opt_a->t() > t0 || (loss_scaled && step == 3);
+    auto pa = a->namedparams(false), pb = b->namedparams(false);
+    ASSERT_EQ(pa.size(), pb.size());
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_TRUE(ArraysClose(pa[i].second.data().to_device(Device::cpu()),
+                              pb[i].second.data().to_device(Device::cpu()), tolerance, tolerance))
+          << comm->name() << " step " << step << " " << pa[i].first;
+      if (!reduced || (loss_scaled && step == 3)) continue;
+      ASSERT_TRUE(pb[i].second.grad().defined()) << pa[i].first;
+      EXPECT_TRUE(ArraysClose(pa[i].second.grad().to_device(Device::cpu()),
+                              pb[i].second.grad().to_device(Device::cpu()), tolerance, tolerance))
+          << comm->name() << " step " << step << " gradient of " << pa[i].first;
+    }
+    if (loss_scaled) EXPECT_EQ(opt_a->loss_scale(), opt_b->loss_scale()) << "step " << step;
+  }
+  auto& overlapped = dynamic_cast<MultiNodeOptimizer&>(*opt_b);
+  EXPECT_GE(overlapped.overlap_stats().buckets, 3);
+  if (!graph) {
+    EXPECT_GT(overlapped.overlap_stats().launched_in_backward, 0) << comm->name();
+  } else {
+    // The replayed backward ran no hooks: the update sent every bucket.
+    EXPECT_EQ(overlapped.overlap_stats().launched_in_backward, 0) << comm->name();
+  }
+}
+
+TEST_P(NcclKindTest, OverlapEqualsTheStepWithoutIt) {
+  check_overlap_against_plain(make_kind(), 1e-6);
+}
+
+TEST_P(NcclKindTest, OverlapWithGradientsOutsideTheBuffer) {
+  CommunicatorOptions o;
+  o.gradients_in_buffer = false;
+  check_overlap_against_plain(make_kind(o), 1e-6);
+}
+
+TEST_P(NcclKindTest, OverlapWithSixteenBitWires) {
+  for (Dtype wire : {float16, bfloat16}) {
+    CommunicatorOptions o;
+    o.allreduce_grad_dtype = wire;
+    check_overlap_against_plain(make_kind(o), wire == float16 ? 2e-3 : 2e-2);
+  }
+}
+
+TEST_P(NcclKindTest, OverlapWithDynamicLossScaling) {
+  // Step 3 overflows on rank 0: both optimizers see the overflow in the averaged gradients after
+  // the last bucket, skip that update and halve the scale alike.
+  check_overlap_against_plain(make_kind(), 1e-5, /*graph=*/false, /*loss_scaled=*/true);
+}
+
+TEST_P(NcclKindTest, OverlapAfterAReplayedCudaGraph) {
+  check_overlap_against_plain(make_kind(), 1e-6, /*graph=*/true);
+}
+
+TEST_P(NcclKindTest, OverlapRefusesARecordedUpdate) {
+  auto comm = make_kind();
+  auto model = std::make_shared<GpuOverlapModel>();
+  model->to_device(my_gpu());
+  MultiNodeOptimizerOptions o;
+  o.overlap = true;
+  auto opt = create_multi_node_optimizer(std::make_shared<test::Plain>(), comm, o);
+  opt->setup(model);
+  const Array x = Array::ones({4, 6}, float32, my_gpu());
+  for (int step = 0; step < 2; ++step) {
+    model->cleargrads();
+    model->loss(x, true).backward();
+    opt->update();
+  }
+  model->cleargrads();
+  model->loss(x, true).backward();
+  cuda::Graph graph;
+  EXPECT_TRUE(ThrowsWith<DeviceError>([&] { graph.capture(my_gpu(), [&] { opt->update(); }); },
+                                      {"cannot be recorded in a CUDA graph"}));
+  opt->update();  // (eagerly, on every rank: the buckets sent in backward are finished)
+}
+
+TEST_P(NcclKindTest, OverlapOfAModelOnTheCpuIsRefusedOnEveryRank) {
+  auto comm = make_kind();
+  auto model = std::make_shared<GpuOverlapModel>();  // (left on the CPU)
+  MultiNodeOptimizerOptions o;
+  o.overlap = true;
+  auto opt = create_multi_node_optimizer(std::make_shared<test::Plain>(), comm, o);
+  opt->setup(model);
+  model->loss(Array::ones({4, 6}, float32), true).backward();
+  EXPECT_TRUE(ThrowsWith<CommunicatorError>([&] { opt->update(); }, {"needs the model on a GPU"}));
 }
 
 std::vector<KindAndHosts> kinds_and_hosts() {
