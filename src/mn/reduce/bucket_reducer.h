@@ -28,7 +28,10 @@ namespace kusari::mn::detail {
 //     gradients became ready in the first step, which is the reverse of their first use in
 //     forward: the last layers' gradients are ready first. Parameters whose gradient was not
 //     ready in that step go last, in reverse path order. A bucket holds one gradient dtype (a
-//     change of dtype closes it). Each bucket is one flat buffer of its wire dtype
+//     change of dtype closes it). The last bucket can only go out when backward ends, so
+//     nothing in it is ever hidden: its tail (the parameters backward finishes last) is cut off
+//     into a last bucket of about first_bucket_bytes, and the rest goes out earlier (for
+//     ResNet-18 with 25 MiB buckets, about 19 MiB that would otherwise wait for conv1). Each bucket is one flat buffer of its wire dtype
 //     (allreduce_grad_dtype where the kind casts, else the gradients' own), segments aligned as
 //     in Note [Gradients in the reduction buffer]; when no cast is needed (and
 //     gradients_in_buffer is on) the segments are the gradients, as there: a hook copies a new
@@ -77,10 +80,13 @@ namespace kusari::mn::detail {
 // Transports. A BucketTransport moves the buckets. On the CPU kinds ("naive", "flat", "dummy")
 // it is MPI's non-blocking MPI_Iallreduce on a duplicate of the communicator (so that the
 // buckets' collectives never interleave with other collectives a model issues during backward),
-// started from the hook. MPI is initialised with MPI_THREAD_SERIALIZED, so no progress thread
-// may call MPI beside the program; and MPI moves a non-blocking collective only inside MPI calls,
-// so every hook also tests the requests in flight (MPI_Testall), which is where the transfers and
-// sums happen while backward goes on; the update waits for the rest (wait_requests). On the NCCL
+// started from the hook. MPI moves a non-blocking collective only while a thread is inside MPI.
+// kusari initialises MPI with MPI_THREAD_SERIALIZED, under which no second thread may call MPI
+// beside the program, so every hook also tests the requests in flight (MPI_Testall): the
+// transfers and sums then happen on the thread that runs backward, between its layers; where
+// the program initialised MPI with MPI_THREAD_MULTIPLE, a progress thread does it meanwhile
+// (Note [Progress thread] in host_bucket_transport.cc). The update waits for the rest
+// (wait_requests). On the NCCL
 // kinds each bucket is handed from the compute stream to the communication stream with an event
 // and reduced there (Note [Communication stream] in nccl_communicator.cc), and the update makes
 // the compute stream wait only for the last bucket's done event (the buckets run in order on the

@@ -41,13 +41,15 @@ namespace kusari::mn::detail {
 // Each communicator owns its reducer; the reducer holds a reference to its communicator's
 // transport and never the other way round, except that the NCCL transport tells its reducer to
 // drop the reductions in flight when it aborts, and releases it with itself.
-// Where overlap with backward goes next (PyTorch DDP's buckets, CHAINERMN_NOTES "better"): a
-// BucketPlan beside ChunkPlan (parameters in reverse order of use, about 25 MB per bucket, the
-// first small, agreed by GradientSet's check), a gradient-ready hook from backward into
-// NcclReducer (Parameter::set_grad_buffer already places each gradient in its segment), and per
-// bucket the same mark_packed / begin_chunk / reduce_buffer / end_chunk sequence the pipeline
-// queues per chunk, launched strictly in bucket order on every rank; mean_grad then only waits
-// for the last bucket's done event. Nothing in comm/ changes for it.
+// Overlap with backward (PyTorch DDP's buckets, CHAINERMN_NOTES "better") is the
+// BucketReducer (bucket_reducer.h, Note [Overlapped gradient reduction]), which the multi-node
+// optimizer owns when asked for overlap: a bucket plan beside ChunkPlan (parameters in the order
+// backward finished them, about 25 MiB per bucket, the first and last small), agreed across
+// ranks as GradientSet's check does, fed by the gradient-ready hooks of backward and launched
+// strictly in bucket order on every rank through a BucketTransport (MPI non-blocking
+// collectives, or per bucket the same mark_packed / begin_chunk / reduce_buffer / end_chunk
+// sequence the pipeline queues per chunk); mean_grad then only waits for the last bucket.
+// Nothing in comm/ changed for it.
 
 /// The settings of `options` that decide how gradients are laid out and sent, in words
 /// ("gradients_in_buffer on, allreduce_grad_dtype unset"); reducers with more such settings
