@@ -253,6 +253,20 @@ TEST_P(OverlapTest, SixteenBitWireAndGradientsOutsideTheBuffer) {
   }
 }
 
+TEST_P(OverlapTest, BucketsLargerThanAnMpiMessageGoInPieces) {
+  // Every collective in pieces of at most 7 elements, as allreduce_host cuts them too.
+  setenv("KUSARI_MN_MAX_MESSAGE_ELEMENTS", "7", 1);
+  {
+    Pair pair(GetParam(), {});
+    for (int t = 0; t < 3; ++t) {
+      Step s;
+      s.use_side = t != 1;
+      pair.step(t, s);
+    }
+  }
+  unsetenv("KUSARI_MN_MAX_MESSAGE_ELEMENTS");
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, OverlapTest, ::testing::Values("naive", "flat", "dummy"));
 
 TEST(OverlapOptionsTest, DoubleBufferingIsRefused) {

@@ -159,7 +159,9 @@ std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer
 /// `create_multi_node_optimizer(opt, comm, {.overlap = true})` to reduce the gradients in
 /// buckets while backward runs (every communicator kind; the buckets are planned in the first
 /// update, which broadcasts rank 0's parameters, and checked across ranks). overlap and
-/// double_buffering cannot be combined (NotImplementedError).
+/// double_buffering cannot be combined (NotImplementedError). With overlap on a CPU
+/// communicator, making the optimizer is collective (it duplicates the MPI communicator for the
+/// buckets): every rank makes it, in the same order as its other collectives.
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> actual,
                                                        std::shared_ptr<Communicator> comm,
                                                        const MultiNodeOptimizerOptions& options);
