@@ -11,8 +11,9 @@
 // Each process trains on one thread. The three kusari steps are timed in turns (one of each per
 // round, every rank starting together after a barrier; a step's time is the slowest rank's), so
 // that they share the same minutes of a busy machine, and the figure is the median over the
-// rounds. The communication a step shows is its time minus the step without communication; the
-// share of it that overlap hides is 1 - shown(overlap) / shown(after backward). After kusari's
+// rounds. The communication a step shows is its time minus the step without communication of the
+// same round (the median over the rounds); the share of it that overlap hides is
+// 1 - shown(overlap) / shown(after backward). After kusari's
 // rounds, rank 0 runs bench/peers/ddp_overlap.py (two processes of its own, gloo, bounded by
 // --peer-timeout) while the other ranks sleep; it prints the same rows for DDP (its default
 // overlapped buckets of 25 MB; "after backward" is one allreduce of all gradients flattened,
@@ -182,7 +183,14 @@ int run(int argc, char** argv, bool multiple) {
   sleepy_barrier();
   if (rank != 0) return 0;
 
-  const double shown_off = off - local, shown_on = on - local;
+  // What a step shows is taken round by round (the step minus the step without communication of
+  // the same round, whose minutes of the machine it shares), then the median over the rounds.
+  std::vector<double> d_off, d_on;
+  for (size_t i = 0; i < t_off.size(); ++i) {
+    d_off.push_back(t_off[i] - t_local[i]);
+    d_on.push_back(t_on[i] - t_local[i]);
+  }
+  const double shown_off = median(d_off) * 1e3, shown_on = median(d_on) * 1e3;
   std::printf(
       "ResNet-18, %d processes, batch %d per process, 3x%dx%d, 1 thread each; %s communicator, "
       "buckets of %.3g MiB (first %.3g MiB): %d buckets, %d sent during backward; MPI_THREAD_%s, "
@@ -213,7 +221,7 @@ int run(int argc, char** argv, bool multiple) {
   std::printf("kusari: overlap hides %.0f%% of the communication the step shows without it\n",
               100 * hidden);
   if (peer.count("on_ms")) {
-    const double p_off = peer["off_ms"] - peer["local_ms"], p_on = peer["on_ms"] - peer["local_ms"];
+    const double p_off = peer["shown_off_ms"], p_on = peer["shown_on_ms"];
     std::printf("pytorch DDP: overlap hides %.0f%% (after backward %.1f ms, overlapped %.1f ms)\n",
                 p_off > 0 ? 100 * (1.0 - p_on / p_off) : 0.0, p_off, p_on);
     std::printf("ratio kusari / pytorch, overlapped step: %.3f; step without communication: %.3f\n",
