@@ -102,8 +102,10 @@ int run_child(const Config& c, const std::string& row) {
   auto step = [&] {
     model->cleargrads();
     kusari::Variable loss = F::softmax_cross_entropy((*model)(kusari::Variable(x)), t);
-    loss.backward();
-    loss = kusari::Variable();  // free the graph before the update
+    kusari::BackwardOptions options;
+    options.retain_graph = false;  // frees each activation once backward is past it
+    loss.backward(options);
+    loss = kusari::Variable();
     opt.update();
   };
   if (c.profile) {
