@@ -191,10 +191,8 @@ void MultiNodeCheckpointer::save(Serializable& target, int64_t iteration) {
   RankReport mine;
   try {
     const auto start = std::chrono::steady_clock::now();
-    const fs::file_time_type started = fs::file_time_type::clock::now();
     make_directory(path_);
     save_npz((fs::path(path_) / filename(iteration)).string(), target);
-    remove_stale_temporaries(started);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     stats_.min_seconds = stats_.count ? std::min(stats_.min_seconds, seconds) : seconds;
@@ -232,6 +230,7 @@ void MultiNodeCheckpointer::collect_garbage(
     std::error_code ec;  // a file that cannot be removed is retried at the next collection
     fs::remove(fs::path(path_) / filename(i), ec);
   }
+  remove_stale_temporaries(fs::file_time_type::clock::now());
 }
 
 void MultiNodeCheckpointer::remove_stale_temporaries(fs::file_time_type modified_before) const {

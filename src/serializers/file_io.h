@@ -58,7 +58,8 @@ class InputFile {
 // kills during the snapshots of a model of 3,000 units left 1.6 GB). So the writers remove them
 // through remove_stale_temporary_files (kusari/serializers/npz.h): AtomicOutputFile::commit those
 // of its own target, the snapshot extension those of its file name pattern when it starts and
-// after each write, the multi-node checkpointer this rank's when it starts and after each save.
+// after each write, the multi-node checkpointer this rank's when it starts and at each garbage
+// collection.
 // Several processes may write into one folder (the ranks of a job, each under its own names; by
 // mistake, two jobs under the same names), so a file is removed only when it cannot belong to a
 // write that is still running:

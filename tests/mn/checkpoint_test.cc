@@ -305,9 +305,9 @@ void touch_aged(const fs::path& file, std::chrono::seconds age) {
 }
 
 // Each rank removes the temporary files that its own killed saves left (Note [Stale temporary
-// files]) when the checkpointer starts and after each save; never another rank's, never a
+// files]) when the checkpointer starts and at each collection; never another rank's, never a
 // look-alike, never one that a running save holds (locked) or that was written after it started.
-TEST_F(CheckpointTest, StaleTemporaryFilesOfThisRankAreRemovedAtTheStartAndAfterEachSave) {
+TEST_F(CheckpointTest, StaleTemporaryFilesOfThisRankAreRemovedAtTheStartAndAtEachCollection) {
   on_every_rank([&] {
     const int rank = comm_->rank();
     const std::string r = std::to_string(rank);
@@ -334,7 +334,7 @@ TEST_F(CheckpointTest, StaleTemporaryFilesOfThisRankAreRemovedAtTheStartAndAfter
 
     TrainingRun run = make_run(comm_, 0, false);
     Trainer trainer(run.updater, interval(2, "iteration"), dir_.string());
-    auto checkpointer = create_multi_node_checkpointer("job", comm_, 1, 100);
+    auto checkpointer = create_multi_node_checkpointer("job", comm_, 1, 2);
     trainer.extend(checkpointer, "", interval(1, "iteration"));
     EXPECT_EQ(checkpointer->maybe_load(trainer, run.optimizer.get()), std::nullopt);
     comm_->barrier();
@@ -352,7 +352,7 @@ TEST_F(CheckpointTest, StaleTemporaryFilesOfThisRankAreRemovedAtTheStartAndAfter
     comm_->barrier();
 
     // The running save ends (its lock is released, its file left): the trainer's start removes
-    // it. A file a save killed during training is removed by the next save.
+    // it. A file left during training is removed by the next collection (every second save).
     ::close(running);
     comm_->barrier();
     const std::string killed = ".job." + r + ".1.tmp.Kille" + r;
@@ -362,14 +362,14 @@ TEST_F(CheckpointTest, StaleTemporaryFilesOfThisRankAreRemovedAtTheStartAndAfter
       if (t.updater().iteration() == 2) touch_aged(dir_ / killed, std::chrono::seconds(30));
     };
     auto look = [&](Trainer& t) {
-      if (t.updater().iteration() == 2) seen["killed after the save"] = fs::exists(dir_ / killed);
+      if (t.updater().iteration() == 2) seen["killed after the collection"] = fs::exists(dir_ / killed);
     };
     trainer.extend(training::make_extension(plant, "plant", interval(1, "iteration"),
                                             training::kPriorityWriter));
     trainer.extend(training::make_extension(look, "look", interval(1, "iteration"), -200));
     trainer.run();
     EXPECT_FALSE(seen.at("live at the first save"));
-    EXPECT_FALSE(seen.at("killed after the save"));
+    EXPECT_FALSE(seen.at("killed after the collection"));
     EXPECT_TRUE(fs::exists(dir_ / fresh));
     for (const std::string& d : decoys) EXPECT_TRUE(fs::exists(dir_ / d)) << d;
   });

@@ -58,8 +58,13 @@ struct CheckpointStats {
 /// that got further before it crashed without completing that set, and this run writes its own.
 /// At most cp_interval + gc_interval checkpoint files per rank exist at any time. The temporary
 /// files of this rank's saves that were killed (".<name>.<rank>.<iteration>.tmp.XXXXXX") are
-/// removed when the checkpointer starts (initialize(), maybe_load()) and after each save, never
-/// another rank's nor one a running save holds (Note [Stale temporary files]).
+/// removed when the checkpointer starts (initialize(), maybe_load()) and at every collection,
+/// never another rank's nor one a running save holds (Note [Stale temporary files]). Not after
+/// every save: the checkpointer runs every iteration by default, and listing a folder that all
+/// ranks share at every step costs a parallel file system dearly; a save of this process that
+/// fails removes its own temporary file, so between starts only files that a running save held
+/// at the start (a dying process of the previous job) can be left, and the next collection
+/// takes them.
 ///
 /// maybe_load() lists each rank's files, agrees (allgather) on the iterations every rank has, and
 /// loads the newest of them on every rank. A file that cannot be read (truncated, damaged, CRC
