@@ -122,9 +122,12 @@ mpi=(mpiexec -n "$total" --hostfile "$work/hostfile"
      --mca pml ob1 --oversubscribe)
 echo "pretend_hosts.sh: ${#slots[@]} hosts (${hosts[*]}) with ${slots[*]} ranks, linked by TCP over veth ($subnet.0/24)"
 echo "pretend_hosts.sh: ${mpi[*]} $*"
-status=0
+# In the background, so that a signal to this script is handled at once (bash runs traps only
+# between commands, and "wait" is one): the EXIT trap then ends the job's processes.
 timeout --kill-after=10 "$limit" ip netns exec "$(ns_of 0)" unshare --uts -- \
-  /bin/sh -c 'hostname "$0" && exec "$@"' "${hosts[0]}" "${mpi[@]}" "$@" || status=$?
+  /bin/sh -c 'hostname "$0" && exec "$@"' "${hosts[0]}" "${mpi[@]}" "$@" &
+status=0
+wait $! || status=$?
 if [ "$status" = 124 ] || [ "$status" = 137 ]; then
   echo "pretend_hosts.sh: the job ran past ${limit} s and was ended" >&2
 fi
