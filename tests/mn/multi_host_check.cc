@@ -12,7 +12,7 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
@@ -36,7 +36,7 @@ void check(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("multi_host_check: " + what);
 }
 
-/// FNV-1a over bytes: equal hashes mean equal bits (for the comparison of two runs).
+/// FNV-1a over bytes: equal bits give equal hashes, and a changed bit almost surely changes it.
 uint64_t fnv(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
   const auto* p = static_cast<const uint8_t*>(data);
   for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
