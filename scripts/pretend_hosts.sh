@@ -15,8 +15,9 @@
 #   --min-bytes N   fail unless every host's link received and sent at least N bytes
 #   --timeout S     end the job after S seconds (default 500), so the namespaces are still cleaned
 #
-# Needs root with the right to create namespaces (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2 (ip)
-# and util-linux (unshare); prints why and exits 3 when it cannot create them. Exits with the
+# $MPIEXEC names the mpiexec to use (default: the one on PATH). Needs root with the right to
+# create namespaces (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2 (ip) and util-linux (unshare);
+# prints why and exits 3 when it cannot create them. Exits with the
 # job's status otherwise (1 when the link check fails). Namespaces and links carry this script's
 # process id, so parallel runs do not clash, and are removed on exit, also after a failure;
 # namespaces left by a run that was killed (SIGKILL) are removed by the next run.
@@ -44,10 +45,11 @@ shift 2
 
 cannot() { echo "pretend_hosts.sh: cannot create pretend hosts: $*" >&2; exit 3; }
 [ "$(id -u)" = 0 ] || cannot "network namespaces need root (this runs as uid $(id -u))"
-for tool in ip unshare mpiexec timeout; do
+mpiexec=${MPIEXEC:-mpiexec}
+for tool in ip unshare "$mpiexec" timeout; do
   command -v "$tool" >/dev/null || cannot "'$tool' is not installed (ip: iproute2, unshare: util-linux, mpiexec: openmpi-bin)"
 done
-mpiexec --version 2>&1 | grep -q -E "Open MPI|OpenRTE" || cannot "the launcher agent is written for Open MPI's mpiexec"
+"$mpiexec" --version 2>&1 | grep -q -E "Open MPI|OpenRTE" || cannot "the launcher agent is written for Open MPI's mpiexec"
 
 # --- names ---------------------------------------------------------------------------------------
 prefix=kusari-ph
@@ -116,7 +118,7 @@ done
 chmod +x "$work/agent"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpi=(mpiexec -n "$total" --hostfile "$work/hostfile"
+mpi=("$mpiexec" -n "$total" --hostfile "$work/hostfile"
      --mca plm_rsh_agent "$work/agent" --mca plm_rsh_no_tree_spawn 1
      --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24"
      --mca pml ob1 --oversubscribe)

@@ -30,6 +30,7 @@ done
   { echo "multi_host_tcp.sh: usage: --check <program> --train-mnist <program or \"\"> --mpiexec <mpiexec> --work <folder>" >&2; exit 2; }
 
 fail() { echo "mn_multi_host_tcp: FAILED: $*" >&2; exit 1; }
+export MPIEXEC="$mpiexec"  # the pretend hosts' jobs use the same mpiexec
 
 if [ "${KUSARI_TEST_NO_NAMESPACES:-0}" = 1 ]; then
   echo "mn_multi_host_tcp: SKIPPED: KUSARI_TEST_NO_NAMESPACES=1 says this machine cannot create network namespaces; multi-host runs over TCP were not tested"
