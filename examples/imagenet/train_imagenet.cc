@@ -219,7 +219,17 @@ int main(int argc, char** argv) {
   app.add_option("--label-smoothing", label_smoothing,
                  "Label smoothing of the softmax cross entropy (0: none; 0.1 is usual)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.99));
+      ->check(CLI::Validator(
+          [](const std::string& value) -> std::string {
+            double v = -1;
+            try {
+              v = std::stod(value);
+            } catch (const std::exception&) {
+            }
+            if (v >= 0 && v < 1) return {};
+            return "expected a number in [0, 1), got " + value;
+          },
+          "[0,1)", "LabelSmoothing"));
   app.add_flag("--no-bn-weight-decay", no_bn_weight_decay,
                "No weight decay on biases and batch normalization's gamma and beta");
   app.add_option("--bn-freeze-epochs", bn_freeze_epochs,
