@@ -11,7 +11,8 @@
 #
 #   scripts/large_minibatch_experiment.sh [build dir] [output dir] [runs...]
 #
-# RUNS defaults to "small large recipe"; "sgd" and "rmsprop" add the other two. Each run
+# RUNS defaults to "small large recipe"; "sgd" and "rmsprop" add the other two, "table" alone
+# only prints the table and draws the plot of the runs already made. Each run
 # is one process with one compute thread (on a shared 2-core machine a second thread costs more
 # than it gives): 3 to 4 minutes each, about 1 minute of CPU, on a 2-core x86_64 CPU.
 set -euo pipefail
@@ -49,15 +50,18 @@ for r in $RUNS; do
     sgd) run sgd "${LARGE[@]}" "${LINEAR[@]}" ;;
     rmsprop) run rmsprop "${LARGE[@]}" "${LINEAR[@]}" --optimizer rmsprop-warmup \
                  --rmsprop-lr 0.003 --rmsprop-warmup-center 5 --rmsprop-warmup-period 4 ;;
-    *) echo "unknown run '$r' (small, large, recipe, sgd, rmsprop)" >&2; exit 1 ;;
+    table) ;;  # (only the table and the plot of the runs already made)
+    *) echo "unknown run '$r' (small, large, recipe, sgd, rmsprop, table)" >&2; exit 1 ;;
   esac
 done
 # The table and the plot of every run that has a log.
+declare -A LABEL=([small]="small (16)" [large]="large (512)" [recipe]="recipe, LARS"
+                  [sgd]="recipe, SGD 1.6" [rmsprop]="recipe, RMSprop warm-up")
 logs=()
 printf '%-8s %s\n' run "validation accuracy per epoch"
 for r in small large recipe sgd rmsprop; do
   [[ -f "$OUT/$r/log" ]] || continue
-  logs+=("$r=$OUT/$r/log")
+  logs+=("${LABEL[$r]}=$OUT/$r/log")
   python3 -c 'import json,sys; l=json.load(open(sys.argv[2])); print("%-8s %s" % (sys.argv[1], " ".join("%.4f" % e["validation/main/accuracy"] for e in l)))' "$r" "$OUT/$r/log"
 done
 "$BUILD/tools/plot_logs" --out "$OUT/large_minibatch.png" \
