@@ -156,9 +156,10 @@ void BatchNormalization::start_finetuning() {
 // exponential moving averages of the batch statistics (decay 0.9): mostly the statistics of the
 // last few dozen batches, taken while the weights still moved. With the large learning rates of
 // large-minibatch training the weights move a lot per step, so those averages can be far from
-// the statistics of the final network. The 15-minute ImageNet run (Akiba et al. 2017) lists
-// "batch normalization without moving averages" among its techniques: in the last epochs the
-// running statistics are not exponential moving averages. What we implement:
+// the statistics of the final network. The 15-minute ImageNet run (Akiba et al. 2017) names
+// "batch normalization without moving averages" among the techniques that kept its 32k batch
+// accurate: the statistics the network is evaluated with are not exponential moving averages.
+// What we implement, for the last epochs of a run (or any other stretch):
 //   kCumulativeAverage  the running statistics become the plain (equally weighted) mean of the
 //                       batch statistics seen since the mode was set, as Chainer's finetune mode
 //                       (decay 1 - 1/N at the N-th batch), so at the end of training they
