@@ -584,15 +584,17 @@ int main(int argc, char** argv) {
                        O::RMSpropWarmupTransition{.center = rmsprop_center, .period = rmsprop_period}),
                    "sgd_weight_schedule");
   }
+  const double freeze_from = static_cast<double>(epoch - bn_freeze_epochs);
+  auto switched = std::make_shared<bool>(false);
   if (bn_freeze_epochs > 0) {
     // The last epochs' running statistics are plain averages of their batches' (Note [Batch
-    // normalization without moving averages]); switched once, when the window starts (again
-    // after a resume inside it, restarting the average there).
-    const double freeze_from = static_cast<double>(epoch - bn_freeze_epochs);
-    auto switched = std::make_shared<bool>(false);
+    // normalization without moving averages]): switched once, after the iteration that enters
+    // the window, which restarts the average (a run resumed inside the window switches before
+    // its first iteration, below, and goes on with the average loaded from the snapshot).
     auto freeze = [net, freeze_from, switched](kusari::training::Trainer& t) {
       if (*switched || t.updater().epoch_detail() < freeze_from) return;
-      kusari::links::set_running_statistics(*net, kusari::links::RunningStatistics::kCumulativeAverage);
+      kusari::links::set_running_statistics(*net,
+                                            kusari::links::RunningStatistics::kCumulativeAverage);
       *switched = true;
     };
     trainer.extend(kusari::training::make_extension(freeze, "bn_freeze",
@@ -660,6 +662,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(train_iter->epoch()),
                 static_cast<long long>(updater->iteration()));
     std::fflush(stdout);
+  }
+  if (bn_freeze_epochs > 0 && updater->epoch_detail() >= freeze_from) {
+    // Resumed inside the averaging window: go on with the loaded average.
+    kusari::links::set_running_statistics(
+        *net, kusari::links::RunningStatistics::kCumulativeAverage, /*restart=*/false);
+    *switched = true;
   }
   trainer.run();
   return 0;

@@ -168,21 +168,21 @@ void BatchNormalization::start_finetuning() {
 //                       normalises with each batch's statistics).
 // set_running_statistics(model, mode) switches every batch normalization of a model; the
 // train_imagenet flag --bn-freeze-epochs K switches to kCumulativeAverage for the last K epochs.
-// The mode is not saved with the model: a resumed run sets it again from its epoch (the count
-// N, a persistent, is saved).
-void BatchNormalization::set_running_statistics(RunningStatistics mode) {
-  if (mode == RunningStatistics::kCumulativeAverage &&
+// The mode is not saved with the model, the count N (a persistent) is: a run resumed inside the
+// averaging sets the mode again with restart = false, and goes on averaging where it stopped.
+void BatchNormalization::set_running_statistics(RunningStatistics mode, bool restart) {
+  if (restart && mode == RunningStatistics::kCumulativeAverage &&
       running_statistics_ != RunningStatistics::kCumulativeAverage) {
     start_finetuning();
   }
   running_statistics_ = mode;
 }
 
-int64_t set_running_statistics(Link& model, RunningStatistics mode) {
+int64_t set_running_statistics(Link& model, RunningStatistics mode, bool restart) {
   int64_t count = 0;
   for (auto& [path, link] : model.namedlinks(false)) {
     if (auto* bn = dynamic_cast<BatchNormalization*>(link)) {
-      bn->set_running_statistics(mode);
+      bn->set_running_statistics(mode, restart);
       ++count;
     }
   }

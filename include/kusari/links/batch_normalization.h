@@ -85,9 +85,10 @@ class BatchNormalization : public Link {
   /// Resets the fine-tuning count N to 0 (Chainer's start_finetuning).
   void start_finetuning();
   /// How train-mode forwards update avg_mean and avg_var from now on (every forward, also
-  /// forward_relu and forward(x, false)); switching to kCumulativeAverage restarts the count N,
-  /// so the averages become the plain mean of the batches from here on.
-  void set_running_statistics(RunningStatistics mode);
+  /// forward_relu and forward(x, false)). Switching to kCumulativeAverage restarts the count N,
+  /// so the averages become the plain mean of the batches from here on; with restart = false the
+  /// count goes on from its value (a run resumed inside the averaging, N loaded from a snapshot).
+  void set_running_statistics(RunningStatistics mode, bool restart = true);
   /// The current way of keeping the running statistics.
   RunningStatistics running_statistics() const { return running_statistics_; }
 
@@ -134,8 +135,8 @@ class BatchNormalization : public Link {
   RunningStatistics running_statistics_ = RunningStatistics::kMovingAverage;
 };
 
-/// set_running_statistics(mode) on every BatchNormalization in `model` (itself included, at any
-/// depth); returns how many there were.
-int64_t set_running_statistics(Link& model, RunningStatistics mode);
+/// set_running_statistics(mode, restart) on every BatchNormalization in `model` (itself included,
+/// at any depth); returns how many there were.
+int64_t set_running_statistics(Link& model, RunningStatistics mode, bool restart = true);
 
 }  // namespace kusari::links

@@ -211,6 +211,16 @@ TEST_P(BatchNormalizationLinkTest, CumulativeAverageModeAveragesEveryForward) {
   // Setting the same mode again does not restart the count.
   bn.set_running_statistics(L::RunningStatistics::kCumulativeAverage);
   EXPECT_EQ(bn.N(), 2);
+  // A resumed run (a fresh link with the loaded N) goes on averaging without a restart.
+  L::BatchNormalization resumed(2, 0.9, 2e-5, float64);
+  resumed.to_device(device());
+  resumed.persistent("avg_mean").assign(bn.avg_mean());
+  resumed.persistent("N").fill(int64_t{2});
+  resumed.set_running_statistics(L::RunningStatistics::kCumulativeAverage, /*restart=*/false);
+  EXPECT_EQ(resumed.N(), 2);
+  resumed.forward(batch2(device()));
+  EXPECT_EQ(resumed.N(), 3);
+  EXPECT_TRUE(ArraysClose(resumed.avg_mean(), from({(2 * 2.5 + 1) / 3, (2 * 5 + 7) / 3.0}, {2}), 1e-14));
   bn.set_running_statistics(L::RunningStatistics::kMovingAverage);
   bn.forward(batch2(device()));
   EXPECT_TRUE(ArraysClose(bn.avg_mean(), from({0.9 * 2.5 + 0.1, 0.9 * 5 + 0.7}, {2}), 1e-14));
