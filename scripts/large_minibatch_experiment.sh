@@ -14,7 +14,7 @@
 # RUNS defaults to "small large recipe"; "sgd" and "rmsprop" add the other two, "table" alone
 # only prints the table and draws the plot of the runs already made. Each run
 # is one process with one compute thread (on a shared 2-core machine a second thread costs more
-# than it gives): 3 to 4 minutes each, about 1 minute of CPU, on a 2-core x86_64 CPU.
+# than it gives): about 1 minute of CPU each on a 2-core x86_64 CPU.
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-large_minibatch}
