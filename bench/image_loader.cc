@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   app.add_option("--photos", photos, "Folder of photographs to cut the set from")
       ->capture_default_str();
   app.add_flag("--no-peer", skip_peer, "Run kusari only");
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
   try {
     if (count_jpegs(dir) < images) make_photo_set(photos, dir, images);
@@ -147,23 +148,22 @@ int main(int argc, char** argv) {
       const int n = std::stoi(w);
       const double k = kusari_images_per_second(ds, n, batch, batches, true);
       const double kf = kusari_images_per_second(ds, n, batch, batches, false);
-      double p = 0;
+      std::optional<double> p;
       if (!skip_peer) {
-        p = kusari::bench::run_peer(python, "image_loader.py",
-                                    "--dir " + dir + " --workers " + w + " --batch " +
-                                        std::to_string(batch) + " --batches " +
-                                        std::to_string(batches))
-                .at("images_per_second");
+        if (auto peer = kusari::bench::try_peer(python, "image_loader.py",
+                                                "--dir " + dir + " --workers " + w + " --batch " +
+                                                    std::to_string(batch) + " --batches " +
+                                                    std::to_string(batches))) {
+          p = peer->at("images_per_second");
+        }
       }
-      std::printf("%-8d %14.1f %18.1f %14.1f %10s\n", n, k, kf, p,
-                  p > 0 ? (std::to_string(k / p).substr(0, 5) + "x").c_str() : "-");
-      std::fflush(stdout);
+      std::printf("%-8d %14.1f %18.1f %14s %10s\n", n, k, kf, kusari::bench::cell(p, 1).c_str(),
+                  p && *p > 0 ? (std::to_string(k / *p).substr(0, 5) + "x").c_str() : "-");
     }
     std::printf("kusari full-size: the same pipeline without decoding at a reduced DCT size\n");
-    std::printf("reproduce with: %s\n", kusari::bench::command_line(argc, argv).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_image_loader: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return kusari::bench::finish(argc, argv);
 }

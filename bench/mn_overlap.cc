@@ -6,7 +6,7 @@
 //
 //   mpiexec -n 2 bench_mn_overlap [--batch 8] [--size 64] [--steps 10] [--warmup 2]
 //       [--communicator flat] [--bucket-mb 25] [--first-bucket-mb 1] [--python python3]
-//       [--peer-timeout 900] [--no-peer]
+//       [--timeout 600] [--no-peer] [--mpi-threads multiple|serialized]
 //
 // Each process trains on one thread. The three kusari steps are timed in turns (one of each per
 // round, every rank starting together after a barrier; a step's time is the slowest rank's), so
@@ -15,9 +15,9 @@
 // same round (the median over the rounds); the share of it that overlap hides is
 // 1 - shown(overlap) / shown(after backward). After kusari's
 // rounds, rank 0 runs bench/peers/ddp_overlap.py (two processes of its own, gloo, bounded by
-// --peer-timeout) while the other ranks sleep; it prints the same rows for DDP (its default
-// overlapped buckets of 25 MB; "after backward" is one allreduce of all gradients flattened,
-// after backward).
+// --timeout, Note [Runs with a time limit] in bench_util.h) while the other ranks sleep; it prints
+// the same rows for DDP (its default overlapped buckets of 25 MB; "after backward" is one allreduce
+// of all gradients flattened, after backward).
 #include <mpi.h>
 #include <unistd.h>
 
@@ -63,7 +63,7 @@ int run(int argc, char** argv, bool multiple) {
       "ResNet-18 data-parallel steps on CPUs: allreduce after backward vs overlapped, beside "
       "PyTorch DDP"};
   int batch = 8, size = 64, steps = 10, warmup = 2;
-  double bucket_mb = 25, first_bucket_mb = 1, peer_timeout = 900;
+  double bucket_mb = 25, first_bucket_mb = 1;
   std::string name = "flat", python = "python3";
   bool no_peer = false;
   std::string threads_flag = "multiple";
@@ -90,9 +90,8 @@ int run(int argc, char** argv, bool multiple) {
   app.add_option("--first-bucket-mb", first_bucket_mb, "First bucket size in MiB")
       ->capture_default_str();
   app.add_option("--python", python, "Interpreter of the PyTorch peer")->capture_default_str();
-  app.add_option("--peer-timeout", peer_timeout, "Seconds the peer may take (gloo has hung before)")
-      ->capture_default_str();
   app.add_flag("--no-peer", no_peer, "Skip the PyTorch peer");
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
   if (multiple != (threads_flag == "multiple")) return 2;  // (main initialised MPI from argv)
 
@@ -164,21 +163,15 @@ int run(int argc, char** argv, bool multiple) {
                allreduce = median(t_allreduce) * 1e3;
 
   std::map<std::string, double> peer;
-  std::string peer_note;
   if (rank == 0 && !no_peer) {
-    char seconds[32];
-    std::snprintf(seconds, sizeof(seconds), "%.0f", peer_timeout);
-    try {
-      peer = kusari::bench::run_peer(
-          "timeout " + std::string(seconds) + " " + python, "ddp_overlap.py",
-          "--np " + std::to_string(nproc) + " --batch " + std::to_string(batch) + " --size " +
-              std::to_string(size) + " --steps " + std::to_string(steps) + " --warmup " +
-              std::to_string(warmup) + " --bucket-mb " + std::to_string(bucket_mb),
-          "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1");
-    } catch (const std::exception& e) {
-      peer_note = std::string("the PyTorch peer gave no result (timed out after ") + seconds +
-                  " s, or failed): " + e.what();
-    }
+    // (a peer that fails or hangs is stopped at --timeout; its rows are then "-")
+    peer = kusari::bench::try_peer(
+               python, "ddp_overlap.py",
+               "--np " + std::to_string(nproc) + " --batch " + std::to_string(batch) + " --size " +
+                   std::to_string(size) + " --steps " + std::to_string(steps) + " --warmup " +
+                   std::to_string(warmup) + " --bucket-mb " + std::to_string(bucket_mb),
+               "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1")
+               .value_or(std::map<std::string, double>{});
   }
   sleepy_barrier();
   if (rank != 0) return 0;
@@ -227,10 +220,12 @@ int run(int argc, char** argv, bool multiple) {
     std::printf("ratio kusari / pytorch, overlapped step: %.3f; step without communication: %.3f\n",
                 on / peer["on_ms"], local / peer["local_ms"]);
   }
-  if (!peer_note.empty()) std::printf("%s\n", peer_note.c_str());
   std::printf("reproduce: mpiexec -n %d %s\n", nproc,
               kusari::bench::command_line(argc, argv).c_str());
-  return 0;
+  for (const std::string& run : kusari::bench::incomplete_runs()) {
+    std::printf("incomplete: %s\n", run.c_str());
+  }
+  return kusari::bench::incomplete_runs().empty() ? 0 : 1;
 }
 
 int main(int argc, char** argv) {

@@ -71,13 +71,17 @@ def run(rank, args, port, queue):
         if r >= args.warmup:
             for k, v in got.items():
                 rows[k].append(v * 1e3)
-    dist.destroy_process_group()
     if rank == 0:
         result = {k: statistics.median(v) for k, v in rows.items()}
         # What a step shows over the step without communication of the same round.
         result["shown_off_ms"] = statistics.median(a - b for a, b in zip(rows["off_ms"], rows["local_ms"]))
         result["shown_on_ms"] = statistics.median(a - b for a, b in zip(rows["on_ms"], rows["local_ms"]))
         queue.put(result)
+    # Leave without tearing DDP and gloo down (a worker sometimes hung for good in their
+    # destructors on a 2-core machine once its peer had gone); the result is flushed first.
+    queue.close()
+    queue.join_thread()
+    os._exit(0)
 
 
 def main():
@@ -94,8 +98,13 @@ def main():
     with socket.socket() as sock:  # a free port for the rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    mp.start_processes(run, args=(args, port, queue), nprocs=args.np, start_method="spawn")
-    for key, value in queue.get().items():
+    # Read the result before joining: a process that put something on a queue does not exit until
+    # it has been read.
+    workers = mp.start_processes(run, args=(args, port, queue), nprocs=args.np, start_method="spawn", join=False)
+    result = queue.get()
+    while not workers.join():
+        pass
+    for key, value in result.items():
         print("RESULT", key, value)
 
 

@@ -170,6 +170,27 @@ TEST_P(OverlapTest, BucketsAreSentDuringBackward) {
   expect_same(*pair.a, *pair.b, "after three steps");
 }
 
+TEST_P(OverlapTest, UpdateWithALossFunctionFreesTheGraphAndStillOverlaps) {
+  // update(lossfun) runs backward with retain_graph = false (Note [Freeing the graph during
+  // backward]): the hooks must still see every gradient finished.
+  Pair pair(GetParam(), {});
+  const int rank = pair.comm_a->rank();
+  for (int t = 0; t < 3; ++t) {
+    const Array x = data(rank, t);
+    auto lossfun = [&](OverlapModel& m) {
+      return [&] {
+        manual_seed(900 + static_cast<uint64_t>(t));  // (l3's weights, made at the first step)
+        return loss_of(m, x, Step{});
+      };
+    };
+    pair.opt_a->update(lossfun(*pair.a));
+    pair.opt_b->update(lossfun(*pair.b));
+    expect_same(*pair.a, *pair.b, "step " + std::to_string(t), t > 0);
+  }
+  const OverlapStats stats = pair.overlapped->overlap_stats();
+  EXPECT_EQ(stats.launched_in_backward, stats.buckets);
+}
+
 TEST_P(OverlapTest, GradientAccumulationWithNoSyncEqualsAccumulationWithoutOverlap) {
   Pair pair(GetParam(), {});
   for (int t = 0; t < 4; ++t) {

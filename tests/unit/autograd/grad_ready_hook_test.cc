@@ -126,6 +126,22 @@ TEST_P(GradReadyHookTest, DoubleBackpropKeepsFiring) {
   EXPECT_EQ(seen_[1], (std::vector<double>{12}));
 }
 
+TEST_P(GradReadyHookTest, FiresWhenBackwardFreesTheGraphAsItGoes) {
+  // retain_graph = false drops each node's inputs once it has run (Note [Freeing the graph
+  // during backward]); the counts must be taken before that.
+  Parameter a = param({1, 2}), b = param({3});
+  watch(a, "a");
+  watch(b, "b");
+  Variable h = F::tanh(a * 0.5);
+  Variable loss = F::sum(h * h + a) + F::sum(b * b) + F::sum(no_gradient(h) * 2.0);
+  BackwardOptions options;
+  options.retain_graph = false;
+  loss.backward(options);
+  ASSERT_EQ(order_.size(), 2u);
+  EXPECT_EQ(seen_[order_[0] == "a" ? 0 : 1], a.grad().to_vector<double>());
+  EXPECT_EQ(seen_[order_[0] == "b" ? 0 : 1], (std::vector<double>{6}));
+}
+
 TEST_P(GradReadyHookTest, FunctionalGradDoesNotFire) {
   Parameter x = param({2});
   watch(x, "x");
