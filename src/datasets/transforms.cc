@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kusari/core/error.h"
+#include "routines/image.h"
 
 namespace kusari::transforms {
 namespace {
@@ -159,16 +160,33 @@ void resample_row(const uint8_t* src, int64_t C, const Taps& tx, int64_t shift, 
     float* f = wide.data();
     for (int64_t j = 0; j < n_values; ++j) f[j] = static_cast<float>(s[j]);
     f[n_values] = 0.0f;
-    for (int64_t x = 0; x < OW; ++x) {
-      const float* w = &tx.weights[static_cast<size_t>(x * tx.max_taps)];
-      const float* p = f + (tx.first[static_cast<size_t>(x)] - shift - span0) * 3;
-      const int64_t n = tx.count[static_cast<size_t>(x)];
-      Float4 a = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int64_t k = 0; k < n; ++k, p += 3) {
-        Float4 v;
-        std::memcpy(&v, p, sizeof(v));
-        a += w[k] * v;
+    // One output's sum is a chain of dependent additions; four outputs at a time keep four
+    // independent chains in flight (each still in its own tap order).
+    auto tap = [&](int64_t x, int64_t k) {
+      Float4 v;
+      std::memcpy(&v, f + (tx.first[static_cast<size_t>(x)] - shift - span0 + k) * 3, sizeof(v));
+      return tx.weights[static_cast<size_t>(x * tx.max_taps + k)] * v;
+    };
+    int64_t x = 0;
+    for (; x + 4 <= OW; x += 4) {
+      const int64_t* count = &tx.count[static_cast<size_t>(x)];
+      const int64_t m = std::min(std::min(count[0], count[1]), std::min(count[2], count[3]));
+      Float4 a[4] = {};
+      for (int64_t k = 0; k < m; ++k) {
+        a[0] += tap(x, k);
+        a[1] += tap(x + 1, k);
+        a[2] += tap(x + 2, k);
+        a[3] += tap(x + 3, k);
       }
+      for (int i = 0; i < 4; ++i) {
+        for (int64_t k = m; k < count[i]; ++k) a[i] += tap(x + i, k);
+      }
+      // In order: each store's fourth lane is overwritten by the next output.
+      for (int i = 0; i < 4; ++i) std::memcpy(dst + 3 * (x + i), &a[i], sizeof(Float4));
+    }
+    for (; x < OW; ++x) {
+      Float4 a = {};
+      for (int64_t k = 0; k < tx.count[static_cast<size_t>(x)]; ++k) a += tap(x, k);
       std::memcpy(dst + 3 * x, &a, sizeof(a));
     }
     return;
@@ -198,8 +216,9 @@ void resample_column(const float* rows, int64_t row_len, const float* w, int64_t
       std::memcpy(&v, rows + k * row_len + j, sizeof(v));
       a += w[k] * v;
     }
-    const Int4 r = __builtin_convertvector(a + 0.5f, Int4);
-    for (int l = 0; l < 4; ++l) out[j + l] = static_cast<uint8_t>(r[l] < 255 ? r[l] : 255);
+    Int4 r = __builtin_convertvector(a + 0.5f, Int4);
+    r = r < 255 ? r : 255;
+    for (int l = 0; l < 4; ++l) out[j + l] = static_cast<uint8_t>(r[l]);
   }
   for (; j < row_len; ++j) {
     float a = 0.0f;
@@ -438,6 +457,28 @@ Normalize::Normalize(std::vector<float> mean, std::vector<float> std, bool plana
     KUSARI_CHECK(std_[c] > 0, ValueError, "Normalize: std[", c, "] must be positive, got ",
                  std_[c]);
   }
+  // One table per channel: (v / 255 - mean) / std for every byte.
+  table_.resize(256 * mean_.size());
+  for (size_t c = 0; c < mean_.size(); ++c) {
+    for (int v = 0; v < 256; ++v) {
+      table_[c * 256 + static_cast<size_t>(v)] = (static_cast<float>(v) / 255.0f - mean_[c]) / std_[c];
+    }
+  }
+}
+
+Array Normalize::table() const {
+  return Array::from_vector(table_, Shape{static_cast<int64_t>(mean_.size()), 256}, Device::cpu());
+}
+
+Array Normalize::apply_batch(const Array& images, Dtype dtype) const {
+  KUSARI_CHECK(images.ndim() == 4 && images.dtype() == uint8, ValueError, name(),
+               "::apply_batch: expected uint8 images (B, H, W, C), got ",
+               dtype_name(images.dtype()), " ", images.shape());
+  KUSARI_CHECK(images.dim(3) == static_cast<int64_t>(mean_.size()), ValueError, name(),
+               "::apply_batch: the images have ", images.dim(3), " channels but mean and std have ",
+               mean_.size());
+  return routines::normalize_image_batch(images, table().to_device(images.device()), dtype,
+                                         planar_);
 }
 
 void Normalize::apply(Image& image, Rng&) const {
@@ -451,15 +492,7 @@ void Normalize::apply(Image& image, Rng&) const {
   auto in_index = [&](int64_t p, int64_t c) { return in_planar ? c * HW + p : p * C + c; };
   auto out_index = [&](int64_t p, int64_t c) { return planar_ ? c * HW + p : p * C + c; };
   if (!image.is_float) {
-    // One table per channel: (v / 255 - mean) / std for every byte.
-    std::vector<float> table(static_cast<size_t>(256 * C));
-    for (int64_t c = 0; c < C; ++c) {
-      for (int v = 0; v < 256; ++v) {
-        table[static_cast<size_t>(c * 256 + v)] =
-            (static_cast<float>(v) / 255.0f - mean_[static_cast<size_t>(c)]) /
-            std_[static_cast<size_t>(c)];
-      }
-    }
+    const std::vector<float>& table = table_;
     const uint8_t* src = image.pixels.data();
     if (!in_planar && planar_) {
       for (int64_t c = 0; c < C; ++c) {

@@ -154,10 +154,23 @@ class Normalize : public Transform {
   void apply(Image& image, Rng& rng) const override;
   std::string name() const override;
 
+  const std::vector<float>& mean() const { return mean_; }
+  const std::vector<float>& std() const { return std_; }
+  /// True when the output is CHW (planar), false for HWC (channels-last).
+  bool planar() const { return planar_; }
+  /// What apply() maps each uint8 value of channel c to: a float32 (C, 256) CPU array.
+  Array table() const;
+  /// apply() on a whole batch of uint8 images (B, H, W, C) on any device, there: a (B, C, H, W)
+  /// (planar) or (B, H, W, C) array of `dtype` (floating) whose values are apply()'s, rounded to
+  /// `dtype`. On a GPU one kernel reads the bytes and writes the result, so a loader can copy
+  /// uint8 batches (a quarter of float32's bytes) and normalise them there.
+  Array apply_batch(const Array& images, Dtype dtype = float32) const;
+
  private:
   std::vector<float> mean_;
   std::vector<float> std_;
   bool planar_;
+  std::vector<float> table_;  // (C, 256): what each byte of channel c becomes
 };
 
 /// HWC -> CHW without changing the values (uint8 or float).

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "image_test_util.h"
+#include "kusari/core/routines.h"
 #include "kusari/datasets/transforms.h"
 #include "test_util.h"
 
@@ -283,6 +285,38 @@ TEST(NormalizeTest, ScalesAndLaysOut) {
   Image three = Image::zeros(1, 1, 3);
   EXPECT_TRUE(ThrowsWith<ValueError>([&] { Normalize({0.5f}, {0.5f}).apply(three, rng); },
                                      {"Normalize", "3 channels", "1"}));
+}
+
+TEST(NormalizeTest, ApplyBatchGivesApplysValuesInEveryDtypeAndLayout) {
+  std::vector<Image> images;
+  Array batch = Array::empty({3, 5, 4, 3}, uint8, Device::cpu());
+  for (int i = 0; i < 3; ++i) {
+    images.push_back(test_picture(5, 4, 3, i));
+    std::memcpy(static_cast<uint8_t*>(batch.raw_data()) + i * 60, images.back().pixels.data(), 60);
+  }
+  for (bool planar : {true, false}) {
+    const Normalize n(kImageNetMean, kImageNetStd, planar);
+    std::vector<float> expected;
+    for (Image img : images) {
+      Rng rng(0);
+      n.apply(img, rng);
+      expected.insert(expected.end(), img.values.begin(), img.values.end());
+    }
+    const Array want = Array::from_vector(expected, planar ? Shape{3, 3, 5, 4} : Shape{3, 5, 4, 3});
+    for (Dtype d : {float32, bfloat16, float16}) {
+      SCOPED_TRACE(::testing::Message() << (planar ? "CHW " : "HWC ") << dtype_name(d));
+      const Array got = n.apply_batch(batch, d);
+      ASSERT_EQ(got.dtype(), d);
+      ASSERT_EQ(got.shape(), want.shape());
+      EXPECT_TRUE(got.is_contiguous());
+      EXPECT_TRUE(array_equal(got, want.astype(d)));
+    }
+  }
+  const Normalize grey({0.5f}, {0.25f});
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { grey.apply_batch(batch); },
+                                     {"apply_batch", "3 channels", "mean and std have 1"}));
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { grey.apply_batch(batch.astype(float32)); },
+                                     {"apply_batch", "expected uint8 images"}));
 }
 
 TEST(ToCHWTest, Planes) {

@@ -247,5 +247,64 @@ TEST(ImageLoaderTest, ErrorsNameTheFile) {
                                      {"batch_size 10", "3 examples"}));
 }
 
+TEST(ImageLoaderTest, DtypeConvertsNormalisedBatchesAndLeavesUint8Alone) {
+  TempDir dir;
+  auto ds = make_files(dir, 8);
+  ImageLoaderOptions o;
+  o.batch_size = 4;
+  o.seed = 3;
+  o.n_workers = 2;
+  o.transform = small_train_transform();
+  ImageLoader f32(ds, o);
+  o.dtype = bfloat16;
+  ImageLoader bf16(ds, o);
+  for (int k = 0; k < 3; ++k) {
+    const Array a = f32.next_batch()[0], b = bf16.next_batch()[0];
+    ASSERT_EQ(b.dtype(), bfloat16);
+    EXPECT_TRUE(array_equal(b, a.astype(bfloat16))) << "batch " << k;
+  }
+  // uint8 batches (no Normalize) stay uint8.
+  o.transform = std::make_shared<T::Compose>(
+      std::vector<std::shared_ptr<const T::Transform>>{std::make_shared<T::RandomResizedCrop>(8)});
+  ImageLoader bytes(ds, o);
+  EXPECT_EQ(bytes.next_batch()[0].dtype(), uint8);
+  o.dtype = int32;
+  EXPECT_TRUE(ThrowsWith<DtypeError>([&] { ImageLoader(ds, o); },
+                                     {"ImageLoader", "dtype must be float32, bfloat16 or float16"}));
+}
+
+TEST(ImageLoaderTest, OnTheCpuEachBatchIsAFreshArray) {
+  TempDir dir;
+  auto ds = make_files(dir, 8);
+  ImageLoaderOptions o;
+  o.batch_size = 4;
+  o.seed = 3;
+  o.n_workers = 2;
+  o.transform = small_train_transform();
+  ImageLoader loader(ds, o);
+  const Array first = loader.next_batch()[0];
+  const std::vector<float> kept = as_floats(first);
+  for (int k = 0; k < 5; ++k) loader.next_batch();
+  EXPECT_EQ(as_floats(first), kept);  // later batches did not write into it
+  EXPECT_GE(loader.host_batch_allocations(), 6);
+}
+
+TEST(ImageLoaderTest, NormalizeOnDeviceNeedsAGpuAndATrailingNormalize) {
+  TempDir dir;
+  auto ds = make_files(dir, 4);
+  ImageLoaderOptions o;
+  o.batch_size = 2;
+  o.transform = small_train_transform();
+  o.normalize_on_device = true;
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { ImageLoader(ds, o); },
+                                     {"normalize_on_device", "GPU", "cpu"}));
+  o.device = Device::cuda(0);
+  o.transform = std::make_shared<T::Compose>(
+      std::vector<std::shared_ptr<const T::Transform>>{std::make_shared<T::RandomResizedCrop>(8)});
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { ImageLoader(ds, o); },
+                                     {"normalize_on_device", "last step is a Normalize",
+                                      "RandomResizedCrop(8"}));
+}
+
 }  // namespace
 }  // namespace kusari
