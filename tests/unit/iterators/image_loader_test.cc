@@ -20,20 +20,8 @@ using testing::test_picture;
 using testing::ThrowsWith;
 namespace T = transforms;
 
-// n JPEGs and PNGs of varying sizes, example i labelled 100 + i.
 std::shared_ptr<LabeledImageDataset> make_files(const TempDir& dir, int n) {
-  std::vector<std::pair<std::string, int32_t>> pairs;
-  for (int i = 0; i < n; ++i) {
-    const std::string name = "img" + std::to_string(i) + (i % 5 == 4 ? ".png" : ".jpg");
-    const Image pic = test_picture(40 + 7 * (i % 4), 50 + 5 * (i % 3), 3, i);
-    if (i % 5 == 4) {
-      write_png(dir.file(name), pic);
-    } else {
-      write_jpeg(dir.file(name), pic, 90);
-    }
-    pairs.emplace_back(name, 100 + i);
-  }
-  return std::make_shared<LabeledImageDataset>(std::move(pairs), dir.path().string());
+  return testing::make_image_files(dir, n);
 }
 
 std::shared_ptr<T::Compose> small_train_transform() {
