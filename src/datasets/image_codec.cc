@@ -414,8 +414,16 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   std::vector<uint8_t> bytes;
   if (std::fseek(f.get(), 0, SEEK_END) == 0) {
     const long n = std::ftell(f.get());
-    if (n > 0) bytes.reserve(static_cast<size_t>(n));
     std::rewind(f.get());
+    if (n > 0) {  // a regular file: straight into the buffer
+      bytes.resize(static_cast<size_t>(n));
+      const size_t got = std::fread(bytes.data(), 1, bytes.size(), f.get());
+      KUSARI_CHECK(!std::ferror(f.get()), IOError, "read_file_bytes: cannot read ", path, ": ",
+                   std::strerror(errno));
+      bytes.resize(got);
+      if (got < static_cast<size_t>(n)) return bytes;  // (it shrank meanwhile)
+      // The loop below appends whatever was added since.
+    }
   }
   uint8_t buf[1 << 16];
   while (true) {

@@ -229,11 +229,13 @@ void resample_column(const float* rows, int64_t row_len, const float* w, int64_t
 }
 
 // resample() of the pixels of `window` of a full_height x full_width image (see the header).
+// With `mirror` the output is mirrored left-right (RandomHorizontalFlip's result, without a pass
+// of its own: output x takes the taps of output OW - 1 - x).
 Image resample_window(const Image& image, const CropPlan& plan, const PixelWindow& window,
-                      int64_t full_height, int64_t full_width) {
+                      int64_t full_height, int64_t full_width, bool mirror = false) {
   const int64_t C = image.channels, W = image.width;
   Image out = Image::zeros(plan.out_height, plan.out_width, C);
-  if (is_copy(plan)) {  // a whole-pixel region of the output's size: a copy
+  if (is_copy(plan) && !mirror) {  // a whole-pixel region of the output's size: a copy
     const auto top = static_cast<int64_t>(plan.top) - window.top;
     const auto left = static_cast<int64_t>(plan.left) - window.left;
     KUSARI_ASSERT(top >= 0 && left >= 0 && top + plan.out_height <= image.height &&
@@ -247,8 +249,18 @@ Image resample_window(const Image& image, const CropPlan& plan, const PixelWindo
     return out;
   }
   // The taps are those of the full image, so the result does not depend on the window.
-  const Taps tx = make_taps(plan.left, plan.width, full_width, plan.out_width);
+  Taps tx = make_taps(plan.left, plan.width, full_width, plan.out_width);
   const Taps ty = make_taps(plan.top, plan.height, full_height, plan.out_height);
+  if (mirror) {
+    std::reverse(tx.first.begin(), tx.first.end());
+    std::reverse(tx.count.begin(), tx.count.end());
+    const auto OW = static_cast<size_t>(plan.out_width), m = static_cast<size_t>(tx.max_taps);
+    for (size_t x = 0; x < OW / 2; ++x) {
+      std::swap_ranges(tx.weights.begin() + static_cast<std::ptrdiff_t>(x * m),
+                       tx.weights.begin() + static_cast<std::ptrdiff_t>((x + 1) * m),
+                       tx.weights.begin() + static_cast<std::ptrdiff_t>((OW - 1 - x) * m));
+    }
+  }
   const auto [row0, row1] = tap_span(ty);
   const auto [col0, col1] = tap_span(tx);
   KUSARI_ASSERT(row0 >= window.top && row1 <= window.top + image.height &&
@@ -432,8 +444,12 @@ void flip_rows(std::vector<T>& data, int64_t rows, int64_t width, int64_t group)
 
 }  // namespace
 
+bool RandomHorizontalFlip::flips(Rng& rng) const {
+  return uniform(rng, 0.0, 1.0) < p_;
+}
+
 void RandomHorizontalFlip::apply(Image& image, Rng& rng) const {
-  if (!(uniform(rng, 0.0, 1.0) < p_)) return;
+  if (!flips(rng)) return;
   // HWC: rows of width pixels of `channels` values; CHW: channels * height rows of single values.
   const int64_t rows = image.planar ? image.channels * image.height : image.height;
   const int64_t group = image.planar ? 1 : image.channels;
@@ -603,16 +619,27 @@ Image Compose::decode_and_apply(const uint8_t* data, size_t size, const std::str
     p.width = std::min(p.width * sx, static_cast<double>(width) - p.left);
   }
   Image image;
+  size_t next = 1;
   if (resampler != nullptr) {
-    // Only the pixels the resampling reads (Note [Decoding a window of a JPEG]).
+    // Only the pixels the resampling reads (Note [Decoding a window of a JPEG]); a flip right
+    // after it mirrors the resampling's output instead of making a pass of its own.
     const PixelWindow window = resample_reads(height, width, p);
     options.window = window;
-    image = resample(decode_image(data, size, name, options), p, window, height, width);
+    bool mirror = false;
+    if (steps_.size() > 1) {
+      if (const auto* flip = dynamic_cast<const RandomHorizontalFlip*>(steps_[1].get())) {
+        mirror = flip->flips(rng);
+        next = 2;
+      }
+    }
+    const Image decoded = decode_image(data, size, name, options);
+    check_uint8_hwc(decoded, "resample");
+    image = resample_window(decoded, p, window, height, width, mirror);
   } else {
     image = decode_image(data, size, name, options);
     steps_[0]->execute(image, p);
   }
-  for (size_t i = 1; i < steps_.size(); ++i) steps_[i]->apply(image, rng);
+  for (size_t i = next; i < steps_.size(); ++i) steps_[i]->apply(image, rng);
   return image;
 }
 

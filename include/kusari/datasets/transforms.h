@@ -140,6 +140,8 @@ class RandomHorizontalFlip : public Transform {
  public:
   explicit RandomHorizontalFlip(double p = 0.5);
   void apply(Image& image, Rng& rng) const override;
+  /// The draw apply() makes: true when the image is to be mirrored.
+  bool flips(Rng& rng) const;
   std::string name() const override;
 
  private:
@@ -198,7 +200,9 @@ class Compose : public Transform {
   /// 1/8) that keeps the planned region at least as large as the step's output
   /// (jpeg_scale_denom_for), and the region is scaled to the decoded size. When the first step
   /// is a GeometricTransform only the pixels it reads are decoded (resample_reads; the result is
-  /// the same as after a full decode). `name` names the data in errors.
+  /// the same as after a full decode), and a RandomHorizontalFlip right after it mirrors the
+  /// resampled image as it is made (the same pixels, one pass fewer). `name` names the data in
+  /// errors.
   Image decode_and_apply(const uint8_t* data, size_t size, const std::string& name,
                          DecodeOptions options, Rng& rng, bool reduced_decode = true) const;
 
