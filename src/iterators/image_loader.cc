@@ -278,7 +278,9 @@ ImageLoader::ImageLoader(std::shared_ptr<Dataset> dataset, ImageLoaderOptions op
         before.empty() ? nullptr : std::make_shared<const transforms::Compose>(std::move(before));
   }
   if (options_.device.is_cuda()) {
-    ring_ = std::make_unique<Ring>(options_.device, options_.n_prefetch + 1);
+    // The batches planned, the one handed out and the one before it, whose copy may still wait
+    // behind the compute stream's work (Note [ImageLoader on a GPU]).
+    ring_ = std::make_unique<Ring>(options_.device, options_.n_prefetch + 2);
   }
   reseed(options_.seed ? *options_.seed : default_generator().next_uint64());
 }

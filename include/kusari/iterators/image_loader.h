@@ -50,9 +50,11 @@ namespace kusari {
 // Note [ImageLoader on a GPU]
 // With a CUDA device the batches reach the GPU without a fresh allocation or a host wait per
 // batch:
-//   - a ring of n_prefetch + 1 slots of page-locked host memory (cuda::pinned_empty), each the
+//   - a ring of n_prefetch + 2 slots of page-locked host memory (cuda::pinned_empty), each the
 //     size of a batch, allocated once (by the first example that knows the shape) and reused:
-//     batch j is written into slot j mod ring size by the workers;
+//     batch j is written into slot j mod ring size by the workers. The slots hold the batches
+//     planned, the one being handed out and the one before it, whose copy may still be queued
+//     behind the compute stream's work when its slot comes round;
 //   - as soon as a batch is complete -- when it is handed out, and for the batches behind it that
 //     are complete by then -- its copy to the GPU is queued on the loader's UploadStream into a
 //     fresh array of the device's pool, so batch j + 1 crosses the bus while the model computes on
