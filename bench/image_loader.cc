@@ -335,8 +335,7 @@ int main(int argc, char** argv) {
   TrainConfig tc;
   app.add_option("--python", python, "Interpreter with torch and torchvision for the peer")
       ->capture_default_str();
-  app.add_option("--workers", workers_list,
-                 "Worker counts, comma-separated (--train: the first one)")
+  app.add_option("--workers", workers_list, "Worker counts, comma-separated")
       ->capture_default_str();
   app.add_option("--images", images, "JPEGs in the benchmark set (made once in --dir)")
       ->capture_default_str()
@@ -379,8 +378,11 @@ int main(int argc, char** argv) {
     for (std::string w; std::getline(ss, w, ',');) workers.push_back(std::stoi(w));
     if (train) {
       tc.batch = batch;
-      tc.workers = workers.at(0);
-      return train_main(tc, dir, python, skip_peer, command);
+      for (const int n : workers) {
+        tc.workers = n;
+        train_main(tc, dir, python, skip_peer, command);
+      }
+      return 0;
     }
     auto ds = std::make_shared<kusari::ImageFolderDataset>(dir);
     const int64_t batches = std::max<int64_t>(1, ds->size() / batch - 1);

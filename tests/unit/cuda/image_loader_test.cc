@@ -14,6 +14,11 @@
 #include "kusari/datasets/sub_dataset.h"
 #include "kusari/datasets/transforms.h"
 #include "kusari/iterators/image_loader.h"
+#include "kusari/links/classifier.h"
+#include "kusari/links/linear.h"
+#include "kusari/optimizers/sgd.h"
+#include "kusari/training/extensions/evaluator.h"
+#include "kusari/training/updater.h"
 #include "map_serializer.h"
 
 namespace kusari {
@@ -258,6 +263,39 @@ TEST_F(CudaImageLoader, ANonRepeatingLoaderEndsWithAShortBatch) {
     ASSERT_EQ(bytes_of(got[1]), bytes_of(want[1]));
   }
   EXPECT_TRUE(loader.next_batch().empty());
+}
+
+// The Trainer's pieces take the GPU loader as an Iterator: a StandardUpdater fed by it trains the
+// same parameters, and an Evaluator over it reports the same means, as with the CPU loader whose
+// batches the converter copies to the GPU.
+TEST_F(CudaImageLoader, FeedsTheUpdaterAndTheEvaluatorLikeTheCpuLoader) {
+  TempDir dir;
+  auto ds = testing::make_image_files(dir, 12);
+  const LoaderCase c{"GPU normalisation", crop_flip_normalize(true), true, float32};
+  auto run = [&](Device loader_device) {
+    manual_seed(7);
+    auto model = std::make_shared<links::Classifier>(std::make_shared<links::Linear>(3 * 8 * 8, 112));
+    model->to_device(gpu());
+    auto opt = std::make_shared<optimizers::SGD>(0.1);
+    opt->setup(model);
+    ImageLoaderOptions o = options_of(c, loader_device, 2);
+    o.batch_size = 4;
+    training::StandardUpdater updater(std::make_shared<ImageLoader>(ds, o), opt, gpu());
+    for (int k = 0; k < 5; ++k) updater.update();
+    ImageLoaderOptions v = o;
+    v.repeat = false;
+    v.shuffle = false;
+    training::extensions::Evaluator evaluator(std::make_shared<ImageLoader>(ds, v), model, nullptr,
+                                              gpu());
+    std::vector<std::vector<uint8_t>> params;
+    for (const auto& [name, p] : model->namedparams()) params.push_back(bytes_of(p.data()));
+    return std::make_pair(params, evaluator.evaluate());
+  };
+  const auto [gpu_params, gpu_means] = run(gpu());
+  const auto [cpu_params, cpu_means] = run(Device::cpu());
+  EXPECT_EQ(gpu_params, cpu_params);
+  ASSERT_EQ(gpu_means.size(), cpu_means.size());
+  for (const auto& [key, value] : cpu_means) EXPECT_EQ(gpu_means.at(key), value) << key;
 }
 
 }  // namespace
