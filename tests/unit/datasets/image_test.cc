@@ -233,6 +233,46 @@ TEST(DecodeImageTest, TruncatedJpegIsAnErrorAlsoWhenTheWindowEndsAbove) {
                                   {"t.jpg", "truncated or damaged JPEG"}));
 }
 
+TEST(DecodeImageTest, DamagedJpegWindowsAreErrorsNamingTheFileNeverCrashes) {
+  // Bytes flipped, runs zeroed and tails cut at random places of baseline and progressive files:
+  // a window decode either succeeds or raises an IOError naming the file.
+  std::mt19937 rng(3);
+  for (bool progressive : {false, true}) {
+    const std::vector<uint8_t> jpeg = jpeglib_encode(test_picture(96, 128, 3, 5), 2, 2, progressive);
+    int errors = 0;
+    for (int k = 0; k < 300; ++k) {
+      std::vector<uint8_t> bad = jpeg;
+      const size_t at = 2 + rng() % (bad.size() - 2);
+      switch (k % 3) {
+        case 0:
+          bad[at] ^= static_cast<uint8_t>(1 + rng() % 255);
+          break;
+        case 1:
+          std::fill(bad.begin() + static_cast<std::ptrdiff_t>(at),
+                    bad.begin() + static_cast<std::ptrdiff_t>(std::min(bad.size(), at + 16)), 0);
+          break;
+        default:
+          bad.resize(at);
+      }
+      DecodeOptions o;
+      o.scale_denom = 1 << (k % 4);
+      o.window = PixelWindow{static_cast<int64_t>(rng() % 4), static_cast<int64_t>(rng() % 4), 4, 5};
+      try {
+        const Image img = decode_image(bad.data(), bad.size(), "damaged.jpg", o);
+        EXPECT_EQ(img.height, 4);
+        EXPECT_EQ(img.width, 5);
+      } catch (const IOError& e) {
+        ++errors;
+        EXPECT_NE(std::string(e.what()).find("damaged.jpg"), std::string::npos) << e.what();
+      } catch (const ValueError& e) {  // a damaged header that makes the picture smaller
+        ++errors;
+        EXPECT_NE(std::string(e.what()).find("damaged.jpg"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_GT(errors, 50);  // most of the damage is noticed
+  }
+}
+
 TEST(DecodeImageTest, GreyJpegAsOneOrThreeChannels) {
   const std::vector<uint8_t> jpeg = encode_jpeg(test_picture(20, 30, 1), 90);
   const Image ref = jpeglib_decode(jpeg, JCS_GRAYSCALE);
