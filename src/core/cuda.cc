@@ -186,13 +186,16 @@ int64_t ScalarReader::get() {
 
 // --- pinned host memory, Event, UploadStream (Note [Upload stream]) ----------------------------
 
-Array pinned_empty(const Shape& shape, Dtype dtype) {
+Array pinned_empty(const Shape& shape, Dtype dtype, Device gpu) {
+  KUSARI_CHECK(gpu.is_cuda(), DeviceError, "cuda::pinned_empty: ", gpu,
+               " is not a CUDA device (name the GPU whose context pins the memory)");
   Runtime& r = require_runtime("cuda::pinned_empty");
   const int64_t n = shape.numel();
   const size_t nbytes = static_cast<size_t>(n) * kusari::itemsize(dtype);
+  const int device = gpu.index();
   // One byte at least: an Array's storage is never null.
-  void* ptr = r.allocate_pinned(std::max<size_t>(nbytes, 1));
-  std::shared_ptr<void> owner(ptr, [&r](void* p) { r.free_pinned(p); });
+  void* ptr = r.allocate_pinned(device, std::max<size_t>(nbytes, 1));
+  std::shared_ptr<void> owner(ptr, [&r, device](void* p) { r.free_pinned(device, p); });
   return Array::from_blob(std::move(owner), ptr, shape, dtype);
 }
 

@@ -111,10 +111,11 @@ class Runtime {
   virtual std::unique_ptr<Graph::Impl> make_graph() = 0;
   virtual std::unique_ptr<ScalarReader::Impl> make_scalar_reader() = 0;
   virtual std::unique_ptr<EventTimer> make_event_timer(int device) = 0;
-  /// Page-locked host memory (cudaHostAlloc, portable to every device); freed by free_pinned.
-  virtual void* allocate_pinned(size_t nbytes) = 0;
+  /// Page-locked host memory (cudaHostAlloc, portable to every device) through GPU `device`'s
+  /// context; freed by free_pinned with the same device.
+  virtual void* allocate_pinned(int device, size_t nbytes) = 0;
   /// Frees memory from allocate_pinned (errors after the CUDA runtime has shut down are ignored).
-  virtual void free_pinned(void* ptr) noexcept = 0;
+  virtual void free_pinned(int device, void* ptr) noexcept = 0;
   virtual bool is_pinned(const void* ptr) = 0;
   virtual PinnedMemoryStats pinned_memory_stats() = 0;
   virtual std::unique_ptr<Event::Impl> make_event() = 0;

@@ -218,9 +218,10 @@ class ImageLoader::Workers : public detail::SlotWorkers<Job> {
     full.insert(0, owner_.options_.batch_size);
     if (!slot.host_images.defined() || slot.host_images.shape() != full ||
         slot.host_images.dtype() != dtype) {
-      slot.host_images = cuda::pinned_empty(full, dtype);
+      const Device gpu = owner_.options_.device;
+      slot.host_images = cuda::pinned_empty(full, dtype, gpu);
       if (!slot.host_labels.defined()) {
-        slot.host_labels = cuda::pinned_empty({owner_.options_.batch_size}, int32);
+        slot.host_labels = cuda::pinned_empty({owner_.options_.batch_size}, int32, gpu);
       }
       ++owner_.host_allocations_;
     }

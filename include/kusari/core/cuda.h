@@ -157,9 +157,12 @@ struct PinnedMemoryStats {
 /// A CPU array of `shape` and `dtype` in page-locked (pinned) host memory, which a GPU reads and
 /// writes by DMA: copies from it run asynchronously (UploadStream), where copies from ordinary
 /// memory are staged through the driver's buffers. It is an ordinary CPU array otherwise; the
-/// memory is freed when its last view goes. Uninitialised. DeviceError where CUDA is unavailable.
-Array pinned_empty(const Shape& shape, Dtype dtype);
-/// True when `array` is a CPU array in page-locked memory (from pinned_empty).
+/// memory is freed when its last view goes. Uninitialised. `gpu` is the CUDA device whose
+/// context pins (and later frees) it, from whatever thread: every GPU can use the memory, and
+/// naming the process's own GPU keeps the others' contexts untouched (under mpiexec, one GPU per
+/// process). DeviceError where CUDA is unavailable.
+Array pinned_empty(const Shape& shape, Dtype dtype, Device gpu);
+/// True when `array` is a CPU array in memory from pinned_empty.
 bool is_pinned(const Array& array);
 /// The statistics of pinned_empty's memory.
 PinnedMemoryStats pinned_memory_stats();

@@ -47,7 +47,7 @@ std::shared_ptr<T::Compose> crop_flip_normalize(bool planar) {
 TEST_F(CudaImageLoader, PinnedMemoryIsPageLockedAndCounted) {
   const cuda::PinnedMemoryStats before = cuda::pinned_memory_stats();
   {
-    Array a = cuda::pinned_empty({3, 5}, float32);
+    Array a = cuda::pinned_empty({3, 5}, float32, gpu());
     EXPECT_TRUE(a.device().is_cpu());
     EXPECT_TRUE(cuda::is_pinned(a));
     EXPECT_TRUE(cuda::is_pinned(a.at({1})));  // a view inside it
@@ -65,7 +65,7 @@ TEST_F(CudaImageLoader, PinnedMemoryIsPageLockedAndCounted) {
 
 TEST_F(CudaImageLoader, UploadStreamCopiesAndTheComputeStreamWaitsForIt) {
   cuda::UploadStream upload(gpu());
-  Array host = cuda::pinned_empty({1 << 20}, float32);
+  Array host = cuda::pinned_empty({1 << 20}, float32, gpu());
   Array device = Array::empty({1 << 20}, float32, gpu());
   for (int round = 0; round < 3; ++round) {
     static_cast<float*>(host.raw_data())[0] = static_cast<float>(round);

@@ -133,7 +133,9 @@ class CudaUploadStream final : public UploadStream::Impl {
 
 }  // namespace
 
-void* allocate_pinned(size_t nbytes) {
+void* allocate_pinned(int device, size_t nbytes) {
+  check_device_index(device, "cuda::pinned_empty");
+  set_device(device);  // this thread may have no current device: never make one on GPU 0
   void* ptr = nullptr;
   const cudaError_t status = cudaHostAlloc(&ptr, nbytes, cudaHostAllocPortable);
   if (status != cudaSuccess) {
@@ -152,7 +154,7 @@ void* allocate_pinned(size_t nbytes) {
   return ptr;
 }
 
-void free_pinned(void* ptr) noexcept {
+void free_pinned(int device, void* ptr) noexcept {
   {
     PinnedCounters& c = pinned_counters();
     std::lock_guard<std::mutex> lock(c.mutex);
@@ -164,24 +166,19 @@ void free_pinned(void* ptr) noexcept {
     ++c.stats.frees;
   }
   // After the CUDA runtime has shut down (static destruction) the driver reclaims it anyway.
-  if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+  if (cudaSetDevice(device) != cudaSuccess || cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
 }
 
 bool is_pinned(const void* ptr) {
+  // From the allocations' own record: asking the driver (cudaPointerGetAttributes) would make a
+  // context on the calling thread's device.
   PinnedCounters& c = pinned_counters();
-  {
-    std::lock_guard<std::mutex> lock(c.mutex);
-    for (const auto& [base, size] : c.sizes) {
-      const auto* b = static_cast<const char*>(base);
-      if (ptr >= b && ptr < b + size) return true;
-    }
+  std::lock_guard<std::mutex> lock(c.mutex);
+  for (const auto& [base, size] : c.sizes) {
+    const auto* b = static_cast<const char*>(base);
+    if (ptr >= b && ptr < b + size) return true;
   }
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return attr.type == cudaMemoryTypeHost;
+  return false;
 }
 
 PinnedMemoryStats pinned_memory_stats() {
