@@ -71,11 +71,29 @@ struct TjDeleter {
 };
 using TjHandle = std::unique_ptr<void, TjDeleter>;
 
+TjHandle& decompressor_slot() {
+  thread_local TjHandle handle;
+  return handle;
+}
+
 tjhandle decompressor() {
-  thread_local TjHandle handle(tjInitDecompress());
+  TjHandle& handle = decompressor_slot();
+  if (!handle) handle.reset(tjInitDecompress());
   KUSARI_CHECK(handle != nullptr, Error,
                "decode_image: tjInitDecompress failed: ", tjGetErrorStr2(nullptr));
   return handle.get();
+}
+
+// Note [A fresh TurboJPEG handle after an error]
+// TurboJPEG 2.1's tjDecompressHeader3 leaves its handle inside the header it failed to read
+// (it skips jpeg_abort_decompress on the error path), and the next header read on that handle
+// then fails on a good file ("SOS before SOF"): one damaged file would break every later file
+// of a loader thread. So after any error the thread's handle is dropped and made anew. The
+// error text is taken first (it lives in the handle).
+std::string drop_decompressor(tjhandle tj) {
+  std::string message = tjGetErrorStr2(tj);
+  decompressor_slot().reset();
+  return message;
 }
 
 tjhandle compressor() {
@@ -120,7 +138,13 @@ JpegHeader read_jpeg_header(const uint8_t* data, size_t size, const std::string&
   if (tjDecompressHeader3(tj, data, static_cast<unsigned long>(size), &h.width, &h.height,
                           &h.subsamp, &h.colorspace) != 0) {
     KUSARI_THROW(IOError, fn, ": ", name, " is a corrupt JPEG (", size,
-                 " bytes): its header cannot be read: ", tjGetErrorStr2(tj));
+                 " bytes): its header cannot be read: ", drop_decompressor(tj));
+  }
+  // A file that ends inside its markers passes with a warning and no frame.
+  if (h.width <= 0 || h.height <= 0) {
+    drop_decompressor(tj);
+    KUSARI_THROW(IOError, fn, ": ", name, " is a truncated or damaged JPEG (", size,
+                 " bytes): its header cannot be read: the data ends before a frame header");
   }
   return h;
 }
@@ -308,7 +332,7 @@ Image decode_jpeg(const uint8_t* data, size_t size, const std::string& name, con
                       pixel_format, 0) != 0) {
       const bool warning = tjGetErrorCode(tj) == TJERR_WARNING;
       KUSARI_THROW(IOError, fn, ": ", name, " is a ", warning ? "truncated or damaged" : "corrupt",
-                   " JPEG (", h.width, "x", h.height, ", ", size, " bytes): ", tjGetErrorStr2(tj));
+                   " JPEG (", h.width, "x", h.height, ", ", size, " bytes): ", drop_decompressor(tj));
     }
   } else {
     const PixelWindow& win = *o.window;

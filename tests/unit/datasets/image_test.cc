@@ -273,6 +273,28 @@ TEST(DecodeImageTest, DamagedJpegWindowsAreErrorsNamingTheFileNeverCrashes) {
   }
 }
 
+TEST(DecodeImageTest, AJpegWhoseHeaderFailsDoesNotBreakTheNextDecodeOfTheThread) {
+  // Note [A fresh TurboJPEG handle after an error]: a loader thread goes on after a bad file.
+  const std::vector<uint8_t> good = encode_jpeg(test_picture(20, 30, 3, 1));
+  std::vector<uint8_t> bad = good;  // a frame header of 3-bit samples: libjpeg refuses it
+  for (size_t i = 2; i + 4 < bad.size(); ++i) {
+    if (bad[i] == 0xFF && bad[i + 1] == 0xC0) {
+      bad[i + 4] = 3;
+      break;
+    }
+  }
+  std::vector<uint8_t> cut(good.begin(), good.begin() + 4);  // ends inside its first marker
+  cut.resize(300, 0x5A);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_TRUE(ThrowsWith<IOError>([&] { decode_image(bad.data(), bad.size(), "bad.jpg"); },
+                                    {"bad.jpg", "precision 3"}));
+    EXPECT_TRUE(ThrowsWith<IOError>([&] { read_image_info(cut.data(), cut.size(), "cut.jpg"); },
+                                    {"cut.jpg", "ends before a frame header"}));
+    EXPECT_EQ(decode_image(good.data(), good.size(), "good.jpg").width, 30);
+    EXPECT_EQ(read_image_info(good.data(), good.size(), "good.jpg").height, 20);
+  }
+}
+
 TEST(DecodeImageTest, GreyJpegAsOneOrThreeChannels) {
   const std::vector<uint8_t> jpeg = encode_jpeg(test_picture(20, 30, 1), 90);
   const Image ref = jpeglib_decode(jpeg, JCS_GRAYSCALE);

@@ -235,6 +235,31 @@ TEST(ImageLoaderTest, ErrorsNameTheFile) {
                                      {"batch_size 10", "3 examples"}));
 }
 
+TEST(ImageLoaderTest, AWorkerGoesOnAfterAJpegWithADamagedHeader) {
+  TempDir dir;
+  auto ds = make_files(dir, 9);
+  std::vector<uint8_t> damaged = read_file_bytes(dir.file("img3.jpg"));
+  for (size_t i = 2; i + 4 < damaged.size(); ++i) {  // 3-bit samples: libjpeg refuses the header
+    if (damaged[i] == 0xFF && damaged[i + 1] == 0xC0) {
+      damaged[i + 4] = 3;
+      break;
+    }
+  }
+  write_file_bytes(dir.file("img3.jpg"), damaged);
+  ImageLoaderOptions o;
+  o.batch_size = 3;
+  o.shuffle = false;
+  o.n_workers = 1;  // every file on the thread that met the damaged one
+  o.transform = small_train_transform();
+  ImageLoader loader(ds, o);
+  EXPECT_NO_THROW(loader.next_batch());
+  EXPECT_TRUE(ThrowsWith<IOError>([&] { loader.next_batch(); },
+                                  {"ImageLoader: example 3", dir.file("img3.jpg"), "JPEG"}));
+  std::vector<Array> last;
+  EXPECT_NO_THROW(last = loader.next_batch());
+  EXPECT_EQ(as_ints(last[1]), (std::vector<int32_t>{106, 107, 108}));
+}
+
 TEST(ImageLoaderTest, DtypeConvertsNormalisedBatchesAndLeavesUint8Alone) {
   TempDir dir;
   auto ds = make_files(dir, 8);
