@@ -497,12 +497,11 @@ Array Normalize::apply_batch(const Array& images, Dtype dtype) const {
                                          planar_);
 }
 
-void Normalize::apply(Image& image, Rng&) const {
+void Normalize::apply_into(const Image& image, float* out) const {
   const int64_t C = image.channels;
   KUSARI_CHECK(static_cast<size_t>(C) == mean_.size(), ValueError, name(), ": the image has ", C,
                " channels but mean and std have ", mean_.size());
   const int64_t HW = image.height * image.width;
-  std::vector<float> out(static_cast<size_t>(HW * C));
   // out index of (pixel p, channel c) and in index of the same.
   const bool in_planar = image.planar;
   auto in_index = [&](int64_t p, int64_t c) { return in_planar ? c * HW + p : p * C + c; };
@@ -513,26 +512,30 @@ void Normalize::apply(Image& image, Rng&) const {
     if (!in_planar && planar_) {
       for (int64_t c = 0; c < C; ++c) {
         const float* t = &table[static_cast<size_t>(c * 256)];
-        float* d = &out[static_cast<size_t>(c * HW)];
+        float* d = out + c * HW;
         for (int64_t p = 0; p < HW; ++p) d[p] = t[src[p * C + c]];
       }
     } else {
       for (int64_t p = 0; p < HW; ++p) {
         for (int64_t c = 0; c < C; ++c) {
-          out[static_cast<size_t>(out_index(p, c))] =
-              table[static_cast<size_t>(c * 256 + src[in_index(p, c)])];
+          out[out_index(p, c)] = table[static_cast<size_t>(c * 256 + src[in_index(p, c)])];
         }
       }
     }
   } else {
     for (int64_t p = 0; p < HW; ++p) {
       for (int64_t c = 0; c < C; ++c) {
-        out[static_cast<size_t>(out_index(p, c))] =
+        out[out_index(p, c)] =
             (image.values[static_cast<size_t>(in_index(p, c))] - mean_[static_cast<size_t>(c)]) /
             std_[static_cast<size_t>(c)];
       }
     }
   }
+}
+
+void Normalize::apply(Image& image, Rng&) const {
+  std::vector<float> out(static_cast<size_t>(image.size()));
+  apply_into(image, out.data());
   image.values = std::move(out);
   image.pixels.clear();
   image.pixels.shrink_to_fit();

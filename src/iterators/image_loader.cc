@@ -159,10 +159,22 @@ class ImageLoader::Workers : public detail::SlotWorkers<Job> {
     }
   }
 
-  // Writes one example into its slot; called with the lock held, copies without it.
+  // Writes one example into its slot; called with the lock held, copies without it. A final
+  // Normalize run on the host writes its values straight into the slot (Note [ImageLoader
+  // pipeline]).
   void place(Job& job, size_t k, const Loaded& item, std::unique_lock<std::mutex>& lock) {
-    const Shape shape = image_shape(item.image);
-    const Dtype dtype = item.image.is_float ? float32 : uint8;
+    const transforms::Normalize* normalize = owner_.host_normalize_.get();
+    Shape shape = image_shape(item.image);
+    Dtype dtype = item.image.is_float ? float32 : uint8;
+    if (normalize != nullptr) {
+      KUSARI_CHECK(item.image.channels == static_cast<int64_t>(normalize->mean().size()),
+                   ValueError, normalize->name(), ": ", item.name, " has ", item.image.channels,
+                   " channels but mean and std have ", normalize->mean().size());
+      shape = normalize->planar()
+                  ? Shape{item.image.channels, item.image.height, item.image.width}
+                  : Shape{item.image.height, item.image.width, item.image.channels};
+      dtype = float32;
+    }
     const auto batch = static_cast<int64_t>(job.indices.size());
     if (owner_.device_normalize_) {
       KUSARI_CHECK(dtype == uint8 && !item.image.planar &&
@@ -202,10 +214,14 @@ class ImageLoader::Workers : public detail::SlotWorkers<Job> {
     lock.unlock();
     const size_t bytes = static_cast<size_t>(item.image.size()) * itemsize(dtype);
     char* dst = static_cast<char*>(images.raw_data()) + bytes * k;
-    std::memcpy(dst,
-                item.image.is_float ? static_cast<const void*>(item.image.values.data())
-                                    : static_cast<const void*>(item.image.pixels.data()),
-                bytes);
+    if (normalize != nullptr) {
+      normalize->apply_into(item.image, reinterpret_cast<float*>(dst));
+    } else {
+      std::memcpy(dst,
+                  item.image.is_float ? static_cast<const void*>(item.image.values.data())
+                                      : static_cast<const void*>(item.image.pixels.data()),
+                  bytes);
+    }
     if (item.label) static_cast<int32_t*>(labels.raw_data())[k] = *item.label;
     lock.lock();
   }
@@ -262,6 +278,16 @@ ImageLoader::ImageLoader(std::shared_ptr<Dataset> dataset, ImageLoaderOptions op
                ": dtype must be float32, bfloat16 or float16 (the dtype of normalised batches), "
                "got ", dtype_name(dt));
   worker_transform_ = options_.transform;
+  // A final Normalize on the host writes into the batch itself (Note [ImageLoader pipeline]).
+  if (!options_.normalize_on_device && options_.transform && !options_.transform->steps().empty()) {
+    const auto& steps = options_.transform->steps();
+    host_normalize_ = std::dynamic_pointer_cast<const transforms::Normalize>(steps.back());
+    if (host_normalize_) {
+      std::vector<std::shared_ptr<const transforms::Transform>> before(steps.begin(), steps.end() - 1);
+      worker_transform_ =
+          before.empty() ? nullptr : std::make_shared<const transforms::Compose>(std::move(before));
+    }
+  }
   if (options_.normalize_on_device) {
     KUSARI_CHECK(options_.device.is_cuda(), ValueError, fn,
                  ": normalize_on_device runs the Normalize step on a GPU, but the device is ",

@@ -155,6 +155,9 @@ class Normalize : public Transform {
   Normalize(std::vector<float> mean, std::vector<float> std, bool planar = true);
   void apply(Image& image, Rng& rng) const override;
   std::string name() const override;
+  /// apply()'s values for `image`, written to `out` (image.size() floats, laid out CHW when
+  /// planar(), else HWC) instead of into the image: a loader writes them straight into its batch.
+  void apply_into(const Image& image, float* out) const;
 
   const std::vector<float>& mean() const { return mean_; }
   const std::vector<float>& std() const { return std_; }

@@ -24,9 +24,10 @@ namespace kusari {
 // the transform with a generator seeded by example_seed(transform_seed, epoch, index) (Note
 // [Seeded transforms]), then writes the result straight into its slot of the job's batch array
 // (allocated by the first example to finish, with that example's shape; a later example of
-// another shape is an error naming its file and both shapes). So the batches are the same for
-// any number of workers and the same as a serial loop that applies the transform to each index
-// in turn; they differ from run to run only through the seed.
+// another shape is an error naming its file and both shapes); a final Normalize step writes its
+// values there itself (Normalize::apply_into), with no image of its own. So the batches are the
+// same for any number of workers and the same as a serial loop that applies the transform to
+// each index in turn; they differ from run to run only through the seed.
 //
 // Files: when the dataset is an ImageFileDataset -- or a SubDataset (e.g. from scatter_dataset or
 // split_dataset) of one, at any depth -- the worker reads path(i) itself and decodes through
@@ -174,9 +175,12 @@ class ImageLoader : public Iterator {
 
   std::shared_ptr<Dataset> dataset_;
   ImageLoaderOptions options_;
-  /// What the workers apply: options_.transform, without its Normalize with normalize_on_device.
+  /// What the workers apply: options_.transform without a final Normalize (which the workers run
+  /// while writing into the batch, or the GPU with normalize_on_device).
   std::shared_ptr<const transforms::Compose> worker_transform_;
   std::shared_ptr<const transforms::Normalize> device_normalize_;
+  /// A final Normalize the workers run while writing into the batch (not normalize_on_device).
+  std::shared_ptr<const transforms::Normalize> host_normalize_;
   std::unique_ptr<Ring> ring_;  // GPU only
   int n_workers_ = 1;
   uint64_t transform_seed_ = 0;
