@@ -2,7 +2,8 @@
 
 Decode mode: DataLoader over torchvision's ImageFolder with the ImageNet training transforms
 (PIL), the same files and worker count; prints images per second over `--batches` batches after
-the first.
+the first, and per CPU-second (the CPU time of this process and of the loader's worker
+processes over those batches, from /proc).
 
     python3 image_loader.py --dir image_loader_photos --workers 2 --batch 64 --batches 30
 
@@ -16,6 +17,7 @@ second of each.
 """
 import argparse
 import contextlib
+import os
 import time
 
 import torch
@@ -33,6 +35,17 @@ def image_folder(directory, size):
     return torchvision.datasets.ImageFolder(directory, transform=tf)
 
 
+def cpu_seconds(pids):
+    """CPU time (user + system) of this process and of the processes `pids` so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
+
+
 def decode(args):
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -41,13 +54,17 @@ def decode(args):
                                          persistent_workers=False)
     it = iter(loader)
     next(it)  # starts the workers
+    pids = [w.pid for w in getattr(it, "_workers", [])]
+    cpu = cpu_seconds(pids)
     start = time.perf_counter()
     images = 0
     for _ in range(args.batches):
         x, _ = next(it)
         images += x.shape[0]
     elapsed = time.perf_counter() - start
+    cpu = cpu_seconds(pids) - cpu
     print(f"RESULT images_per_second {images / elapsed:.3f}")
+    print(f"RESULT images_per_cpu_second {images / cpu:.3f}")
 
 
 def train(args):
