@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   app.add_option("--python", python, "Interpreter that runs the PyTorch peer")
       ->capture_default_str();
   app.add_flag("--no-peer", no_peer, "Do not run PyTorch");
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
 
   const kusari::Device device =
@@ -165,7 +166,7 @@ int main(int argc, char** argv) {
         std::ostringstream args;
         args << "--device " << device_name << " --batch " << batch << " --size " << size
              << " --repeats " << repeats << " --dtype " << dname << " --layout " << layout;
-        peer = kusari::bench::run_peer(python, "batch_norm.py", args.str());
+        if (auto ran = kusari::bench::try_peer(python, "batch_norm.py", args.str())) peer = *ran;
       }
       auto row = [&](const char* op, double ours, const char* key) {
         const double torch = peer.count(std::string(key)) ? peer.at(key) : 0.0;
@@ -174,14 +175,19 @@ int main(int argc, char** argv) {
                                    : 0.0;
         double best = torch;
         if (nocudnn > 0 && (best == 0 || nocudnn < best)) best = nocudnn;
-        std::printf("%-10s %-6s %-22s %10.3f %10.3f %10.3f %8.2f\n", dname.c_str(), layout.c_str(),
-                    op, ours, torch, nocudnn, best > 0 ? ours / best : 0.0);
+        auto figure = [](double v) -> std::optional<double> {
+          if (v > 0) return v;
+          return std::nullopt;
+        };
+        std::printf("%-10s %-6s %-22s %10.3f %10s %10s %8s\n", dname.c_str(), layout.c_str(), op,
+                    ours, kusari::bench::cell(figure(torch)).c_str(),
+                    kusari::bench::cell(figure(nocudnn)).c_str(),
+                    kusari::bench::cell(figure(best > 0 ? ours / best : 0.0), 2).c_str());
       };
       row("bn", bn_ms, "bn_ms");
       row("bn + add + relu", relu_ms, "bn_add_relu_ms");
     }
   }
   std::printf("ratio: kusari ms / the faster PyTorch ms (below 1: kusari is faster)\n");
-  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
-  return 0;
+  return kusari::bench::finish(argc, argv);
 }

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
                  "Threads of both frameworks (kusari's kernels and BLAS; torch.set_num_threads)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
   kusari::set_num_threads(threads);
   kusari::set_blas_num_threads(threads);
@@ -102,15 +103,15 @@ int main(int argc, char** argv) {
     const double k = kusari::bench::median_seconds(step, repeats, kWarmup) * 1e3;
     const double scale = 1e3 / timed;
     const std::string flag = format == MemoryFormat::kChannelsLast ? " --channels-last" : "";
-    auto peer = kusari::bench::run_peer(
+    auto peer = kusari::bench::try_peer(
         python, "cnn_step.py",
         "--threads " + std::to_string(threads) + " --repeats " + std::to_string(repeats) + flag);
-    const double p = peer.at("ms_per_step");
-    std::printf("%-14s %10.3f %10.3f %8.3f   %.2f / %.2f / %.2f\n",
-                kusari::memory_format_name(format), k, p, k / p, fwd * scale, bwd * scale,
-                upd * scale);
+    std::optional<double> p, ratio;
+    if (peer) p = peer->at("ms_per_step"), ratio = k / *p;
+    std::printf("%-14s %10.3f %10s %8s   %.2f / %.2f / %.2f\n",
+                kusari::memory_format_name(format), k, kusari::bench::cell(p).c_str(),
+                kusari::bench::cell(ratio).c_str(), fwd * scale, bwd * scale, upd * scale);
   }
   std::printf("ratio = kusari / pytorch (below 1: kusari is faster)\n");
-  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
-  return 0;
+  return kusari::bench::finish(argc, argv);
 }

@@ -76,20 +76,21 @@ int float16_main(int argc, char** argv, const std::string& python, int steps, in
     later_ms = std::min(later_ms, float16_step_ms(device, steps, later));
     first_ms = std::min(first_ms, float16_step_ms(device, steps, first));
   }
-  auto peer = kusari::bench::run_peer(python, "gpu_mlp_step.py",
-                                      "--steps " + std::to_string(steps) + " --device " +
-                                          std::to_string(index) + " --dtype float16");
   std::printf(
       "MNIST MLP mixed-precision training step (float16, Adam on float32 master weights, dynamic "
       "loss scaling), batch 100, one GPU, ms per step (best of two)\n");
   std::printf("%-52s %10.4f\n", "kusari eager, overflow count read a step later", later_ms);
   std::printf("%-52s %10.4f\n", "kusari eager, overflow count read before updates", first_ms);
-  std::printf("%-52s %10.4f\n", "pytorch eager, autocast float16 + GradScaler",
-              peer.at("eager_ms"));
   std::printf("ratio read later / read first = %.3f\n", later_ms / first_ms);
-  std::printf("ratio kusari (read later) / pytorch = %.3f\n", later_ms / peer.at("eager_ms"));
-  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
-  return 0;
+  auto peer = kusari::bench::try_peer(python, "gpu_mlp_step.py",
+                                      "--steps " + std::to_string(steps) + " --device " +
+                                          std::to_string(index) + " --dtype float16");
+  if (peer) {
+    std::printf("%-52s %10.4f\n", "pytorch eager, autocast float16 + GradScaler",
+                peer->at("eager_ms"));
+    std::printf("ratio kusari (read later) / pytorch = %.3f\n", later_ms / peer->at("eager_ms"));
+  }
+  return kusari::bench::finish(argc, argv);
 }
 
 }  // namespace
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "float16"}));
   app.add_flag("--compile", compile, "Also time the PyTorch peer under torch.compile");
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
   if (!kusari::cuda_available()) {
     std::fprintf(stderr, "bench_gpu_mlp_step: no CUDA device is available\n");
@@ -142,13 +144,15 @@ int main(int argc, char** argv) {
     adam.update();
   });
 
-  auto peer = kusari::bench::run_peer(python, "gpu_mlp_step.py",
-                                      "--steps " + std::to_string(steps) + " --device " + std::to_string(index) +
-                                          (compile ? " --compile" : ""));
   std::printf("MNIST MLP training step (forward + backward + Adam), batch 100, one GPU, ms per step\n");
   std::printf("%-44s %10.4f\n", "kusari eager", eager_ms);
   std::printf("%-44s %10.4f  (%lld graph nodes)\n", "kusari CUDA graph (fwd+bwd) + eager Adam", graph_ms,
               static_cast<long long>(graph.num_nodes()));
+  auto ran = kusari::bench::try_peer(python, "gpu_mlp_step.py",
+                                     "--steps " + std::to_string(steps) + " --device " + std::to_string(index) +
+                                         (compile ? " --compile" : ""));
+  if (!ran) return kusari::bench::finish(argc, argv);
+  const std::map<std::string, double>& peer = *ran;
   std::printf("%-44s %10.4f\n", "pytorch eager", peer.at("eager_ms"));
   if (peer.count("graph_ms")) std::printf("%-44s %10.4f\n", "pytorch CUDA graph (fwd+bwd) + eager Adam", peer.at("graph_ms"));
   if (peer.count("compiled_ms")) std::printf("%-44s %10.4f\n", "pytorch torch.compile", peer.at("compiled_ms"));
@@ -164,6 +168,5 @@ int main(int argc, char** argv) {
                   graph_ms / peer.at(key));
     }
   }
-  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
-  return 0;
+  return kusari::bench::finish(argc, argv);
 }

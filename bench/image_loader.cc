@@ -190,9 +190,12 @@ std::string bench_dir() {
   return dir && *dir ? dir : KUSARI_BENCH_DIR;
 }
 
-std::map<std::string, double> run_peer(const std::string& python, const std::string& args) {
-  return kusari::bench::run_for_results(python + " " + bench_dir() + "/peers/image_loader.py " +
-                                        args);
+/// The peer's results, or nullopt (with the reason printed) when it fails or runs past --timeout
+/// (Note [Runs with a time limit]).
+std::optional<std::map<std::string, double>> try_peer(const std::string& python,
+                                                      const std::string& args) {
+  return kusari::bench::try_run(python + " " + bench_dir() + "/peers/image_loader.py " + args,
+                                "the pytorch peer (image_loader.py " + args + ")");
 }
 
 // --- training mode ---------------------------------------------------------------------------
@@ -300,8 +303,8 @@ TrainRates kusari_training(const TrainConfig& c, const std::shared_ptr<kusari::D
   return r;
 }
 
-int train_main(const TrainConfig& c, const std::string& dir, const std::string& python,
-               bool skip_peer, const std::string& command) {
+void train_main(const TrainConfig& c, const std::string& dir, const std::string& python,
+                bool skip_peer) {
   auto ds = std::make_shared<kusari::ImageFolderDataset>(dir);
   std::printf(
       "ResNet training fed by the input pipeline: %s %s%s on %s, batch %lld, %lldx%lld crops, "
@@ -321,11 +324,7 @@ int train_main(const TrainConfig& c, const std::string& dir, const std::string& 
          << " --dtype " << c.dtype << (c.channels_last ? " --channels-last" : "") << " --batch "
          << c.batch << " --size " << c.size << " --workers " << c.workers << " --steps "
          << c.steps << " --warmup " << c.warmup;
-    try {
-      p = run_peer(python, args.str());
-    } catch (const std::exception& e) {
-      std::printf("(the PyTorch peer failed: %s)\n", e.what());
-    }
+    p = try_peer(python, args.str());
   }
   auto peer = [&](const char* key) { return p ? p->at(key) : 0.0; };
   std::printf("%-34s %12s %12s %8s\n", "images per second", "kusari", "pytorch", "ratio");
@@ -338,8 +337,7 @@ int train_main(const TrainConfig& c, const std::string& dir, const std::string& 
   line("loader alone (its ceiling)", k.loader_only, peer("loader_only"));
   std::printf("loader-fed / random: kusari %.3f", k.loader / k.random);
   if (p) std::printf(", pytorch %.3f", peer("loader") / peer("random"));
-  std::printf("\nreproduce with: %s\n", command.c_str());
-  return 0;
+  std::printf("\n");
 }
 
 }  // namespace
@@ -390,10 +388,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", tc.warmup, "--train: untimed steps first")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
   try {
     if (count_jpegs(dir) < images) make_photo_set(photos, dir, images);
-    const std::string command = kusari::bench::command_line(argc, argv);
     std::vector<int> workers;
     std::stringstream ss(workers_list);
     for (std::string w; std::getline(ss, w, ',');) workers.push_back(std::stoi(w));
@@ -401,9 +399,9 @@ int main(int argc, char** argv) {
       tc.batch = batch;
       for (const int n : workers) {
         tc.workers = n;
-        train_main(tc, dir, python, skip_peer, command);
+        train_main(tc, dir, python, skip_peer);
       }
-      return 0;
+      return kusari::bench::finish(argc, argv);
     }
     auto ds = std::make_shared<kusari::ImageFolderDataset>(dir);
     const int64_t batches = std::max<int64_t>(1, ds->size() / batch - 1);
@@ -427,11 +425,12 @@ int main(int argc, char** argv) {
         k.per_cpu_second = std::max(k.per_cpu_second, a.per_cpu_second);
         kf.per_second = std::max(kf.per_second, b.per_second);
         if (!skip_peer) {
-          const auto res = run_peer(python, "--dir " + dir + " --workers " + std::to_string(n) +
-                                                " --batch " + std::to_string(batch) +
-                                                " --batches " + std::to_string(batches));
-          p.per_second = std::max(p.per_second, res.at("images_per_second"));
-          p.per_cpu_second = std::max(p.per_cpu_second, res.at("images_per_cpu_second"));
+          if (const auto res = try_peer(python, "--dir " + dir + " --workers " + std::to_string(n) +
+                                                    " --batch " + std::to_string(batch) +
+                                                    " --batches " + std::to_string(batches))) {
+            p.per_second = std::max(p.per_second, res->at("images_per_second"));
+            p.per_cpu_second = std::max(p.per_cpu_second, res->at("images_per_cpu_second"));
+          }
         }
       }
       std::printf("%-8d %10.1f %10.1f %10.1f %8s | %12.1f %12.1f %8s\n", n, k.per_second,
@@ -444,10 +443,9 @@ int main(int argc, char** argv) {
         "full-size: kusari without decoding at a reduced DCT size; /cpu-s: images per CPU-second "
         "of the loader's process (and, for PyTorch, of its worker processes), which a shared "
         "machine disturbs less than the wall clock\n");
-    std::printf("reproduce with: %s\n", command.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_image_loader: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return kusari::bench::finish(argc, argv);
 }

@@ -4,9 +4,10 @@
 // (gloo) with 2 processes and plain PyTorch in one process, all in the same run. Also the
 // gradient allreduce time per step.
 //
-//   bench_mn_mnist [--python python3] [--np 2] [--iterations 50]
-// (PyTorch DDP with gloo hung on the 2-core test machine in runs of 120 steps or more, so the
-// default is 50 measured steps after 5 warm-up steps)
+//   bench_mn_mnist [--python python3] [--np 2] [--iterations 50] [--timeout 600]
+// (PyTorch DDP with gloo hung on the 2-core test machine in runs of 120 steps or more, and once at
+// 50, so the default is 50 measured steps after 5 warm-up steps; a run that hangs is stopped after
+// --timeout seconds and reported, Note [Runs with a time limit])
 // (internally it re-runs itself with --worker, under mpiexec for the multi-process rows)
 #include <unistd.h>
 
@@ -66,8 +67,10 @@ int worker(int iterations, int threads, const std::string& name) {
   return 0;
 }
 
-std::map<std::string, double> run_self(const std::string& self, const std::string& prefix, const std::string& args) {
-  return kusari::bench::run_for_results(prefix + " " + self + " --worker " + args);
+// Runs this program as a worker (under mpiexec when `prefix` says so), with the time limit.
+std::optional<std::map<std::string, double>> run_self(const std::string& self, const std::string& prefix,
+                                                      const std::string& args, const std::string& what) {
+  return kusari::bench::try_run(prefix + " " + self + " --worker " + args, what);
 }
 
 }  // namespace
@@ -84,7 +87,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--threads", threads, "--worker: BLAS threads")->capture_default_str()->check(CLI::Range(1, 1 << 30));
-  app.add_option("--communicator", name, "--worker: the communicator")->capture_default_str();
+  app.add_option("--communicator", name, "--worker: the communicator")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kusari::mn::communicator_names()));
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
   if (is_worker) return worker(app.count("--iterations") ? iterations : 200, threads, name);
   const std::string np = std::to_string(np_count);
@@ -99,29 +105,47 @@ int main(int argc, char** argv) {
 
   std::printf("MNIST MLP data-parallel training on %d CPU cores, 100 samples per process per step\n", cores);
   std::printf("%-44s %14s %16s\n", "configuration", "samples/s", "allreduce ms");
-  auto single = run_self(self, "", "--threads " + std::to_string(cores) + " --iterations " + iters);
-  std::printf("%-44s %14.1f %16s\n", ("kusari, 1 process, BLAS x " + std::to_string(cores)).c_str(),
-              single["samples_per_sec"], "-");
-  double best = 0;
-  for (const char* c : {"naive", "flat"}) {
-    auto r = run_self(self, mpiexec, std::string("--communicator ") + c + " --threads " + std::to_string(per_proc) +
-                                         " --iterations " + iters);
-    std::printf("%-44s %14.1f %16.3f\n",
-                ("kusari, mpiexec -n " + np + ", BLAS x " + std::to_string(per_proc) + ", " + c).c_str(),
-                r["samples_per_sec"], r["allreduce_ms"]);
-    best = std::max(best, r["samples_per_sec"]);
+  using kusari::bench::cell;
+  const std::string one = "kusari, 1 process, BLAS x " + std::to_string(cores);
+  std::optional<double> single;
+  if (auto r = run_self(self, "", "--threads " + std::to_string(cores) + " --iterations " + iters, one)) {
+    single = r->at("samples_per_sec");
   }
-  auto torch1 = kusari::bench::run_peer(python, "ddp_mnist.py", "--np 1 --threads 1 --iterations " + iters,
-                                        "OPENBLAS_NUM_THREADS=" + std::to_string(cores));
-  std::printf("%-44s %14.1f %16s\n", ("pytorch, 1 process, BLAS x " + std::to_string(cores)).c_str(),
-              torch1["samples_per_sec"], "-");
-  auto ddp = kusari::bench::run_peer(python, "ddp_mnist.py", "--np " + np + " --threads 1 --iterations " + iters,
-                                     "OPENBLAS_NUM_THREADS=" + std::to_string(per_proc));
-  std::printf("%-44s %14.1f %16.3f\n",
+  std::printf("%-44s %14s %16s\n", one.c_str(), cell(single, 1).c_str(), "-");
+  std::optional<double> best;
+  for (const char* c : {"naive", "flat"}) {
+    const std::string row = "kusari, mpiexec -n " + np + ", BLAS x " + std::to_string(per_proc) + ", " + c;
+    std::optional<double> samples, allreduce;
+    if (auto r = run_self(self, mpiexec,
+                          std::string("--communicator ") + c + " --threads " + std::to_string(per_proc) +
+                              " --iterations " + iters,
+                          row)) {
+      samples = r->at("samples_per_sec");
+      allreduce = r->at("allreduce_ms");
+      best = std::max(best.value_or(0.0), *samples);
+    }
+    std::printf("%-44s %14s %16s\n", row.c_str(), cell(samples, 1).c_str(), cell(allreduce).c_str());
+  }
+  std::optional<double> torch1;
+  if (auto r = kusari::bench::try_peer(python, "ddp_mnist.py", "--np 1 --threads 1 --iterations " + iters,
+                                       "OPENBLAS_NUM_THREADS=" + std::to_string(cores))) {
+    torch1 = r->at("samples_per_sec");
+  }
+  std::printf("%-44s %14s %16s\n", ("pytorch, 1 process, BLAS x " + std::to_string(cores)).c_str(),
+              cell(torch1, 1).c_str(), "-");
+  std::optional<double> ddp, ddp_allreduce;
+  if (auto r = kusari::bench::try_peer(python, "ddp_mnist.py", "--np " + np + " --threads 1 --iterations " + iters,
+                                       "OPENBLAS_NUM_THREADS=" + std::to_string(per_proc))) {
+    ddp = r->at("samples_per_sec");
+    ddp_allreduce = r->at("allreduce_ms");
+  }
+  std::printf("%-44s %14s %16s\n",
               ("pytorch DDP (gloo), " + np + " processes, BLAS x " + std::to_string(per_proc)).c_str(),
-              ddp["samples_per_sec"], ddp["allreduce_ms"]);
-  std::printf("ratio kusari (best of -n %s) / pytorch DDP = %.3f; kusari -n %s / kusari 1 process = %.3f\n", np.c_str(),
-              best / ddp["samples_per_sec"], np.c_str(), best / single["samples_per_sec"]);
-  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
-  return 0;
+              cell(ddp, 1).c_str(), cell(ddp_allreduce).c_str());
+  std::optional<double> vs_ddp, vs_single;
+  if (best && ddp) vs_ddp = *best / *ddp;
+  if (best && single) vs_single = *best / *single;
+  std::printf("ratio kusari (best of -n %s) / pytorch DDP = %s; kusari -n %s / kusari 1 process = %s\n", np.c_str(),
+              cell(vs_ddp).c_str(), np.c_str(), cell(vs_single).c_str());
+  return kusari::bench::finish(argc, argv);
 }

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   app.add_option("--chains", chains, "Length of the chain of small operations")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
   constexpr int kLength = 100;  // ops per chain: 50 x (mul, add)
   kusari::set_num_threads(1);
@@ -43,13 +44,22 @@ int main(int argc, char** argv) {
       10);
   double per_op_fwd_bwd = fwd_bwd / (chains / 10 * kLength) * 1e6;
 
-  auto peer = kusari::bench::run_peer(python, "op_overhead.py", "--chains " + std::to_string(chains));
   std::printf("per-op overhead, 8-element float32 ops recorded for autograd (1 thread)\n");
+  auto peer = kusari::bench::try_peer(python, "op_overhead.py", "--chains " + std::to_string(chains));
+  auto peer_us = [&](const char* key) -> std::optional<double> {
+    if (peer) return peer->at(key);
+    return std::nullopt;
+  };
+  auto ratio = [](double ours, std::optional<double> theirs) -> std::optional<double> {
+    if (theirs) return ours / *theirs;
+    return std::nullopt;
+  };
   std::printf("%-34s %12s %12s %8s\n", "", "kusari us", "pytorch us", "ratio");
-  std::printf("%-34s %12.3f %12.3f %8.3f\n", "forward, per op", per_op_fwd, peer["forward_us"],
-              per_op_fwd / peer["forward_us"]);
-  std::printf("%-34s %12.3f %12.3f %8.3f\n", "forward + backward, per op", per_op_fwd_bwd, peer["forward_backward_us"],
-              per_op_fwd_bwd / peer["forward_backward_us"]);
-  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
-  return 0;
+  std::printf("%-34s %12.3f %12s %8s\n", "forward, per op", per_op_fwd,
+              kusari::bench::cell(peer_us("forward_us")).c_str(),
+              kusari::bench::cell(ratio(per_op_fwd, peer_us("forward_us"))).c_str());
+  std::printf("%-34s %12.3f %12s %8s\n", "forward + backward, per op", per_op_fwd_bwd,
+              kusari::bench::cell(peer_us("forward_backward_us")).c_str(),
+              kusari::bench::cell(ratio(per_op_fwd_bwd, peer_us("forward_backward_us"))).c_str());
+  return kusari::bench::finish(argc, argv);
 }

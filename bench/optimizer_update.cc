@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpu", gpu, "CUDA device (-1: the CPU)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 20));
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
   if (gpu >= 0 && !kusari::cuda_available()) {
     std::fprintf(stderr,
@@ -123,9 +124,14 @@ int main(int argc, char** argv) {
     rows.push_back(r);
   }
 
-  auto peer = kusari::bench::run_peer(
-      python, "optimizer_update.py",
-      "--repeats " + std::to_string(repeats) + " --gpu " + std::to_string(gpu));
+  const std::map<std::string, double> peer =
+      kusari::bench::try_peer(python, "optimizer_update.py",
+                              "--repeats " + std::to_string(repeats) + " --gpu " + std::to_string(gpu))
+          .value_or(std::map<std::string, double>{});
+  auto peer_ms = [&peer](const std::string& key) -> std::optional<double> {
+    if (peer.count(key)) return peer.at(key);
+    return std::nullopt;
+  };
   std::printf(
       "One optimizer update over ResNet-50's parameters (%zu tensors, %lld float32 elements) on "
       "%s, "
@@ -137,14 +143,14 @@ int main(int argc, char** argv) {
               "foreach");
   for (const Row& r : rows) {
     const std::string key = r.name == "Adam" ? "adam" : "momentum_sgd";
-    const double foreach_ms = peer.at(key + "_foreach_ms");
-    const double loop_ms = peer.at(key + "_loop_ms");
-    char fused[32] = "-";
-    if (peer.count(key + "_fused_ms"))
-      std::snprintf(fused, sizeof fused, "%.3f", peer.at(key + "_fused_ms"));
-    std::printf("%-12s %14.3f %14.3f %14.3f %14.3f %14s %10.3f %10.3f\n", r.name.c_str(),
-                r.multi_ms, r.single_ms, foreach_ms, loop_ms, fused, r.single_ms / r.multi_ms,
-                r.multi_ms / foreach_ms);
+    const std::optional<double> foreach_ms = peer_ms(key + "_foreach_ms");
+    std::optional<double> multi_vs_foreach;
+    if (foreach_ms) multi_vs_foreach = r.multi_ms / *foreach_ms;
+    std::printf("%-12s %14.3f %14.3f %14s %14s %14s %10.3f %10s\n", r.name.c_str(), r.multi_ms,
+                r.single_ms, kusari::bench::cell(foreach_ms).c_str(),
+                kusari::bench::cell(peer_ms(key + "_loop_ms")).c_str(),
+                kusari::bench::cell(peer_ms(key + "_fused_ms")).c_str(), r.single_ms / r.multi_ms,
+                kusari::bench::cell(multi_vs_foreach).c_str());
   }
   for (const Row& r : rows) {
     std::printf(
@@ -152,6 +158,5 @@ int main(int argc, char** argv) {
         r.name.c_str(), static_cast<long long>(r.multi_calls),
         static_cast<long long>(r.single_calls));
   }
-  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
-  return 0;
+  return kusari::bench::finish(argc, argv);
 }

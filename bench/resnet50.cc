@@ -102,8 +102,10 @@ int run_child(const Config& c, const std::string& row) {
   auto step = [&] {
     model->cleargrads();
     kusari::Variable loss = F::softmax_cross_entropy((*model)(kusari::Variable(x)), t);
-    loss.backward();
-    loss = kusari::Variable();  // free the graph before the update
+    kusari::BackwardOptions options;
+    options.retain_graph = false;  // frees each activation once backward is past it
+    loss.backward(options);
+    loss = kusari::Variable();
     opt.update();
   };
   if (c.profile) {
@@ -177,15 +179,6 @@ std::string peer_script() {
   return std::string(dir && *dir ? dir : KUSARI_BENCH_DIR) + "/peers/resnet50.py";
 }
 
-std::optional<std::map<std::string, double>> try_results(const std::string& command,
-                                                         const std::string& what) {
-  try {
-    return kusari::bench::run_for_results(command);
-  } catch (const std::exception& e) {
-    std::printf("(%s failed: %s)\n", what.c_str(), e.what());
-    return std::nullopt;
-  }
-}
 
 }  // namespace
 
@@ -227,6 +220,7 @@ int main(int argc, char** argv) {
   app.add_option("--child", child, "(internal) run one row of kusari in this process")->group("");
   app.add_flag("--profile", c.profile, "(with --child) one step between profiler start and stop")
       ->group("");
+  kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
   if (c.device == "cuda" && !kusari::cuda_available()) {
     std::fprintf(
@@ -271,7 +265,7 @@ int main(int argc, char** argv) {
   };
   bool torchvision = true, compile_missing = false;
   for (const std::string& row : rows) {
-    if (auto k = try_results(child_command(argv[0], c, row), "kusari " + row)) {
+    if (auto k = kusari::bench::try_run(child_command(argv[0], c, row), "kusari " + row)) {
       figures.push_back({row, "kusari eager", k->at("eager_ms"), k->at("peak_bytes")});
       keep_best(best_kusari, row, k->at("eager_ms"));
       if (k->count("graph_ms")) {
@@ -281,14 +275,14 @@ int main(int argc, char** argv) {
       }
     }
     if (c.no_peer) continue;
-    if (auto p = try_results(c.python + " " + peer_script() + " " + peer_args(c, row, "eager"),
+    if (auto p = kusari::bench::try_run(c.python + " " + peer_script() + " " + peer_args(c, row, "eager"),
                              "pytorch " + row)) {
       figures.push_back({row, "pytorch eager", p->at("ms"), p->at("peak_bytes")});
       keep_best(best_torch, row, p->at("ms"));
       torchvision = torchvision && p->count("torchvision") && p->at("torchvision") == 1;
     }
     if (c.compile) {
-      if (auto p = try_results(c.python + " " + peer_script() + " " + peer_args(c, row, "compile"),
+      if (auto p = kusari::bench::try_run(c.python + " " + peer_script() + " " + peer_args(c, row, "compile"),
                                "torch.compile " + row)) {
         if (p->count("compile_unavailable")) {
           compile_missing = true;
@@ -320,6 +314,5 @@ int main(int argc, char** argv) {
                   k / best_compile.at(dt));
     }
   }
-  std::printf("reproduce: %s\n", kusari::bench::command_line(argc, argv).c_str());
-  return 0;
+  return kusari::bench::finish(argc, argv);
 }

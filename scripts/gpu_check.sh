@@ -4,21 +4,24 @@
 # ones and the multi-process ones included, and optionally the benchmarks that guard against a
 # slowdown, alternating this tree with another checkout of kusari.
 #
-#   scripts/gpu_check.sh [--debs DIR] [--logs DIR] [--tests] [--bench] [--baseline SRC_DIR]
+#   scripts/gpu_check.sh [--debs DIR] [--logs DIR] [--targets "T1 T2"] [--tests] [--bench]
+#                        [--baseline SRC_DIR]
 #
 #   --debs DIR       unpack DIR/*.deb into a prefix and build against it
 #   --logs DIR       where ctest's and the benchmarks' output go (default build-gpu/logs)
+#   --targets "..."  build only these targets (default: everything; --tests needs everything)
 #   --tests          run ctest (all tests) and every kusari_*_tests binary's GPU cases
 #   --bench          run bench_op_overhead, bench_mnist_epoch and bench_gpu_mlp_step, twice each,
 #                    alternating with the baseline tree when one is given
 #   --baseline DIR   another kusari source tree to build (benchmarks only) and compare with
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-debs="" logs="" tests=0 bench=0 baseline=""
+debs="" logs="" targets="" tests=0 bench=0 baseline=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --debs) debs=$2; shift ;;
     --logs) logs=$2; shift ;;
+    --targets) targets=$2; shift ;;
     --tests) tests=1 ;;
     --bench) bench=1 ;;
     --baseline) baseline=$2; shift ;;
@@ -44,7 +47,11 @@ fi
 t0=$(date +%s)
 cmake -S "$here" -B "$build" "${cmake_args[@]}" >"$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 grep "kusari:" "$logs/configure.log"
-cmake --build "$build" -j "$(nproc)" >"$logs/build.log" 2>&1 || { grep -E "error|FAILED" "$logs/build.log" | head -40; exit 1; }
+target_args=()
+# shellcheck disable=SC2206
+if [ -n "$targets" ]; then target_args=(--target $targets); fi
+cmake --build "$build" -j "$(nproc)" "${target_args[@]}" >"$logs/build.log" 2>&1 ||
+  { grep -E "error|FAILED" "$logs/build.log" | head -40; exit 1; }
 if [ -n "$baseline" ]; then
   cmake -S "$baseline" -B "$baseline/build-gpu" "${cmake_args[@]}" -DKUSARI_BUILD_TESTS=OFF \
     -DKUSARI_BUILD_EXAMPLES=OFF >"$logs/configure-baseline.log" 2>&1 || { tail -30 "$logs/configure-baseline.log"; exit 1; }

@@ -57,6 +57,12 @@ def run(rank, args, port, queue):
         dist.destroy_process_group()
     if rank == 0:
         queue.put((args.iterations * 100 * args.np / elapsed, allreduce_ms))
+    if args.np > 1:
+        # Leave without tearing DDP and gloo down: on a 2-core machine a worker sometimes hung for
+        # good in their destructors once its peer had gone. The result is flushed first.
+        queue.close()
+        queue.join_thread()
+        os._exit(0)
 
 
 def main():
@@ -72,9 +78,15 @@ def main():
         port = sock.getsockname()[1]
     if args.np == 1:
         run(0, args, port, queue)
+        samples, allreduce_ms = queue.get()
     else:
-        mp.start_processes(run, args=(args, port, queue), nprocs=args.np, start_method="spawn")
-    samples, allreduce_ms = queue.get()
+        # Read the result before joining: a process that put something on a queue does not exit
+        # until it has been read, so joining first can wait forever.
+        workers = mp.start_processes(run, args=(args, port, queue), nprocs=args.np, start_method="spawn",
+                                     join=False)
+        samples, allreduce_ms = queue.get()
+        while not workers.join():
+            pass
     print("RESULT samples_per_sec", samples)
     print("RESULT allreduce_ms", allreduce_ms)
 

@@ -183,12 +183,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "Error: 'naive' communicator does not support GPU; use e.g. --communicator pure_nccl\n");
     return 1;
   }
-  if (!gpu && !cpu_communicator) communicator = "naive";
+  bool warn_fallback = false;
+  if (!gpu && !cpu_communicator) {
+    warn_fallback = app.count("--communicator") > 0;
+    communicator = "naive";
+  }
   auto comm = kusari::mn::create_communicator(communicator);
   kusari::Device device = gpu ? kusari::Device::cuda(comm->intra_rank()) : kusari::Device::cpu();
   if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->intra_size());
   kusari::set_blas_num_threads(threads);
   if (comm->rank() == 0) {
+    if (warn_fallback) std::printf("Warning: using naive communicator because only naive supports CPU-only execution\n");
     std::printf("==========================================\n");
     std::printf("Num process (COMM_WORLD): %d\n", comm->size());
     if (gpu) std::printf("Using GPUs\n");

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
                  "BLAS threads per process on CPUs, 0 or more (0: automatic, the cores divided among the host's "
                  "processes); other kernels use OMP_NUM_THREADS threads, 1 by default")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 16));
   app.add_option("--dtype", dtype_name,
                  "Dtype of the parameters and the computation. float16 and bfloat16 train in mixed precision: "
                  "float32 master weights in the optimizer, float32 softmax cross entropy; float16 also scales the "

@@ -130,8 +130,23 @@ struct QueueEntry {
   }
 };
 
+// Note [Freeing the graph during backward]
+// A node's backward rule holds what it saved in the forward (its inputs, retained outputs and
+// the arrays its rule captured). Kept until the graph dies, all of them are still alive when
+// backward reaches the first layers, whose gradients are the largest: a ResNet-50 step then
+// peaked gigabytes above PyTorch, which frees each node's saved tensors once it has run. With
+// BackwardOptions::retain_graph = false the engine does the same: after a node's rule ran and
+// its input gradients were handed on, the node drops its rule (and so the captured arrays), its
+// retained outputs and its inputs. An input made by a node that has not run yet must stay alive
+// until then, because its gradient travels in it (GradStore keeps gradients in the variables),
+// so the engine holds it, keyed by that creator, and lets it go once the creator has run; an
+// activation is then freed as soon as the last node that needs it is done. The functional mode
+// (kusari::grad) keys gradients by the variables' addresses and double backprop records a graph
+// that refers to the old one, so neither frees. A freed node that is reached again raises
+// GradientError.
+
 void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, bool retain_grad, bool double_backprop,
-                  double loss_scale, const std::vector<VariableImpl*>& keep) {
+                  double loss_scale, const std::vector<VariableImpl*>& keep, bool free_graph = false) {
   const uint64_t mark = ++g_visit_counter;
   std::priority_queue<QueueEntry> queue;
   uint64_t sequence = 0;
@@ -151,6 +166,9 @@ void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, boo
     return false;
   };
 
+  // Inputs of freed nodes whose creators have not run yet (Note [Freeing the graph during
+  // backward]).
+  std::unordered_map<FunctionNode*, std::vector<std::shared_ptr<VariableImpl>>> held;
   std::vector<Variable> gys, gxs;
   while (!queue.empty()) {
     FunctionNode* node = queue.top().node;
@@ -166,6 +184,10 @@ void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, boo
       }
     }
     if (!any) continue;
+    KUSARI_CHECK(GraphAccess::rule(*node), GradientError, "backward: the graph through '",
+                 node->name(),
+                 "' was freed by an earlier backward with BackwardOptions::retain_graph = false; "
+                 "keep it (retain_graph = true) to differentiate it again");
     gxs.assign(inputs.size(), Variable());
     {
       BackwardContext ctx(*node, gys, gxs, double_backprop);
@@ -195,6 +217,15 @@ void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, boo
         in->loss_scale = loss_scale;
       }
     }
+    if (free_graph) {
+      GraphAccess::rule(*node) = nullptr;
+      for (auto& out : outputs) out.retained = Array();
+      for (auto& in : inputs) {
+        if (in && in->creator) held[in->creator.get()].push_back(std::move(in));
+      }
+      inputs.clear();
+      held.erase(node);  // its outputs' gradients were read and cleared above
+    }
   }
 }
 
@@ -214,7 +245,8 @@ void Variable::backward(const BackwardOptions& options) const {
     self.grad = Variable(Variable(self.grad).data() * scale).impl_ptr();
   }
   if (!self.creator) return;
-  detail::run_backward({&self}, store, options.retain_grad, options.enable_double_backprop, scale, {&self});
+  detail::run_backward({&self}, store, options.retain_grad, options.enable_double_backprop, scale, {&self},
+                       !options.retain_graph && !options.enable_double_backprop);
 }
 
 std::vector<Variable> grad(const std::vector<Variable>& outputs, const std::vector<Variable>& inputs,

@@ -230,23 +230,25 @@ void MultiNodeCheckpointer::collect_garbage(
     std::error_code ec;  // a file that cannot be removed is retried at the next collection
     fs::remove(fs::path(path_) / filename(i), ec);
   }
-  remove_stale_temporaries();
+  remove_stale_temporaries(fs::file_time_type::clock::now());
 }
 
-void MultiNodeCheckpointer::remove_stale_temporaries() const {
-  // save_npz writes ".<file>.tmp.XXXXXX" beside <file> (Note [Atomic file replacement]). This
-  // rank writes its files one at a time, so between saves any of its temporaries is left over
-  // from a killed job.
-  std::vector<fs::path> stale;
-  std::error_code ec;
-  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string file = it->path().filename().string();
-    const size_t tmp = file.rfind(".tmp.");
-    if (file.size() < 2 || file[0] != '.' || tmp == std::string::npos || tmp < 1) continue;
-    const auto parsed = parse(file.substr(1, tmp - 1));
-    if (parsed && parsed->first == comm_->rank()) stale.push_back(it->path());
-  }
-  for (const fs::path& p : stale) fs::remove(p, ec);
+void MultiNodeCheckpointer::remove_stale_temporaries(fs::file_time_type modified_before) const {
+  // save_npz writes ".<file>.tmp.XXXXXX" beside <file> (Note [Atomic file replacement]); this
+  // rank's are the names of its own checkpoints (Note [Stale temporary files]).
+  if (path_.empty()) return;
+  remove_stale_temporary_files(
+      path_,
+      [this](const std::string& target) {
+        const auto parsed = parse(target);
+        return parsed && parsed->first == comm_->rank();
+      },
+      modified_before);
+}
+
+void MultiNodeCheckpointer::initialize(training::Trainer& trainer) {
+  if (path_.empty()) path_ = trainer.out();
+  remove_stale_temporaries(fs::file_time_type::clock::now());
 }
 
 std::optional<int64_t> MultiNodeCheckpointer::maybe_load(training::Trainer& trainer,
@@ -265,6 +267,7 @@ std::optional<int64_t> MultiNodeCheckpointer::maybe_load(Serializable& target,
 
 std::optional<int64_t> MultiNodeCheckpointer::load_common(Serializable& target,
                                                           Optimizer* optimizer) {
+  remove_stale_temporaries(fs::file_time_type::clock::now());
   RankReport listing;
   listing.iterations = local_iterations();
   const std::vector<int64_t> common = common_iterations(iterations_of(exchange(*comm_, listing)));
@@ -328,7 +331,7 @@ void MultiNodeCheckpointer::finalize() {
     std::error_code ec;
     fs::remove(fs::path(path_) / filename(i), ec);
   }
-  remove_stale_temporaries();
+  remove_stale_temporaries(fs::file_time_type::clock::now());
 }
 
 std::shared_ptr<MultiNodeCheckpointer> create_multi_node_checkpointer(

@@ -87,6 +87,7 @@ void MultiNodeOptimizer::update(const std::function<Variable()>& lossfun) {
   target_->cleargrads();
   BackwardOptions options;
   if (actual_->loss_scale() != 1.0) options.loss_scale = actual_->loss_scale();
+  options.retain_graph = false;  // Note [Freeing the graph during backward]
   loss.backward(options);
   loss = Variable();
   step_after_backward();

@@ -374,8 +374,9 @@ void Optimizer::update(const std::function<Variable()>& lossfun) {
   settle_loss_scale();  // (the last step's verdict decides this backward's scale)
   BackwardOptions options;
   if (loss_scale_ != 1.0) options.loss_scale = loss_scale_;
+  options.retain_graph = false;  // the loss is dropped next (Note [Freeing the graph during backward])
   loss.backward(options);
-  loss = Variable();  // free the graph before the update
+  loss = Variable();
   update();
 }
 

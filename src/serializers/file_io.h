@@ -5,7 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace kusari::detail {
 
@@ -43,7 +46,37 @@ class InputFile {
 // The temporary file gets the permissions the target would get from open(2) (0666 & ~umask), or
 // the existing target's permissions, so replacing a file does not silently change its mode. Its
 // name starts with a dot (".snapshot_iter_100.tmp.Ab12Cd") so that a crash that leaves it behind
-// does not make it look like a snapshot to code that globs for "snapshot_iter_*".
+// does not make it look like a snapshot to code that globs for "snapshot_iter_*". While it is
+// being written the temporary file is locked (flock) and listed as this process's own, and a
+// successful commit() removes what interrupted writes of the same target left behind; see
+// Note [Stale temporary files].
+
+// Note [Stale temporary files]
+// A writer killed between creating its temporary file and renaming it (SIGKILL, the OOM killer, a
+// job's time limit, a node that fails) leaves ".<target>.tmp.XXXXXX" behind, and nothing else
+// ever removes it: a preempted job that snapshots a large model fills its quota with them (40
+// kills during the snapshots of a model of 3,000 units left 1.6 GB). So the writers remove them
+// through remove_stale_temporary_files (kusari/serializers/npz.h): AtomicOutputFile::commit those
+// of its own target, the snapshot extension those of its file name pattern when it starts and
+// after each write, the multi-node checkpointer this rank's when it starts and at each garbage
+// collection.
+// Several processes may write into one folder (the ranks of a job, each under its own names; by
+// mistake, two jobs under the same names), so a file is removed only when it cannot belong to a
+// write that is still running:
+//  - its name is exactly a dot, a target name that the caller owns, ".tmp." and six letters or
+//    digits (what mkstemp draws): other names -- another rank's, another extension's, a log's --
+//    are never touched;
+//  - it was last modified before the caller's reference time (the start of the write that
+//    cleans up, or of the extension): a running write keeps touching its file, and a file created
+//    an instant ago, before its writer has locked it, is left alone;
+//  - it is not the temporary file of a write running in this process (their inodes are listed);
+//  - no process holds its lock: AtomicOutputFile holds flock(LOCK_EX) on its temporary file from
+//    its creation until it is renamed or removed, the kernel drops the lock however the writer
+//    dies, and the cleaner removes a file only while holding that lock itself (taken without
+//    waiting). Where the file system cannot lock (flock fails with another error than
+//    EWOULDBLOCK), the other rules decide.
+// A writer whose fresh file was removed in the instant before it took the lock notices (its name
+// no longer leads to its file) and creates another one.
 
 /// An output file that replaces `path` only when commit() succeeds. See Note [Atomic file
 /// replacement].
@@ -76,9 +109,21 @@ class AtomicOutputFile {
   std::string temp_path_;
   std::string caller_;
   std::FILE* file_ = nullptr;
+  // A second descriptor of the temporary file that holds its lock until the file is renamed or
+  // removed (closing file_ must not release it; Note [Stale temporary files]).
+  int lock_fd_ = -1;
+  // The temporary file's device and inode, listed as written by this process while it is open.
+  uint64_t dev_ = 0, ino_ = 0;
+  // When the write began: temporary files of the same target last modified before it are stale.
+  std::filesystem::file_time_type started_;
   uint64_t pos_ = 0;
   uint64_t end_ = 0;
   bool committed_ = false;
 };
+
+/// The target of a temporary file name of AtomicOutputFile: "snapshot_iter_100" for
+/// ".snapshot_iter_100.tmp.Ab12Cd" (a dot, the target, ".tmp." and the six letters or digits
+/// that mkstemp draws); nullopt for any other name.
+std::optional<std::string> temporary_file_target(std::string_view name);
 
 }  // namespace kusari::detail

@@ -128,6 +128,7 @@ void StandardUpdater::graph_step(const std::vector<Array>& arrays) {
       target->cleargrads();
       BackwardOptions options;
       if (step->loss_scale != 1.0) options.loss_scale = step->loss_scale;
+      options.retain_graph = false;  // Note [Freeing the graph during backward]
       loss.backward(options);
     });
   }

@@ -1,8 +1,12 @@
 // Multi-process tests of the checkpoints of multi-node jobs: create_multi_node_checkpointer (file
 // names, garbage collection, resuming from the newest complete set after losing or damaging one
 // rank's newest file) and multi_node_snapshot (one writer per replica set, restoring every rank).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -294,6 +298,83 @@ TEST_F(CheckpointTest, WorksWithoutATrainer) {
   });
 }
 
+// A file last modified `age` ago (negative: in the future).
+void touch_aged(const fs::path& file, std::chrono::seconds age) {
+  touch(file);
+  fs::last_write_time(file, fs::file_time_type::clock::now() - age);
+}
+
+// Each rank removes the temporary files that its own killed saves left (Note [Stale temporary
+// files]) when the checkpointer starts and at each collection; never another rank's, never a
+// look-alike, never one that a running save holds (locked) or that was written after it started.
+TEST_F(CheckpointTest, StaleTemporaryFilesOfThisRankAreRemovedAtTheStartAndAtEachCollection) {
+  on_every_rank([&] {
+    const int rank = comm_->rank();
+    const std::string r = std::to_string(rank);
+    const auto hour = std::chrono::hours(1);
+    const std::string stale = ".job." + r + ".10.tmp.Stale" + r;
+    const std::string live = ".job." + r + ".11.tmp.LiveA" + r;
+    const std::string fresh = ".job." + r + ".12.tmp.NewBb" + r;
+    const std::vector<std::string> decoys = {
+        ".job." + r + ".10.tmp.Ab12C",        // five random characters
+        ".jobs." + r + ".10.tmp.Ab12Cd",      // another checkpointer's name
+        ".job." + r + ".x.tmp.Ab12Cd",        // not an iteration
+        ".job." + r + ".10.npz.tmp.Ab12Cd",   // not a checkpoint name
+        ".job.99." + r + ".tmp.Ab12Cd",       // rank 99's (no such rank here)
+    };
+    touch_aged(dir_ / stale, hour);
+    touch_aged(dir_ / live, hour);
+    touch_aged(dir_ / fresh, -hour);
+    for (const std::string& d : decoys) touch_aged(dir_ / d, hour);
+    // A save of the same name still running (say, a second job started by mistake): locked.
+    const int running = ::open((dir_ / live).c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(running, 0);
+    ASSERT_EQ(::flock(running, LOCK_EX | LOCK_NB), 0);
+    comm_->barrier();
+
+    TrainingRun run = make_run(comm_, 0, false);
+    Trainer trainer(run.updater, interval(2, "iteration"), dir_.string());
+    auto checkpointer = create_multi_node_checkpointer("job", comm_, 1, 2);
+    trainer.extend(checkpointer, "", interval(1, "iteration"));
+    EXPECT_EQ(checkpointer->maybe_load(trainer, run.optimizer.get()), std::nullopt);
+    comm_->barrier();
+    std::vector<std::string> expected;
+    for (int other = 0; other < comm_->size(); ++other) {
+      const std::string o = std::to_string(other);
+      expected.insert(expected.end(),
+                      {".job." + o + ".11.tmp.LiveA" + o, ".job." + o + ".12.tmp.NewBb" + o,
+                       ".job." + o + ".10.tmp.Ab12C", ".jobs." + o + ".10.tmp.Ab12Cd",
+                       ".job." + o + ".x.tmp.Ab12Cd", ".job." + o + ".10.npz.tmp.Ab12Cd",
+                       ".job.99." + o + ".tmp.Ab12Cd"});
+    }
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(list_dir(dir_), expected) << "at the start, every rank removed its own stale file";
+    comm_->barrier();
+
+    // The running save ends (its lock is released, its file left): the trainer's start removes
+    // it. A file left during training is removed by the next collection (every second save).
+    ::close(running);
+    comm_->barrier();
+    const std::string killed = ".job." + r + ".1.tmp.Kille" + r;
+    std::map<std::string, bool> seen;
+    auto plant = [&](Trainer& t) {
+      seen["live at the first save"] = fs::exists(dir_ / live);
+      if (t.updater().iteration() == 2) touch_aged(dir_ / killed, std::chrono::seconds(30));
+    };
+    auto look = [&](Trainer& t) {
+      if (t.updater().iteration() == 2) seen["killed after the collection"] = fs::exists(dir_ / killed);
+    };
+    trainer.extend(training::make_extension(plant, "plant", interval(1, "iteration"),
+                                            training::kPriorityWriter));
+    trainer.extend(training::make_extension(look, "look", interval(1, "iteration"), -200));
+    trainer.run();
+    EXPECT_FALSE(seen.at("live at the first save"));
+    EXPECT_FALSE(seen.at("killed after the collection"));
+    EXPECT_TRUE(fs::exists(dir_ / fresh));
+    for (const std::string& d : decoys) EXPECT_TRUE(fs::exists(dir_ / d)) << d;
+  });
+}
+
 class FailingTarget : public Serializable {
  public:
   explicit FailingTarget(bool fail) : fail_(fail) {}
@@ -399,6 +480,41 @@ TEST_F(CheckpointTest, MultiNodeSnapshotWritesOncePerReplicaSetAndRestoresEveryR
     tc.run();
     EXPECT_EQ(c.updater->iteration(), 12);
     EXPECT_EQ(params_of(*c.model), params_of(*a.model)) << "rank " << rank;
+  });
+}
+
+// Under multi_node_snapshot each rank's snapshot pattern ends in ".<rank>", so at the start
+// (here with autoload) each rank removes its own killed writes' temporary files and never another
+// rank's: rank 0's folder also holds one of a rank this job does not have, and one that another
+// rank's running write holds.
+TEST_F(CheckpointTest, MultiNodeSnapshotRemovesOnlyItsOwnRanksStaleTemporaryFiles) {
+  on_every_rank([&] {
+    const int rank = comm_->rank(), size = comm_->size();
+    const std::string r = std::to_string(rank);
+    const auto hour = std::chrono::hours(1);
+    fs::create_directories(dir_);
+    touch_aged(dir_ / (".snapshot_iter_5." + r + ".tmp.Stale" + r), hour);
+    const std::string absent_rank = ".snapshot_iter_5." + std::to_string(size) + ".tmp.Other0";
+    const std::string running_write = ".snapshot_iter_5.1.tmp.LiveAa";
+    int running = -1;
+    if (rank == 0) {
+      touch_aged(dir_ / absent_rank, hour);
+      touch_aged(dir_ / running_write, hour);
+      running = ::open((dir_ / running_write).c_str(), O_RDWR | O_CLOEXEC);
+      ASSERT_EQ(::flock(running, LOCK_EX | LOCK_NB), 0);
+    }
+    comm_->barrier();
+    TrainingRun run = make_run(comm_, 0, false);
+    Trainer trainer(run.updater, interval(1, "iteration"), dir_.string());
+    SnapshotOptions options;
+    options.autoload = true;
+    trainer.extend(multi_node_snapshot(comm_, training::extensions::snapshot(options)), "",
+                   interval(100, "iteration"));
+    trainer.run();
+    comm_->barrier();
+    EXPECT_EQ(list_dir(dir_), (std::vector<std::string>{running_write, absent_rank}));
+    comm_->barrier();
+    if (running >= 0) ::close(running);
   });
 }
 

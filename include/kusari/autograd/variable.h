@@ -65,6 +65,11 @@ struct BackwardOptions {
   bool enable_double_backprop = false;
   /// Multiply the initial gradient by this factor (for float16 training); leaves remember it.
   std::optional<double> loss_scale;
+  /// Keep the graph after backward (Chainer's behaviour: it lives as long as its variables).
+  /// False frees each node's saved arrays as soon as its backward rule has run, so that memory
+  /// falls during backward instead of peaking at its end (PyTorch's retain_graph=False); the
+  /// graph cannot be differentiated again then. See Note [Freeing the graph during backward].
+  bool retain_graph = true;
 };
 
 /// A node of the computational graph: an array, its gradient, and the function that made it.

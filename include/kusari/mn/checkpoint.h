@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,8 +56,15 @@ struct CheckpointStats {
 /// rank deletes its files except those of the newest `cp_interval` complete sets. Files of an
 /// iteration newer than the one just saved are deleted too: they are left from an earlier run
 /// that got further before it crashed without completing that set, and this run writes its own.
-/// So are this rank's temporary files left by a save that was killed. At most
-/// cp_interval + gc_interval checkpoint files per rank exist at any time.
+/// At most cp_interval + gc_interval checkpoint files per rank exist at any time. The temporary
+/// files of this rank's saves that were killed (".<name>.<rank>.<iteration>.tmp.XXXXXX") are
+/// removed when the checkpointer starts (initialize(), maybe_load()) and at every collection,
+/// never another rank's nor one a running save holds (Note [Stale temporary files]). Not after
+/// every save: the checkpointer runs every iteration by default, and listing a folder that all
+/// ranks share at every step costs a parallel file system dearly; a save of this process that
+/// fails removes its own temporary file, so between starts only files that a running save held
+/// at the start (a dying process of the previous job) can be left, and the next collection
+/// takes them.
 ///
 /// maybe_load() lists each rank's files, agrees (allgather) on the iterations every rank has, and
 /// loads the newest of them on every rank. A file that cannot be read (truncated, damaged, CRC
@@ -87,6 +95,9 @@ class MultiNodeCheckpointer : public training::Extension {
   std::shared_ptr<training::Trigger> default_trigger() const override;
   /// -100, like snapshot: runs after the other extensions of the iteration.
   int priority() const override { return -100; }
+  /// Takes the trainer's out folder when no path was given, and removes this rank's temporary
+  /// files of killed saves (see the Note).
+  void initialize(training::Trainer& trainer) override;
   /// Remembers that training failed, so that finalize() keeps the checkpoints.
   void on_error(training::Trainer& trainer, const std::exception& error) override;
   /// Removes this rank's checkpoint files unless training failed (see the Note).
@@ -127,8 +138,9 @@ class MultiNodeCheckpointer : public training::Extension {
   std::optional<int64_t> load_common(Serializable& target, Optimizer* optimizer);
   void collect_garbage(const std::vector<std::vector<int64_t>>& iterations_of_ranks,
                        int64_t saved_iteration);
-  /// Removes this rank's temporary files left by a killed save.
-  void remove_stale_temporaries() const;
+  /// Removes this rank's temporary files left by killed saves, last modified before
+  /// `modified_before`.
+  void remove_stale_temporaries(std::filesystem::file_time_type modified_before) const;
 
   std::string name_;
   std::shared_ptr<Communicator> comm_;

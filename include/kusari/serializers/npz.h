@@ -10,6 +10,8 @@
 // way round). See docs/serialization.md.
 #pragma once
 
+#include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,8 +35,22 @@ NamedArrays read_npz(const std::string& path);
 /// Writes arrays (any device, layout and dtype; bfloat16 is stored as float32) as an npz file,
 /// deflate-compressed unless `compress` is false (numpy.savez_compressed / numpy.savez). Keys must
 /// be unique and non-empty. The file is replaced atomically: on any error the previous file is
-/// left as it was and no temporary file remains (Note [Atomic file replacement]).
+/// left as it was and no temporary file remains (Note [Atomic file replacement]); a successful
+/// write also removes the temporary files that killed writes of `path` left behind (Note [Stale
+/// temporary files]).
 void write_npz(const std::string& path, const NamedArrays& arrays, bool compress = true);
+
+/// Removes from `dir` the temporary files that interrupted writes left behind (a save_npz,
+/// write_npz or write_npy killed before it renamed its file into place): files named
+/// ".<target>.tmp.XXXXXX" whose <target> `owns` accepts, last modified before `modified_before`,
+/// that no running write holds (Note [Stale temporary files]). Returns the names removed. Best
+/// effort: a file that cannot be removed stays where it is, silently. Every successful write
+/// already does this for its own target, and the snapshot extension and the multi-node
+/// checkpointer for their file name patterns; call it for names of your own, e.g.
+/// `remove_stale_temporary_files("out", [](const std::string& t) { return t.starts_with("model_"); })`.
+std::vector<std::string> remove_stale_temporary_files(
+    const std::string& dir, const std::function<bool(const std::string& target)>& owns,
+    std::filesystem::file_time_type modified_before = std::filesystem::file_time_type::clock::now());
 
 /// Reads one .npy file (numpy.load of a .npy), on the CPU.
 Array read_npy(const std::string& path);
@@ -163,7 +179,8 @@ class NpzDeserializer : public Serializer {
 };
 
 /// Saves `obj` (a Link, Optimizer, Trainer, ...) to an npz file in Chainer's key layout,
-/// compressed unless `compression` is false. The file is replaced atomically.
+/// compressed unless `compression` is false. The file is replaced atomically, and the temporary
+/// files that killed saves of `file` left behind are removed (Note [Stale temporary files]).
 void save_npz(const std::string& file, Serializable& obj, bool compression = true);
 
 /// Loads `obj` from an npz file written by save_npz (or by Chainer). `path` selects a sub-tree,

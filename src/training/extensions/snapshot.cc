@@ -28,6 +28,14 @@ std::string regex_escape(const std::string& s) {
   return std::regex_replace(s, special, R"(\$&)");
 }
 
+// The file name pattern as a regular expression, each field turned into a number group.
+std::regex filename_regex(const std::string& filename) {
+  std::string pattern = regex_escape(filename);
+  pattern = replace_all(pattern, regex_escape(kIterationField), "([0-9]+)");
+  pattern = replace_all(pattern, regex_escape(kEpochField), "([0-9]+)");
+  return std::regex("^" + pattern + "$");
+}
+
 }  // namespace
 
 Snapshot::Snapshot(Serializable* target, SnapshotOptions options) : target_(target), options_(std::move(options)) {
@@ -48,11 +56,7 @@ std::string Snapshot::filename_for(Trainer& trainer) const {
 }
 
 std::vector<std::string> Snapshot::find_snapshots(const std::string& dir) const {
-  // The pattern with each field turned into a number group.
-  std::string pattern = regex_escape(options_.filename);
-  pattern = replace_all(pattern, regex_escape(kIterationField), "([0-9]+)");
-  pattern = replace_all(pattern, regex_escape(kEpochField), "([0-9]+)");
-  const std::regex re("^" + pattern + "$");
+  const std::regex re = filename_regex(options_.filename);
   std::vector<std::pair<std::vector<long long>, std::string>> found;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return {};
@@ -71,7 +75,17 @@ std::vector<std::string> Snapshot::find_snapshots(const std::string& dir) const 
   return names;
 }
 
+std::vector<std::string> Snapshot::remove_stale_temporaries(
+    const std::string& dir, fs::file_time_type modified_before) const {
+  const std::regex re = filename_regex(options_.filename);
+  return remove_stale_temporary_files(
+      dir, [&re](const std::string& target) { return std::regex_match(target, re); },
+      modified_before);
+}
+
 void Snapshot::initialize(Trainer& trainer) {
+  // Before anything else: what snapshots of an earlier, killed run left half-written.
+  remove_stale_temporaries(trainer.out(), fs::file_time_type::clock::now());
   if (!options_.autoload) return;
   std::vector<std::string> existing = find_snapshots(trainer.out());
   if (existing.empty()) return;
@@ -80,9 +94,12 @@ void Snapshot::initialize(Trainer& trainer) {
 }
 
 void Snapshot::write(Trainer& trainer) {
+  const fs::file_time_type started = fs::file_time_type::clock::now();
   fs::create_directories(trainer.out());
   const std::string path = (fs::path(trainer.out()) / filename_for(trainer)).string();
   save_npz(path, target_ ? *target_ : static_cast<Serializable&>(trainer), options_.compression);
+  // Note [Snapshot files on disk]
+  remove_stale_temporaries(trainer.out(), started);
   if (options_.n_retains > 0) {
     std::vector<std::string> existing = find_snapshots(trainer.out());
     const size_t keep = static_cast<size_t>(options_.n_retains);

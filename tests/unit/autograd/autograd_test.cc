@@ -66,6 +66,50 @@ TEST_P(AutogradTest, IntermediateGradsAreFreedUnlessRetained) {
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{18, 36}));
 }
 
+// Note [Freeing the graph during backward]
+TEST_P(AutogradTest, FreeingTheGraphGivesTheSameGradients) {
+  auto run = [&](bool retain_graph) {
+    Variable x = leaf({0.5, -1.0, 2.0}), w = leaf({1.5, 0.25, -0.5});
+    Variable h = F::exp(x * w);     // exp keeps its output
+    Variable a = h * x + F::sqrt(h);  // x used twice, h used twice
+    Variable b = F::sum(a * a) + F::sum(h);
+    BackwardOptions options;
+    options.retain_graph = retain_graph;
+    b.backward(options);
+    return std::make_pair(x.grad().to_vector<double>(), w.grad().to_vector<double>());
+  };
+  const auto kept = run(true), freed = run(false);
+  EXPECT_EQ(kept.first, freed.first);
+  EXPECT_EQ(kept.second, freed.second);
+}
+
+TEST_P(AutogradTest, FreedGraphReleasesSavedArraysAndRefusesASecondBackward) {
+  for (bool retain_graph : {true, false}) {
+    SCOPED_TRACE(retain_graph ? "retain_graph" : "free the graph");
+    Variable x = leaf({1, 2, 3});
+    Variable y;
+    std::weak_ptr<void> saved;
+    {
+      Variable h = F::exp(x);  // its output is saved for the backward of exp and of h * h
+      saved = h.data().storage();
+      y = F::sum(h * h);
+    }
+    ASSERT_FALSE(saved.expired());  // only the graph holds h now
+    BackwardOptions options;
+    options.retain_graph = retain_graph;
+    y.backward(options);
+    EXPECT_EQ(saved.expired(), !retain_graph);
+    x.cleargrad();
+    if (retain_graph) {
+      y.backward();
+      EXPECT_TRUE(x.grad().defined());
+    } else {
+      EXPECT_TRUE(testing::ThrowsWith<GradientError>([&] { y.backward(); },
+                                                     {"backward:", "freed by an earlier backward"}));
+    }
+  }
+}
+
 TEST_P(AutogradTest, NonScalarNeedsAGradient) {
   Variable x = leaf({1, 2});
   Variable y = x * 2.0;

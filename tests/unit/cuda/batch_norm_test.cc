@@ -50,6 +50,9 @@ TEST_F(CudaBatchNorm, FusedKernelsMatchTheCpu) {
       {{3, 5, 7, 9}, false},  {{3, 5, 7, 9}, true},      {{1, 33, 1, 1}, false},
       {{2, 33}, false},       {{32, 64, 14, 14}, false}, {{32, 64, 14, 14}, true},
       {{8, 256, 7, 7}, true}, {{4, 3, 56, 56}, false},   {{4, 130, 5, 3}, true},
+      // Channels-last shapes of the pack kernels (Note [Batch norm packs]): several tiles of 64
+      // packs per row, a last tile with one pack, and fewer packs per row than a warp.
+      {{2, 2048, 3, 3}, true}, {{3, 520, 5, 5}, true},  {{5, 24, 7, 9}, true},
   };
   uint64_t seed = 1;
   for (Dtype d : {float32, bfloat16, float16}) {

@@ -94,6 +94,52 @@ TEST_F(CudaConvolution, ForwardAndGradientsMatchTheCpu) {
   }
 }
 
+// The plans are keyed by layout and by the pointers' alignment (Note [cuDNN graph API
+// convolutions]): channels-last operands, and views that start at an odd element (so at most
+// 2-byte aligned for 16-bit dtypes), must give the CPU's values in every direction.
+TEST_F(CudaConvolution, ChannelsLastAndMisalignedViewsMatchTheCpu) {
+  uint64_t seed = 100;
+  Conv2dParams p;
+  p.pad[0] = p.pad[1] = 1;
+  p.stride[0] = 2;
+  for (Dtype dtype : floating_dtypes()) {
+    const std::string what = dtype_name(dtype);
+    const Array x = testing::random_array({3, 8, 9, 10}, dtype, -1, 1, seed++);
+    const Array w = testing::random_array({16, 8, 3, 3}, dtype, -1, 1, seed++);
+    const Array y = conv2d(x, w, Array(), p);
+    const Array gy = testing::random_array(y.shape(), dtype, -1, 1, seed++);
+    const Array gx = conv2d_backward_data(w, gy, x.shape(), p);
+    const Array gw = conv2d_backward_filter(x, gy, w.shape(), p);
+    const Array xl = x.to_device(gpu()).to_memory_format(MemoryFormat::kChannelsLast);
+    const Array wl = w.to_device(gpu()).to_memory_format(MemoryFormat::kChannelsLast);
+    const Array gyl = gy.to_device(gpu()).to_memory_format(MemoryFormat::kChannelsLast);
+    EXPECT_TRUE(GpuMatchesCpu(conv2d(xl, wl, Array(), p), y, conv_tolerance(dtype)))
+        << what << " channels-last forward";
+    EXPECT_TRUE(GpuMatchesCpu(conv2d_backward_data(wl, gyl, x.shape(), p), gx,
+                              conv_tolerance(dtype)))
+        << what << " channels-last gradient of x";
+    EXPECT_TRUE(GpuMatchesCpu(conv2d_backward_filter(xl, gyl, w.shape(), p), gw,
+                              conv_tolerance(dtype)))
+        << what << " channels-last gradient of W";
+    // Views one element into a larger buffer: the data pointers are misaligned.
+    const auto shifted = [&](const Array& a) {
+      const Array flat = Array::empty({a.size() + 1}, dtype, gpu());
+      Array view = flat.as_strided(a.shape(), Array::empty(a.shape(), dtype).strides(), 1);
+      view.assign(a.to_device(gpu()));
+      return view;
+    };
+    EXPECT_TRUE(GpuMatchesCpu(conv2d(shifted(x), shifted(w), Array(), p), y,
+                              conv_tolerance(dtype)))
+        << what << " misaligned forward";
+    EXPECT_TRUE(GpuMatchesCpu(conv2d_backward_data(shifted(w), shifted(gy), x.shape(), p), gx,
+                              conv_tolerance(dtype)))
+        << what << " misaligned gradient of x";
+    EXPECT_TRUE(GpuMatchesCpu(conv2d_backward_filter(shifted(x), shifted(gy), w.shape(), p), gw,
+                              conv_tolerance(dtype)))
+        << what << " misaligned gradient of W";
+  }
+}
+
 TEST_F(CudaConvolution, RepeatedCallsReuseThePlanAndAgree) {
   const Array x = testing::random_array({4, 8, 16, 16}, float32, -1, 1, 3).to_device(gpu());
   const Array w = testing::random_array({8, 8, 3, 3}, float32, -1, 1, 4).to_device(gpu());

@@ -1,8 +1,10 @@
 // Tests of the npz serializers: NPY/ZIP encoding, NumPy interoperability in both directions
 // (through /usr/bin/python3 with NumPy: the tests fail, never skip, without it), corruption
 // handling, atomic replacement, and the Serializer protocol on links and optimizer-like objects.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@
 #include "kusari/links/link.h"
 #include "kusari/optimizers/optimizer.h"
 #include "kusari/serializers/npz.h"
+#include "serializers/file_io.h"
 #include "serializers/npz_internal.h"
 #include "test_util.h"
 
@@ -695,6 +698,93 @@ TEST_F(NpzTest, FailedWriteKeepsThePreviousFile) {
   EXPECT_EQ(fs::status(path).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
   EXPECT_EQ(listing(), std::vector<std::string>{"model.npz"});
+}
+
+// --- temporary files of killed writes (Note [Stale temporary files])
+// ---------------------------------
+
+using FileClock = fs::file_time_type::clock;
+
+// A file last modified `age` ago (negative: in the future).
+void make_aged_file(const fs::path& path, std::chrono::seconds age) {
+  std::ofstream(path) << "half an archive";
+  fs::last_write_time(path, FileClock::now() - age);
+}
+
+TEST(TemporaryFileNameTest, OnlyTheExactFormIsATemporaryFile) {
+  EXPECT_EQ(detail::temporary_file_target(".model.npz.tmp.Ab12Cd"), "model.npz");
+  EXPECT_EQ(detail::temporary_file_target(".snapshot_iter_5.1.tmp.000000"), "snapshot_iter_5.1");
+  EXPECT_EQ(detail::temporary_file_target(".a.tmp.zzzzzz"), "a");
+  for (const char* other : {"model.npz.tmp.Ab12Cd", ".model.npz.tmp.Ab12C", ".model.npz.tmp.Ab12Cde",
+                            ".model.npz.tmp.Ab_2Cd", ".model.npz.tmp.", ".tmp.Ab12Cd", "..tmp.Ab12Cd",
+                            ".model.npz.tmpAb12Cd", ".model.npz", ""}) {
+    EXPECT_EQ(detail::temporary_file_target(other), std::nullopt) << other;
+  }
+}
+
+// A successful write removes the temporary files that killed writes of the same file left, and
+// nothing else: not other files' temporaries, not look-alikes, not a file a running write holds
+// (locked), not one modified after the write began.
+TEST_F(NpzTest, SuccessfulWriteRemovesStaleTemporaryFilesOfItsTarget) {
+  const std::vector<std::string> stale = {".model.npz.tmp.Ab12Cd", ".model.npz.tmp.000000"};
+  const std::vector<std::string> kept = {
+      ".other.npz.tmp.Ab12Cd",    // another file's
+      ".model.npz.tmp.Ab12C",     // not mkstemp's six characters
+      "model.npz.tmp.Ab12Cd",     // no leading dot
+      ".model.npz.1.tmp.Ab12Cd",  // another name
+      ".model.npz.tmp.NewBbb",    // modified after the write began (below)
+      ".model.npz.tmp.LiveAa",    // locked by a running write (below)
+  };
+  for (const std::string& name : stale) make_aged_file(dir_ / name, std::chrono::hours(2));
+  for (const std::string& name : kept) make_aged_file(dir_ / name, std::chrono::hours(2));
+  fs::last_write_time(dir_ / ".model.npz.tmp.NewBbb", FileClock::now() + std::chrono::hours(1));
+  const int running = ::open((dir_ / ".model.npz.tmp.LiveAa").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(running, 0);
+  ASSERT_EQ(::flock(running, LOCK_EX | LOCK_NB), 0);
+
+  write_npz(file("model.npz"), {{"a", sample({3}, float32)}});
+  std::vector<std::string> expected = kept;
+  expected.push_back("model.npz");
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(listing(), expected);
+
+  // Its writer gone, the next write of model.npz removes it (write_npy and save_npz alike).
+  ::close(running);
+  write_npy(file("model.npz"), sample({2}, float32));
+  EXPECT_FALSE(fs::exists(dir_ / ".model.npz.tmp.LiveAa"));
+  EXPECT_TRUE(fs::exists(dir_ / ".model.npz.tmp.NewBbb"));
+}
+
+// While a write runs, its temporary file is locked and listed as this process's own, so that no
+// cleaner -- in this process or another -- takes it; a failed write removes it.
+TEST_F(NpzTest, RunningWriteKeepsItsTemporaryFile) {
+  {
+    detail::AtomicOutputFile out(file("model.npz"), "test");
+    out.write("abc", 3);
+    const fs::path temp = out.temp_path();
+    ASSERT_TRUE(fs::exists(temp));
+    EXPECT_EQ(detail::temporary_file_target(temp.filename().string()), "model.npz");
+    // Another process (another open file description) cannot take the lock.
+    const int other = ::open(temp.c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(other, 0);
+    EXPECT_NE(::flock(other, LOCK_EX | LOCK_NB), 0);
+    EXPECT_EQ(errno, EWOULDBLOCK);
+    ::close(other);
+    // A cleaner that would take anything of any age leaves it alone.
+    EXPECT_EQ(remove_stale_temporary_files(
+                  dir_.string(), [](const std::string&) { return true; },
+                  FileClock::now() + std::chrono::hours(1)),
+              std::vector<std::string>{});
+    EXPECT_TRUE(fs::exists(temp));
+  }
+  EXPECT_EQ(listing(), std::vector<std::string>{}) << "an abandoned write removes its file";
+  // A cleaner of one's own names returns what it removed.
+  make_aged_file(dir_ / ".mine_1.tmp.Ab12Cd", std::chrono::hours(1));
+  make_aged_file(dir_ / ".theirs_1.tmp.Ab12Cd", std::chrono::hours(1));
+  EXPECT_EQ(remove_stale_temporary_files(
+                dir_.string(), [](const std::string& t) { return t.starts_with("mine_"); }),
+            std::vector<std::string>{".mine_1.tmp.Ab12Cd"});
+  EXPECT_EQ(listing(), std::vector<std::string>{".theirs_1.tmp.Ab12Cd"});
 }
 
 // --- the serializers on links and other Serializables

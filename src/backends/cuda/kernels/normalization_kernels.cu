@@ -15,11 +15,9 @@
 // which walks a flat index with 32-bit division.
 // The reductions write per-(channel, split) partials to a small workspace; a second kernel, one
 // thread per channel, merges them and finishes the statistics (and the running averages).
-// Measured on an H200 (docs/benchmarks.md, bench_batch_norm): threads that each moved packs of
-// up to 16 bytes of channels, and reductions that kept four rows' loads in flight per thread,
-// were both slower than these one-element-per-thread kernels on ResNet-50's channels-last
-// shapes (fewer blocks in flight). What made them fast was the number of blocks: see
-// reduction_splits (float32 channels-last bn went from 1.46x PyTorch's time to 1.08x).
+// Channels-minor data whose C is a multiple of a 16-byte pack (8 bfloat16 or float16, 4 float32,
+// 2 float64 channels) and whose arrays are 16-byte aligned takes the pack kernels instead: see
+// Note [Batch norm packs]. The one-element kernels stay for the rest.
 #include <algorithm>
 
 #include "backends/cuda/kernels/cuda_kernels.h"
@@ -114,22 +112,109 @@ __device__ void block_sum2(S& a, S& b) {
 constexpr int kPlanarBlock = 256;
 constexpr int kRowsX = 32, kRowsY = 8;
 
+// --- 16-byte packs -------------------------------------------------------------------------------
+
+// Note [Batch norm packs]
+// The one-element channels-minor kernels move 2 bytes per thread and load for 16-bit data, so a
+// warp asks for 64 bytes at a time and a multiprocessor has too few bytes in flight to cover the
+// memory latency: on an H200 they reached about 45% of the copy bandwidth on ResNet-50's
+// channels-last bfloat16 shapes. The pack kernels give each thread a fixed run of channels, one
+// 16-byte pack wide (so its per-channel constants stay in registers for the whole kernel), and
+// walk rows: blocks are (px, ry) threads, px along the packs of a row (at most 64; a warp then
+// covers whole rows or 32 packs of one row, 512 contiguous bytes), ry = 256 / px along rows, and
+// each thread issues the loads of kRowsInFlight rows before using any (4 for the passes that
+// read one array, 2 for those that read three, so that 16-bit data keeps two blocks per
+// multiprocessor within the registers). The reductions keep one
+// partial per channel and thread, merge the block's rows in shared memory, and write the same
+// per-(channel, split) partials as the one-element kernels, so the finishing kernels are shared.
+// An earlier try with 16-byte packs and four rows in flight (docs/benchmarks.md) was slower; it
+// kept one channel per thread along the rows and split the pack across threads.
+
+/// 16 bytes of T, loaded or stored at once.
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kSize = static_cast<int>(16 / sizeof(T));
+  T v[kSize];
+};
+
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p, int64_t i) {
+  return *reinterpret_cast<const Pack<T>*>(p + i);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, int64_t i, const Pack<T>& v) {
+  *reinterpret_cast<Pack<T>*>(p + i) = v;
+}
+
+constexpr int kPackBlock = 256;
+constexpr int kMaxPacksPerRowTile = 64;
+
+/// The pack kernels' block and its grid's x (tiles of a row's packs).
+struct PackGeometry {
+  int px = 1, ry = 1;
+  unsigned tiles = 1;
+  int64_t packs = 0;
+};
+
+template <typename T>
+PackGeometry pack_geometry(const BatchNormShape& s) {
+  PackGeometry g;
+  g.packs = s.channels / Pack<T>::kSize;
+  g.px = static_cast<int>(std::min<int64_t>(g.packs, kMaxPacksPerRowTile));
+  g.ry = std::max(1, kPackBlock / g.px);
+  g.tiles = static_cast<unsigned>((g.packs + g.px - 1) / g.px);
+  return g;
+}
+
+/// True when the pack kernels apply: channels-minor, whole packs per row, aligned arrays.
+template <typename T>
+bool packs_apply(const BatchNormShape& s, std::initializer_list<const void*> arrays) {
+  if (s.inner != 1 || s.channels % Pack<T>::kSize != 0) return false;
+  for (const void* a : arrays) {
+    if (a != nullptr && reinterpret_cast<uintptr_t>(a) % 16 != 0) return false;
+  }
+  return true;
+}
+
 // --- statistics ----------------------------------------------------------------------------------
 
 // The terms each reduction sums: the statistics sum x - shift and its square; the backward sums
 // g and g * (x - mean), g being gy masked by a fused relu's output.
 template <typename T, typename S>
 struct StatTerms {
+  using Elem = T;
+  static constexpr int kRowsInFlight = 4;
   const T* x;
   __device__ __forceinline__ void add(int64_t i, S shift, S& a, S& b) const {
     const S v = load_as<S>(x, i) - shift;
     a += v;
     b += v * v;
   }
+  /// The terms of kRows packs at i, i + stride, ...: one pack of channels per row.
+  template <int kRows>
+  __device__ __forceinline__ void add_packs(int64_t i, int64_t stride, const S* shift, S* a,
+                                            S* b) const {
+    constexpr int V = Pack<T>::kSize;
+    Pack<T> xs[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) xs[u] = load_pack(x, i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const S v = static_cast<S>(to_compute(xs[u].v[j])) - shift[j];
+        a[j] += v;
+        b[j] += v * v;
+      }
+    }
+  }
 };
 
 template <typename T, typename S>
 struct GradTerms {
+  using Elem = T;
+  static constexpr int kRowsInFlight = 2;
   const T* x;
   const T* gy;
   const T* relu_y;
@@ -138,6 +223,28 @@ struct GradTerms {
     if (relu_y != nullptr && !(load_as<S>(relu_y, i) > S(0))) g = S(0);
     a += g;
     b += g * (load_as<S>(x, i) - mean);
+  }
+  template <int kRows>
+  __device__ __forceinline__ void add_packs(int64_t i, int64_t stride, const S* mean, S* a,
+                                            S* b) const {
+    constexpr int V = Pack<T>::kSize;
+    Pack<T> xs[kRows], gs[kRows], ys[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      xs[u] = load_pack(x, i + u * stride);
+      gs[u] = load_pack(gy, i + u * stride);
+      if (relu_y != nullptr) ys[u] = load_pack(relu_y, i + u * stride);
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        S g = static_cast<S>(to_compute(gs[u].v[j]));
+        if (relu_y != nullptr && !(static_cast<S>(to_compute(ys[u].v[j])) > S(0))) g = S(0);
+        a[j] += g;
+        b[j] += g * (static_cast<S>(to_compute(xs[u].v[j])) - mean[j]);
+      }
+    }
   }
 };
 
@@ -227,6 +334,78 @@ __global__ void rows_partials(BatchNormShape s, Terms terms, const S* center_of,
   }
 }
 
+
+/// The channels-minor reduction on packs (Note [Batch norm packs]); writes the same partials as
+/// rows_partials. Dynamic shared memory: 2 * blockDim.x * blockDim.y * V + blockDim.y values of S.
+template <typename S, typename Terms, bool kMoments>
+__global__ void __launch_bounds__(kPackBlock, 2) pack_partials(BatchNormShape s, Terms terms, const S* center_of, S* partial,
+                              int splits, int64_t packs) {
+  using T = typename Terms::Elem;
+  constexpr int V = Pack<T>::kSize;
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool active = p < packs;
+  const int64_t c0 = p * V;
+  S center[V], a[V], b[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    a[j] = b[j] = S(0);
+    center[j] = !active ? S(0) : kMoments ? load_as<S>(terms.x, c0 + j) : center_of[c0 + j];
+  }
+  S n = S(0);
+  const int split = blockIdx.y;
+  const int64_t r1 = s.outer * (split + 1) / splits;
+  int64_t r = s.outer * split / splits + threadIdx.y;
+  const int64_t step = blockDim.y;
+  constexpr int U = Terms::kRowsInFlight;
+  if (active) {
+    for (; r + (U - 1) * step < r1; r += U * step) {
+      terms.template add_packs<U>(r * s.channels + c0, step * s.channels, center, a, b);
+      n += S(U);
+    }
+    for (; r < r1; r += step) {
+      terms.template add_packs<1>(r * s.channels + c0, 0, center, a, b);
+      n += S(1);
+    }
+  }
+  // Shared memory: sa[y][slot], sb[y][slot] with slot = x * V + j, then sn[y].
+  extern __shared__ unsigned char pack_shared[];
+  S* sa = reinterpret_cast<S*>(pack_shared);
+  const int slots = blockDim.x * V;
+  S* sb = sa + blockDim.y * slots;
+  S* sn = sb + blockDim.y * slots;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sa[threadIdx.y * slots + threadIdx.x * V + j] = a[j];
+    sb[threadIdx.y * slots + threadIdx.x * V + j] = b[j];
+  }
+  if (threadIdx.x == 0) sn[threadIdx.y] = n;
+  __syncthreads();
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  const int threads = blockDim.x * blockDim.y;
+  for (int slot = tid; slot < slots; slot += threads) {
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * slots + slot;
+    if (c >= s.channels) break;
+    S* out = partial + (c * splits + split) * 3;
+    if constexpr (kMoments) {
+      Moments<S> m = from_sums(sn[0], sa[slot], sb[slot]);
+      for (int y = 1; y < static_cast<int>(blockDim.y); ++y) {
+        m = merge(m, from_sums(sn[y], sa[y * slots + slot], sb[y * slots + slot]));
+      }
+      out[0] = m.n;
+      out[1] = m.mean;
+      out[2] = m.m2;
+    } else {
+      S ta = S(0), tb = S(0);
+      for (int y = 0; y < static_cast<int>(blockDim.y); ++y) {
+        ta += sa[y * slots + slot];
+        tb += sb[y * slots + slot];
+      }
+      out[0] = ta;
+      out[1] = tb;
+    }
+  }
+}
+
 // The finishing kernels give each channel a warp: the lanes merge a stride of its splits, then
 // the warp merges the lanes (a channel can have hundreds of splits, see reduction_splits).
 constexpr int kFinishWarps = 4;
@@ -298,11 +477,29 @@ int reduction_splits(const BatchNormShape& s, int device, bool rows) {
 }
 
 // Runs the partial reduction of `terms` into a fresh workspace; returns it and sets *splits.
+// `packs`: the pack kernel applies (Note [Batch norm packs]).
 template <typename S, bool kMoments, typename Terms>
 Array reduce_partials(const Array& like, const BatchNormShape& s, const Terms& terms,
-                      const S* center, int* splits_out) {
+                      const S* center, bool packs, int* splits_out) {
   const int device = like.device().index();
   cudaStream_t stream = prepare(like);
+  if (packs) {
+    using T = typename Terms::Elem;
+    const PackGeometry g = pack_geometry<T>(s);
+    const int64_t wanted = static_cast<int64_t>(sm_count(device)) * (2048 / kPackBlock);
+    int64_t splits = (wanted + g.tiles - 1) / g.tiles;
+    splits = std::min<int64_t>(splits, std::max<int64_t>(1, s.outer / (g.ry * 16)));
+    const int split_count = static_cast<int>(std::clamp<int64_t>(splits, 1, 65535));
+    *splits_out = split_count;
+    Array work = Array::empty({s.channels * split_count * 3}, dtype_of<S>, like.device());
+    const size_t shared =
+        (2 * static_cast<size_t>(g.px) * g.ry * Pack<T>::kSize + g.ry) * sizeof(S);
+    pack_partials<S, Terms, kMoments>
+        <<<dim3(g.tiles, static_cast<unsigned>(split_count)), dim3(g.px, g.ry), shared, stream>>>(
+            s, terms, center, work.data<S>(), split_count, g.packs);
+    KUSARI_CUDA_CHECK_LAUNCH();
+    return work;
+  }
   const bool rows = s.inner == 1;
   const int splits = reduction_splits(s, device, rows);
   *splits_out = splits;
@@ -336,7 +533,8 @@ bool batch_norm_statistics(const Array& x, const BatchNormShape& s,
     using S = stat_t<T>;
     const T* xp = static_cast<const T*>(x.raw_data());
     int splits = 1;
-    Array work = reduce_partials<S, true>(x, s, StatTerms<T, S>{xp}, nullptr, &splits);
+    Array work = reduce_partials<S, true>(x, s, StatTerms<T, S>{xp}, nullptr,
+                                          packs_apply<T>(s, {xp}), &splits);
     cudaStream_t stream = compute_stream(x.device().index());
     finish_statistics<T, S><<<finish_grid(s.channels), kFinishWarps * 32, 0, stream>>>(
         s, xp, work.data<S>(), splits, static_cast<S>(p.eps), mean.data<S>(), var.data<S>(),
@@ -360,7 +558,9 @@ bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* re
                               static_cast<const T*>(gy.raw_data()),
                               relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr};
         int splits = 1;
-        Array work = reduce_partials<S, false>(x, s, terms, mean.data<S>(), &splits);
+        Array work = reduce_partials<S, false>(x, s, terms, mean.data<S>(),
+                                               packs_apply<T>(s, {terms.x, terms.gy, terms.relu_y}),
+                                               &splits);
         cudaStream_t stream = compute_stream(x.device().index());
         finish_grad_sums<S><<<finish_grid(s.channels), kFinishWarps * 32, 0, stream>>>(
             s.channels, work.data<S>(), splits, inv_std.data<S>(), gbeta.data<S>(),
@@ -375,6 +575,8 @@ bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* re
 /// y = act((x - mean) * scale + shift (+ residual)).
 template <typename T, typename S>
 struct NormalizeOp {
+  using Elem = T;
+  static constexpr int kRowsInFlight = 4;
   const T* x;
   const T* residual;
   T* y;
@@ -390,17 +592,45 @@ struct NormalizeOp {
   __device__ __forceinline__ Channel channel(int64_t c) const {
     return {mean[c], inv_std[c] * gamma[c], beta[c]};
   }
-  __device__ __forceinline__ void apply(int64_t i, const Channel& k) const {
-    S v = (load_as<S>(x, i) - k.mu) * k.scale + k.shift;
-    if (residual != nullptr) v += load_as<S>(residual, i);
+  __device__ __forceinline__ S value(S xv, S rv, const Channel& k) const {
+    S v = (xv - k.mu) * k.scale + k.shift;
+    if (residual != nullptr) v += rv;
     if (relu) v = v > S(0) ? v : S(0);
+    return v;
+  }
+  __device__ __forceinline__ void apply(int64_t i, const Channel& k) const {
+    const S v = value(load_as<S>(x, i), residual != nullptr ? load_as<S>(residual, i) : S(0), k);
     y[i] = from_compute<T>(static_cast<compute_t<T>>(v));
+  }
+  /// kRows packs at i, i + stride, ...; k: the constants of the pack's channels.
+  template <int kRows>
+  __device__ __forceinline__ void apply_packs(int64_t i, int64_t stride, const Channel* k) const {
+    constexpr int V = Pack<T>::kSize;
+    Pack<T> xs[kRows], rs[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      xs[u] = load_pack(x, i + u * stride);
+      if (residual != nullptr) rs[u] = load_pack(residual, i + u * stride);
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      Pack<T> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const S rv = residual != nullptr ? static_cast<S>(to_compute(rs[u].v[j])) : S(0);
+        const S v = value(static_cast<S>(to_compute(xs[u].v[j])), rv, k[j]);
+        out.v[j] = from_compute<T>(static_cast<compute_t<T>>(v));
+      }
+      store_pack(y, i + u * stride, out);
+    }
   }
 };
 
 /// gx = a * (g - b - (x - mean) * d).
 template <typename T, typename S>
 struct BackwardDataOp {
+  using Elem = T;
+  static constexpr int kRowsInFlight = 2;
   const T* x;
   const T* gy;
   const T* relu_y;
@@ -425,6 +655,29 @@ struct BackwardDataOp {
     const S v = k.a * (g - k.b - (load_as<S>(x, i) - k.mu) * k.d);
     gx[i] = from_compute<T>(static_cast<compute_t<T>>(v));
   }
+  template <int kRows>
+  __device__ __forceinline__ void apply_packs(int64_t i, int64_t stride, const Channel* k) const {
+    constexpr int V = Pack<T>::kSize;
+    Pack<T> xs[kRows], gs[kRows], ys[kRows];
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      xs[u] = load_pack(x, i + u * stride);
+      gs[u] = load_pack(gy, i + u * stride);
+      if (relu_y != nullptr) ys[u] = load_pack(relu_y, i + u * stride);
+    }
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      Pack<T> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        S g = static_cast<S>(to_compute(gs[u].v[j]));
+        if (relu_y != nullptr && !(static_cast<S>(to_compute(ys[u].v[j])) > S(0))) g = S(0);
+        const S v = k[j].a * (g - k[j].b - (static_cast<S>(to_compute(xs[u].v[j])) - k[j].mu) * k[j].d);
+        out.v[j] = from_compute<T>(static_cast<compute_t<T>>(v));
+      }
+      store_pack(gx, i + u * stride, out);
+    }
+  }
 };
 
 template <typename Op>
@@ -448,10 +701,38 @@ __global__ void rows_elementwise(BatchNormShape s, Op op) {
 }
 
 template <typename Op>
-void launch_elementwise(const Array& like, const BatchNormShape& s, const Op& op) {
+__global__ void __launch_bounds__(kPackBlock, 2) pack_elementwise(BatchNormShape s, Op op, int64_t packs) {
+  using T = typename Op::Elem;
+  constexpr int V = Pack<T>::kSize;
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= packs) return;
+  const int64_t c0 = p * V;
+  typename Op::Channel k[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) k[j] = op.channel(c0 + j);
+  const int64_t step = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  int64_t r = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  constexpr int U = Op::kRowsInFlight;
+  for (; r + (U - 1) * step < s.outer; r += U * step) {
+    op.template apply_packs<U>(r * s.channels + c0, step * s.channels, k);
+  }
+  for (; r < s.outer; r += step) op.template apply_packs<1>(r * s.channels + c0, 0, k);
+}
+
+template <typename Op>
+void launch_elementwise(const Array& like, const BatchNormShape& s, const Op& op, bool packs) {
   const int device = like.device().index();
   cudaStream_t stream = prepare(like);
-  if (s.inner == 1) {
+  if (packs) {
+    const PackGeometry g = pack_geometry<typename Op::Elem>(s);
+    const int64_t wanted = static_cast<int64_t>(sm_count(device)) * (2048 / kPackBlock);
+    const int64_t row_blocks = std::clamp<int64_t>(
+        (wanted + g.tiles - 1) / g.tiles, 1,
+        std::min<int64_t>(65535, (s.outer + int64_t{g.ry} * Op::kRowsInFlight - 1) /
+                                     (int64_t{g.ry} * Op::kRowsInFlight)));
+    pack_elementwise<<<dim3(g.tiles, static_cast<unsigned>(row_blocks)), dim3(g.px, g.ry), 0,
+                       stream>>>(s, op, g.packs);
+  } else if (s.inner == 1) {
     const int64_t column_blocks = (s.channels + kRowsX - 1) / kRowsX;
     const int64_t wanted = static_cast<int64_t>(sm_count(device)) * 8;
     const int64_t row_blocks =
@@ -481,7 +762,7 @@ bool batch_norm_normalize(const Array& x, const BatchNormShape& s, const Array& 
                          gamma.data<S>(),
                          beta.data<S>(),
                          relu};
-    launch_elementwise(x, s, op);
+    launch_elementwise(x, s, op, packs_apply<T>(s, {op.x, op.residual, op.y}));
   });
   return true;
 }
@@ -504,7 +785,7 @@ bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu
                             gbeta.data<S>(),
                             ggamma.data<S>(),
                             static_cast<S>(inv_m)};
-    launch_elementwise(x, s, op);
+    launch_elementwise(x, s, op, packs_apply<T>(s, {op.x, op.gy, op.relu_y, op.gx}));
   });
   return true;
 }

@@ -1,15 +1,22 @@
 // CUDA kernels: 2-d convolution (forward, gradient of the data, gradient of the filter) through
-// cuDNN's convolution API.
+// cuDNN: its graph API first (cudnn_graph.h, Note [cuDNN graph API convolutions]), its legacy
+// convolution API where the graph API has no plan.
 //
 // Note [cuDNN convolution plans]
 // Describing a convolution to cuDNN and choosing its algorithm is slow next to running it, so
-// each (direction, dtype, geometry, groups, math mode) gets a plan once: the tensor, filter and
+// each (direction, dtype, geometry, groups, math mode, layout, pointer alignments) gets a plan
+// once: a graph-API execution plan (Note [cuDNN graph API convolutions]), or, when the graph API
+// offers none or KUSARI_CUDNN_API=legacy asks for it, the legacy API's tensor, filter and
 // convolution descriptors, the algorithm, its math type and its workspace size. Plans live in a
 // mutex-protected map per device and are shared (immutable) between threads; like the CPU's
 // oneDNN cache the map starts over past kMaxCachedPlans entries.
-//   - The algorithm comes from cuDNN's heuristics (cudnnGet*Algorithm_v7), or, when the
-//     environment sets KUSARI_CUDNN_BENCHMARK=1, from timing the candidates (cudnnFind*Ex) on the
-//     first call's own buffers (the outputs are fresh arrays, so the trial runs may write them).
+//   - The plan comes from cuDNN's heuristics (the graph API's first usable engine configuration;
+//     cudnnGet*Algorithm_v7 for the legacy API), or, when the environment sets
+//     KUSARI_CUDNN_BENCHMARK=1, from timing the candidates on the first call's own buffers (the
+//     outputs are fresh arrays, so the trial runs may write them): each graph-API candidate runs
+//     once to warm up and twice timed with events on the compute stream (at most
+//     kMaxTimedCandidates of them), the legacy API's through cudnnFind*Ex. Timing synchronises
+//     the device, so it is refused while a CUDA graph records: run one eager step first.
 //   - Candidates whose workspace exceeds kMaxCudnnWorkspaceBytes are skipped; the workspace is the
 //     device's shared, growing buffer (Note [cuDNN workspace]), so it is allocated once per size
 //     reached, not per call.
@@ -33,6 +40,7 @@
 #include <cudnn.h>
 
 #include <array>
+#include <bit>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -42,6 +50,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels/cuda_kernels.h"
+#include "backends/cuda/libs/cudnn_graph.h"
 #include "backends/cuda/runtime/cuda_backend.h"
 #include "kernels/nn.h"
 #include "kusari/core/cuda.h"
@@ -51,6 +60,8 @@ namespace kusari::cuda {
 namespace {
 
 constexpr size_t kMaxCachedPlans = 1024;
+/// Graph-API candidates timed per convolution with KUSARI_CUDNN_BENCHMARK=1.
+constexpr int kMaxTimedCandidates = 12;
 
 enum class Direction : int64_t { kForward, kBackwardData, kBackwardFilter };
 
@@ -66,6 +77,18 @@ bool benchmark_mode() {
 
 bool deterministic_mode() {
   static const bool on = env_flag("KUSARI_CUDNN_DETERMINISTIC");
+  return on;
+}
+
+/// KUSARI_CUDNN_API=legacy keeps every convolution on the legacy API (to compare the two).
+bool legacy_api_only() {
+  static const bool on = [] {
+    const char* v = std::getenv("KUSARI_CUDNN_API");
+    if (v == nullptr || std::string_view(v).empty() || std::string_view(v) == "graph") return false;
+    KUSARI_CHECK(std::string_view(v) == "legacy", ValueError, "KUSARI_CUDNN_API='", v,
+                 "': expected 'graph' (the default) or 'legacy'");
+    return true;
+  }();
   return on;
 }
 
@@ -89,18 +112,19 @@ cudnnDataType_t data_type(Dtype d) {
   }
 }
 
-/// The descriptors and algorithm of one convolution; see Note [cuDNN convolution plans].
-struct ConvPlan {
+/// The legacy API's descriptors and algorithm of one convolution; see Note [cuDNN convolution
+/// plans].
+struct LegacyPlan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;
   size_t workspace = 0;
 
-  ConvPlan() = default;
-  ConvPlan(const ConvPlan&) = delete;
-  ConvPlan& operator=(const ConvPlan&) = delete;
-  ~ConvPlan() {
+  LegacyPlan() = default;
+  LegacyPlan(const LegacyPlan&) = delete;
+  LegacyPlan& operator=(const LegacyPlan&) = delete;
+  ~LegacyPlan() {
     // Errors cannot be reported from a destructor; destroying a descriptor only frees host memory.
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
     if (w) cudnnDestroyFilterDescriptor(w);
@@ -109,7 +133,7 @@ struct ConvPlan {
   }
 };
 
-using PlanKey = std::array<int64_t, 22>;
+using PlanKey = std::array<int64_t, 26>;
 
 int to_int(int64_t v, const char* what) {
   KUSARI_CHECK(v <= std::numeric_limits<int>::max(), NotImplementedError,
@@ -129,17 +153,17 @@ struct Api<Direction::kForward> {
     KUSARI_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &n));
     return n;
   }
-  static void heuristics(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
+  static void heuristics(cudnnHandle_t h, const LegacyPlan& p, int n, int* got, Perf* perf) {
     KUSARI_CUDNN_CHECK(
         cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, n, got, perf));
   }
   // a = x, b = w, out = y
-  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out,
+  static void find(cudnnHandle_t h, const LegacyPlan& p, const void* a, const void* b, void* out,
                    int n, int* got, Perf* perf, void* ws, size_t ws_bytes) {
     KUSARI_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x, a, p.w, b, p.conv, p.y, out,
                                                               n, got, perf, ws, ws_bytes));
   }
-  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
+  static cudnnStatus_t workspace(cudnnHandle_t h, const LegacyPlan& p, int algo, size_t* bytes) {
     return cudnnGetConvolutionForwardWorkspaceSize(
         h, p.x, p.w, p.conv, p.y, static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
   }
@@ -153,17 +177,17 @@ struct Api<Direction::kBackwardData> {
     KUSARI_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &n));
     return n;
   }
-  static void heuristics(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
+  static void heuristics(cudnnHandle_t h, const LegacyPlan& p, int n, int* got, Perf* perf) {
     KUSARI_CUDNN_CHECK(
         cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, n, got, perf));
   }
   // a = w, b = gy, out = gx
-  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out,
+  static void find(cudnnHandle_t h, const LegacyPlan& p, const void* a, const void* b, void* out,
                    int n, int* got, Perf* perf, void* ws, size_t ws_bytes) {
     KUSARI_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
         h, p.w, a, p.y, b, p.conv, p.x, out, n, got, perf, ws, ws_bytes));
   }
-  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
+  static cudnnStatus_t workspace(cudnnHandle_t h, const LegacyPlan& p, int algo, size_t* bytes) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(
         h, p.w, p.y, p.conv, p.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
   }
@@ -177,17 +201,17 @@ struct Api<Direction::kBackwardFilter> {
     KUSARI_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &n));
     return n;
   }
-  static void heuristics(cudnnHandle_t h, const ConvPlan& p, int n, int* got, Perf* perf) {
+  static void heuristics(cudnnHandle_t h, const LegacyPlan& p, int n, int* got, Perf* perf) {
     KUSARI_CUDNN_CHECK(
         cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, n, got, perf));
   }
   // a = x, b = gy, out = gw
-  static void find(cudnnHandle_t h, const ConvPlan& p, const void* a, const void* b, void* out,
+  static void find(cudnnHandle_t h, const LegacyPlan& p, const void* a, const void* b, void* out,
                    int n, int* got, Perf* perf, void* ws, size_t ws_bytes) {
     KUSARI_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         h, p.x, a, p.y, b, p.conv, p.w, out, n, got, perf, ws, ws_bytes));
   }
-  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvPlan& p, int algo, size_t* bytes) {
+  static cudnnStatus_t workspace(cudnnHandle_t h, const LegacyPlan& p, int algo, size_t* bytes) {
     return cudnnGetConvolutionBackwardFilterWorkspaceSize(
         h, p.x, p.y, p.conv, p.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
   }
@@ -205,10 +229,10 @@ bool acceptable(const Perf& perf, bool fma_only) {
 }
 
 /// Creates the descriptors of a plan (the algorithm is chosen by choose_algorithm).
-std::shared_ptr<ConvPlan> describe(Dtype dtype, const ConvShape& s, const Conv2dParams& p,
-                                   cudnnMathType_t math, bool nhwc) {
+std::unique_ptr<LegacyPlan> describe(Dtype dtype, const ConvShape& s, const Conv2dParams& p,
+                                     cudnnMathType_t math, bool nhwc) {
   const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-  auto plan = std::make_shared<ConvPlan>();
+  auto plan = std::make_unique<LegacyPlan>();
   const cudnnDataType_t dt = data_type(dtype);
   const cudnnDataType_t compute = dtype == Dtype::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   KUSARI_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->x));
@@ -233,7 +257,7 @@ std::shared_ptr<ConvPlan> describe(Dtype dtype, const ConvShape& s, const Conv2d
 }
 
 template <Direction D>
-void choose_algorithm(cudnnHandle_t handle, int device, ConvPlan& plan, bool fma_only,
+void choose_algorithm(cudnnHandle_t handle, int device, LegacyPlan& plan, bool fma_only,
                       const void* a, const void* b, void* out) {
   using Perf = typename Api<D>::Perf;
   // Every use of the handle holds the device's cuDNN lock (a workspace lease).
@@ -286,9 +310,17 @@ void choose_algorithm(cudnnHandle_t handle, int device, ConvPlan& plan, bool fma
       deterministic_mode() ? ", deterministic only" : "", ")");
 }
 
+/// How one convolution runs: a graph-API plan, else a legacy one; neither for a 16-bit
+/// convolution that must run in float32.
+struct Plan {
+  std::shared_ptr<const cudnn_graph::ConvPlan> graph;
+  std::unique_ptr<LegacyPlan> legacy;
+  bool in_float32() const { return !graph && !legacy; }
+};
+
 struct PlanCache {
   std::mutex mutex;
-  std::vector<std::map<PlanKey, std::shared_ptr<const ConvPlan>>> per_device;
+  std::vector<std::map<PlanKey, std::shared_ptr<const Plan>>> per_device;
 };
 
 PlanCache& plan_cache() {
@@ -296,12 +328,123 @@ PlanCache& plan_cache() {
   return *cache;
 }
 
-/// The plan of a convolution, created on first use (a, b, out: the call's buffers, used only for
-/// benchmarking); null when a 16-bit convolution must run in float32.
+/// The three buffers of a convolution in the forward pass's names: x (dx for the gradient of the
+/// data), w (dw for the gradient of the filter) and y (dy for both gradients).
+struct Buffers {
+  void* x;
+  void* w;
+  void* y;
+};
+
+/// The largest power of two, at most 16, that divides the address (the alignment cuDNN is told).
+int64_t alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  if (address == 0) return 16;
+  return std::min<int64_t>(16, int64_t{1} << std::countr_zero(address));
+}
+
+/// Element strides of an (n, c, h, w)-indexed tensor in NCHW or NHWC.
+std::array<int64_t, 4> layout_strides(const std::array<int64_t, 4>& d, bool nhwc) {
+  if (nhwc) return {d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]};
+  return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
+}
+
+cudnn_graph::TensorSpec tensor_spec(std::array<int64_t, 4> dims, bool nhwc, const void* data) {
+  return cudnn_graph::TensorSpec{dims, layout_strides(dims, nhwc), alignment(data)};
+}
+
+constexpr cudnn_graph::ConvDirection graph_direction(Direction d) {
+  switch (d) {
+    case Direction::kForward:
+      return cudnn_graph::ConvDirection::kForward;
+    case Direction::kBackwardData:
+      return cudnn_graph::ConvDirection::kBackwardData;
+    case Direction::kBackwardFilter:
+      return cudnn_graph::ConvDirection::kBackwardFilter;
+  }
+  return cudnn_graph::ConvDirection::kForward;
+}
+
+/// The fastest of `candidates` on the call's own buffers; see Note [cuDNN convolution plans].
+std::shared_ptr<const cudnn_graph::ConvPlan> fastest(
+    int device, const std::vector<std::shared_ptr<const cudnn_graph::ConvPlan>>& candidates,
+    const Buffers& buf) {
+  check_not_capturing(device, "choosing a cuDNN convolution algorithm by timing",
+                      "timing waits for the device; run one step eagerly before capturing");
+  int64_t ws_bytes = 1;
+  for (const auto& c : candidates) ws_bytes = std::max(ws_bytes, c->workspace());
+  WorkspaceLease ws = cudnn_workspace(device, static_cast<size_t>(ws_bytes));
+  cudnnHandle_t handle = cudnn_handle(device);
+  cudaStream_t stream = compute_stream(device);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  KUSARI_CUDA_CHECK(cudaEventCreate(&start));
+  KUSARI_CUDA_CHECK(cudaEventCreate(&stop));
+  std::shared_ptr<const cudnn_graph::ConvPlan> best;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (const auto& c : candidates) {
+    try {
+      c->execute(handle, buf.x, buf.w, buf.y, ws.ptr);  // warm-up
+      KUSARI_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int r = 0; r < 2; ++r) c->execute(handle, buf.x, buf.w, buf.y, ws.ptr);
+      KUSARI_CUDA_CHECK(cudaEventRecord(stop, stream));
+      KUSARI_CUDA_CHECK(cudaEventSynchronize(stop));
+    } catch (const Error&) {
+      continue;  // a candidate that fails to run is not chosen
+    }
+    float ms = 0;
+    KUSARI_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = c;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
+/// The graph-API plan of a convolution, or null when the graph API has none.
 template <Direction D>
-std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShape& s,
-                                         const Conv2dParams& p, bool nhwc, const void* a,
-                                         const void* b, void* out) {
+std::shared_ptr<const cudnn_graph::ConvPlan> graph_plan(int device, Dtype dtype,
+                                                        const ConvShape& s, const Conv2dParams& p,
+                                                        bool nhwc, bool tf32, const Buffers& buf) {
+  cudnn_graph::ConvProblem problem;
+  problem.direction = graph_direction(D);
+  problem.data_type = data_type(dtype);
+  problem.compute_type = dtype == Dtype::kFloat64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  problem.x = tensor_spec({s.n, s.c, s.h, s.w}, nhwc, buf.x);
+  problem.w = tensor_spec({s.o, s.c / p.groups, s.kh, s.kw}, nhwc, buf.w);
+  problem.y = tensor_spec({s.n, s.o, s.oh, s.ow}, nhwc, buf.y);
+  problem.pad = {p.pad[0], p.pad[1]};
+  problem.stride = {p.stride[0], p.stride[1]};
+  problem.dilation = {p.dilation[0], p.dilation[1]};
+  problem.allow_tf32 = tf32;
+  problem.deterministic = deterministic_mode();
+  std::vector<std::shared_ptr<const cudnn_graph::ConvPlan>> candidates;
+  {
+    WorkspaceLease guard = cudnn_workspace(device, 0);  // the handle's lock
+    candidates = cudnn_graph::conv_plans(cudnn_handle(device), problem,
+                                         static_cast<int64_t>(kMaxCudnnWorkspaceBytes),
+                                         benchmark_mode() ? kMaxTimedCandidates : 1);
+  }
+  if (candidates.empty()) return nullptr;
+  if (candidates.size() == 1) return candidates.front();
+  return fastest(device, candidates, buf);
+}
+
+/// The legacy API's arguments of a direction (a, b, out) from the forward's names.
+template <Direction D>
+std::array<void*, 3> legacy_operands(const Buffers& buf) {
+  if constexpr (D == Direction::kForward) return {buf.x, buf.w, buf.y};
+  if constexpr (D == Direction::kBackwardData) return {buf.w, buf.y, buf.x};
+  return {buf.x, buf.y, buf.w};
+}
+
+/// The plan of a convolution, created on first use (the call's buffers are used for the
+/// pointers' alignments and for timing candidates).
+template <Direction D>
+std::shared_ptr<const Plan> get_plan(int device, Dtype dtype, const ConvShape& s,
+                                     const Conv2dParams& p, bool nhwc, const Buffers& buf) {
   const bool tf32 = dtype == Dtype::kFloat32 && allow_tf32_convolution();
   const bool fma_only = dtype == Dtype::kFloat32 && !tf32;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
@@ -328,7 +471,11 @@ std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShap
                     p.groups,
                     deterministic_mode() ? 1 : 0,
                     benchmark_mode() ? 1 : 0,
-                    nhwc ? 1 : 0};
+                    nhwc ? 1 : 0,
+                    legacy_api_only() ? 1 : 0,
+                    alignment(buf.x),
+                    alignment(buf.w),
+                    alignment(buf.y)};
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -340,16 +487,20 @@ std::shared_ptr<const ConvPlan> get_plan(int device, Dtype dtype, const ConvShap
     if (it != plans.end()) return it->second;
   }
   // Created outside the lock (benchmarking runs kernels); a concurrent duplicate is harmless.
-  cudnnHandle_t handle = cudnn_handle(device);
-  std::shared_ptr<ConvPlan> plan;
-  try {
-    plan = describe(dtype, s, p, math, nhwc);
-    choose_algorithm<D>(handle, device, *plan, fma_only, a, b, out);
-  } catch (const Error&) {
-    // A 16-bit convolution cuDNN cannot run is computed in float32 instead (a null plan, cached
-    // like any other); for other dtypes the error stands.
-    if (dtype != Dtype::kFloat16 && dtype != Dtype::kBFloat16) throw;
-    plan = nullptr;
+  auto plan = std::make_shared<Plan>();
+  if (!legacy_api_only()) plan->graph = graph_plan<D>(device, dtype, s, p, nhwc, tf32, buf);
+  if (!plan->graph) {
+    cudnnHandle_t handle = cudnn_handle(device);
+    try {
+      plan->legacy = describe(dtype, s, p, math, nhwc);
+      const std::array<void*, 3> ops = legacy_operands<D>(buf);
+      choose_algorithm<D>(handle, device, *plan->legacy, fma_only, ops[0], ops[1], ops[2]);
+    } catch (const Error&) {
+      // A 16-bit convolution cuDNN cannot run is computed in float32 instead (a plan with
+      // neither, cached like any other); for other dtypes the error stands.
+      if (dtype != Dtype::kFloat16 && dtype != Dtype::kBFloat16) throw;
+      plan->legacy.reset();
+    }
   }
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto& plans = cache.per_device[static_cast<size_t>(device)];
@@ -398,48 +549,88 @@ struct Scales {
   }
 };
 
-}  // namespace
-
-void conv2d_forward(const Array& x_in, const Array& w_in, const Array& b, const Conv2dParams& p,
-                    Array& y) {
-  data_type(x_in.dtype());
-  const bool nhwc = runs_nhwc(y, x_in);
-  if (!nhwc && !y.is_contiguous()) {
-    Array y_nchw = nchw_like(y);
-    conv2d_forward(x_in, w_in, b, p, y_nchw);
-    copy(y_nchw, y);
-    return;
+/// The legacy API's call of one direction (a, b, out as in Api<D>::find).
+template <Direction D>
+void run_legacy(int device, const LegacyPlan& plan, Dtype dtype, const void* a, const void* b,
+                void* out) {
+  const Scales scales;
+  WorkspaceLease ws = cudnn_workspace(device, plan.workspace);
+  cudnnHandle_t h = cudnn_handle(device);
+  if constexpr (D == Direction::kForward) {
+    KUSARI_CUDNN_CHECK(cudnnConvolutionForward(
+        h, scales.one(dtype), plan.x, a, plan.w, b, plan.conv,
+        static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), ws.ptr, ws.bytes, scales.zero(dtype),
+        plan.y, out));
+  } else if constexpr (D == Direction::kBackwardData) {
+    KUSARI_CUDNN_CHECK(cudnnConvolutionBackwardData(
+        h, scales.one(dtype), plan.w, a, plan.y, b, plan.conv,
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), ws.ptr, ws.bytes,
+        scales.zero(dtype), plan.x, out));
+  } else {
+    KUSARI_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        h, scales.one(dtype), plan.x, a, plan.y, b, plan.conv,
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), ws.ptr, ws.bytes,
+        scales.zero(dtype), plan.w, out));
   }
-  const Array x = in_layout(x_in, nhwc), w = in_layout(w_in, nhwc);
-  const int device = y.device().index();
+}
+
+/// One direction of a convolution into `out` (y, gx or gw), from the two operands in the
+/// forward's roles (Buffers), in the layout Note [cuDNN convolution plans] picks: an output
+/// that cannot be written in place is computed into an NCHW buffer and copied; a 16-bit
+/// convolution without a cuDNN plan runs in float32.
+template <Direction D>
+void convolve(const Array& in0, const Array& in1, const Conv2dParams& p, Array& out,
+              const Array& layout_source) {
+  data_type(out.dtype());
+  const bool nhwc = runs_nhwc(out, layout_source);
+  const auto rerun_nchw = [&] {
+    Array out_nchw = nchw_like(out);
+    convolve<D>(in0, in1, p, out_nchw, layout_source);
+    copy(out_nchw, out);
+  };
+  if (!nhwc && !out.is_contiguous()) return rerun_nchw();
+  const Array a = in_layout(in0, nhwc), b = in_layout(in1, nhwc);
+  const int device = out.device().index();
   set_device(device);
-  const ConvShape s = conv_shape(x.shape(), w.shape(), y.shape());
-  std::shared_ptr<const ConvPlan> plan;
+  // The operands and the output in the forward's roles.
+  Buffers buf{};
+  ConvShape s{};
+  if constexpr (D == Direction::kForward) {  // in0 = x, in1 = w, out = y
+    buf = {a.raw_data(), b.raw_data(), out.raw_data()};
+    s = conv_shape(a.shape(), b.shape(), out.shape());
+  } else if constexpr (D == Direction::kBackwardData) {  // in0 = w, in1 = gy, out = gx
+    buf = {out.raw_data(), a.raw_data(), b.raw_data()};
+    s = conv_shape(out.shape(), a.shape(), b.shape());
+  } else {  // in0 = x, in1 = gy, out = gw
+    buf = {a.raw_data(), out.raw_data(), b.raw_data()};
+    s = conv_shape(a.shape(), out.shape(), b.shape());
+  }
+  std::shared_ptr<const Plan> plan;
   try {
-    plan = get_plan<Direction::kForward>(device, x.dtype(), s, p, nhwc, x.raw_data(), w.raw_data(),
-                                         y.raw_data());
+    plan = get_plan<D>(device, out.dtype(), s, p, nhwc, buf);
   } catch (const Error&) {
     if (!nhwc) throw;
-    // No NHWC algorithm for this geometry: run in NCHW.
-    Array y_nchw = nchw_like(y);
-    conv2d_forward(x_in, w_in, b, p, y_nchw);
-    copy(y_nchw, y);
+    return rerun_nchw();  // no NHWC algorithm for this geometry
+  }
+  if (plan->in_float32()) {
+    Array out32 = Array::empty(out.shape(), Dtype::kFloat32, out.device(), out.memory_format());
+    convolve<D>(to_float32(a), to_float32(b), p, out32, layout_source);
+    copy(out32, out);
     return;
   }
-  if (!plan) {
-    Array y32 = Array::empty(y.shape(), Dtype::kFloat32, y.device(), y.memory_format());
-    conv2d_forward(to_float32(x), to_float32(w), to_float32(b), p, y32);
-    copy(y32, y);
+  if (plan->graph) {
+    WorkspaceLease ws = cudnn_workspace(device, static_cast<size_t>(plan->graph->workspace()));
+    plan->graph->execute(cudnn_handle(device), buf.x, buf.w, buf.y, ws.ptr);
     return;
   }
-  const Scales scales;
-  {
-    WorkspaceLease ws = cudnn_workspace(device, plan->workspace);
-    KUSARI_CUDNN_CHECK(cudnnConvolutionForward(
-        cudnn_handle(device), scales.one(x.dtype()), plan->x, x.raw_data(), plan->w, w.raw_data(),
-        plan->conv, static_cast<cudnnConvolutionFwdAlgo_t>(plan->algo), ws.ptr, ws.bytes,
-        scales.zero(x.dtype()), plan->y, y.raw_data()));
-  }
+  run_legacy<D>(device, *plan->legacy, out.dtype(), a.raw_data(), b.raw_data(), out.raw_data());
+}
+
+}  // namespace
+
+void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2dParams& p,
+                    Array& y) {
+  convolve<Direction::kForward>(x, w, p, y, x);
   if (b.defined()) {
     // y += b[None, :, None, None]
     const Array bias = b.reshape({1, b.shape()[0], 1, 1}).broadcast_to(y.shape());
@@ -447,81 +638,12 @@ void conv2d_forward(const Array& x_in, const Array& w_in, const Array& b, const 
   }
 }
 
-void conv2d_backward_data(const Array& w_in, const Array& gy_in, const Conv2dParams& p, Array& gx) {
-  data_type(gy_in.dtype());
-  const bool nhwc = runs_nhwc(gx, gy_in);
-  if (!nhwc && !gx.is_contiguous()) {
-    Array gx_nchw = nchw_like(gx);
-    conv2d_backward_data(w_in, gy_in, p, gx_nchw);
-    copy(gx_nchw, gx);
-    return;
-  }
-  const Array w = in_layout(w_in, nhwc), gy = in_layout(gy_in, nhwc);
-  const int device = gx.device().index();
-  set_device(device);
-  const ConvShape s = conv_shape(gx.shape(), w.shape(), gy.shape());
-  std::shared_ptr<const ConvPlan> plan;
-  try {
-    plan = get_plan<Direction::kBackwardData>(device, gy.dtype(), s, p, nhwc, w.raw_data(),
-                                              gy.raw_data(), gx.raw_data());
-  } catch (const Error&) {
-    if (!nhwc) throw;
-    Array gx_nchw = nchw_like(gx);
-    conv2d_backward_data(w_in, gy_in, p, gx_nchw);
-    copy(gx_nchw, gx);
-    return;
-  }
-  if (!plan) {
-    Array gx32 = Array::empty(gx.shape(), Dtype::kFloat32, gx.device(), gx.memory_format());
-    conv2d_backward_data(to_float32(w), to_float32(gy), p, gx32);
-    copy(gx32, gx);
-    return;
-  }
-  const Scales scales;
-  WorkspaceLease ws = cudnn_workspace(device, plan->workspace);
-  KUSARI_CUDNN_CHECK(cudnnConvolutionBackwardData(
-      cudnn_handle(device), scales.one(gy.dtype()), plan->w, w.raw_data(), plan->y, gy.raw_data(),
-      plan->conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(plan->algo), ws.ptr, ws.bytes,
-      scales.zero(gy.dtype()), plan->x, gx.raw_data()));
+void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx) {
+  convolve<Direction::kBackwardData>(w, gy, p, gx, gy);
 }
 
-void conv2d_backward_filter(const Array& x_in, const Array& gy_in, const Conv2dParams& p,
-                            Array& gw) {
-  data_type(gy_in.dtype());
-  const bool nhwc = runs_nhwc(gw, gy_in);
-  if (!nhwc && !gw.is_contiguous()) {
-    Array gw_nchw = nchw_like(gw);
-    conv2d_backward_filter(x_in, gy_in, p, gw_nchw);
-    copy(gw_nchw, gw);
-    return;
-  }
-  const Array x = in_layout(x_in, nhwc), gy = in_layout(gy_in, nhwc);
-  const int device = gw.device().index();
-  set_device(device);
-  const ConvShape s = conv_shape(x.shape(), gw.shape(), gy.shape());
-  std::shared_ptr<const ConvPlan> plan;
-  try {
-    plan = get_plan<Direction::kBackwardFilter>(device, gy.dtype(), s, p, nhwc, x.raw_data(),
-                                                gy.raw_data(), gw.raw_data());
-  } catch (const Error&) {
-    if (!nhwc) throw;
-    Array gw_nchw = nchw_like(gw);
-    conv2d_backward_filter(x_in, gy_in, p, gw_nchw);
-    copy(gw_nchw, gw);
-    return;
-  }
-  if (!plan) {
-    Array gw32 = Array::empty(gw.shape(), Dtype::kFloat32, gw.device(), gw.memory_format());
-    conv2d_backward_filter(to_float32(x), to_float32(gy), p, gw32);
-    copy(gw32, gw);
-    return;
-  }
-  const Scales scales;
-  WorkspaceLease ws = cudnn_workspace(device, plan->workspace);
-  KUSARI_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      cudnn_handle(device), scales.one(gy.dtype()), plan->x, x.raw_data(), plan->y, gy.raw_data(),
-      plan->conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan->algo), ws.ptr, ws.bytes,
-      scales.zero(gy.dtype()), plan->w, gw.raw_data()));
+void conv2d_backward_filter(const Array& x, const Array& gy, const Conv2dParams& p, Array& gw) {
+  convolve<Direction::kBackwardFilter>(x, gy, p, gw, gy);
 }
 
 void register_cuda_nn_kernels() {
