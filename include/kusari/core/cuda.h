@@ -149,8 +149,11 @@ class ScalarReader {
 /// frees made (each a cudaHostAlloc / cudaFreeHost: slow, so an input pipeline keeps its
 /// buffers).
 struct PinnedMemoryStats {
+  /// Bytes held now.
   size_t in_use_bytes = 0;
+  /// cudaHostAlloc calls made so far.
   int64_t allocations = 0;
+  /// cudaFreeHost calls made so far.
   int64_t frees = 0;
 };
 
@@ -191,7 +194,7 @@ class Event {
   /// True once recorded.
   bool recorded() const;
 
-  /// The implementation, provided by the CUDA library.
+  /// The implementation, provided by the CUDA library (null until first recorded).
   struct Impl;
   Impl* impl() const { return impl_.get(); }
 
@@ -211,6 +214,7 @@ class UploadStream {
   UploadStream(const UploadStream&) = delete;
   UploadStream& operator=(const UploadStream&) = delete;
 
+  /// The GPU the copies go to.
   Device device() const { return device_; }
   /// Copies queued after this call start after `event`'s work (on the GPU; the host goes on).
   void wait(const Event& event);

@@ -38,10 +38,10 @@ struct Image {
 
 /// A rectangle of pixels: rows [top, top + height) and columns [left, left + width).
 struct PixelWindow {
-  int64_t top = 0;
-  int64_t left = 0;
-  int64_t height = 0;
-  int64_t width = 0;
+  int64_t top = 0;     ///< first row
+  int64_t left = 0;    ///< first column
+  int64_t height = 0;  ///< rows
+  int64_t width = 0;   ///< columns
 };
 
 /// How decode_image shapes its output.
