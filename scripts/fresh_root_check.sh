@@ -96,6 +96,13 @@ bind() {  # bind <source> <target inside the root> [mount options...]
   mount "$@" "$src" "$dst" || die "cannot mount $src on $dst"
   mounts+=("$dst")
 }
+# The root is made a mount point of its own (private, so nothing mounted inside reaches this
+# machine): the multi-host test (mn_multi_host_tcp) enters network namespaces with
+# "ip netns exec", which needs "/" to be a mount point and fails in a plain directory chroot;
+# the namespaces' mounts (/run/netns) are detached with the root at the end.
+mount --bind "$root" "$root" || die "cannot bind-mount $root onto itself"
+mounts+=("$root")
+mount --make-private "$root" || die "cannot make the mount of $root private"
 bind proc /proc -t proc
 bind sysfs /sys -t sysfs
 bind /dev /dev --bind

@@ -32,6 +32,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist
   python3-numpy
+  iproute2  # ip netns, for the multi-host test (its unshare comes with util-linux, always installed)
 )
 if [ "$bench" = 1 ]; then
   packages+=(python3-torch python3-torchvision python3-pil mate-backgrounds)

@@ -149,32 +149,44 @@ void write_preview(Generator& gen, const Array& z, int64_t rows, const std::stri
   std::fflush(stdout);
 }
 
+// Flag checks whose messages name the value and what is expected.
+const CLI::Validator kPositive(
+    [](std::string& v) { return std::atof(v.c_str()) > 0 ? std::string() : "must be positive, got " + v; }, "POSITIVE");
+const CLI::Validator kNonNegative(
+    [](std::string& v) { return std::atof(v.c_str()) >= 0 ? std::string() : "must be 0 or more, got " + v; }, ">=0");
+
 int main(int argc, char** argv) {
   CLI::App app{"kusari example: data-parallel DCGAN on Fashion-MNIST"};
   int batchsize = 50, epoch = 20, n_hidden = 100, seed = 0, snapshot_interval = -1, train_size = 0, threads = 0;
   bool gpu = false;
   std::string communicator = "pure_nccl", out = "result", resume;
   app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   app.add_option("--communicator", communicator,
                  "Type of communicator (on CPUs, a GPU one such as the default falls back to naive)")
       ->capture_default_str()->check(CLI::IsMember(kusari::mn::communicator_names()));
   app.add_option("-e,--epoch", epoch, "Number of sweeps over the dataset to train")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   app.add_flag("-g,--gpu", gpu, "Use GPUs: each process uses the GPU of its rank within its host");
   app.add_option("-o,--out", out, "Directory to output the result")->capture_default_str();
   app.add_option("-r,--resume", resume,
                  "Resume from a snapshot, e.g. result/snapshot_iter_600 (each process loads its own file)");
   app.add_option("-n,--n-hidden", n_hidden, "Number of hidden units (z)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "Random seed of the weights and of the preview's fixed noise")->capture_default_str();
+      ->check(kPositive);
+  app.add_option("--seed", seed, "Random seed of the weights and of the preview's fixed noise")
+      ->capture_default_str()->check(kNonNegative);
   app.add_option("--snapshot-interval", snapshot_interval,
                  "Epochs between snapshots (a positive number; -1: at the end)")
-      ->capture_default_str()->check(CLI::Range(-1, 1 << 30) & !CLI::IsMember({0}));
+      ->capture_default_str()->check(CLI::Validator(
+          [](std::string& v) {
+            return v == "-1" || std::atof(v.c_str()) > 0 ? std::string()
+                                                        : "must be -1 (at the end) or positive, got " + v;
+          },
+          "-1 or >0"));
   app.add_option("--train-size", train_size, "Train on the first N images only (0: all 60000)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
   app.add_option("--threads", threads, "BLAS threads per process on CPUs (0: the cores divided among the processes)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
   CLI11_PARSE(app, argc, argv);
 
   // Prepare the communicator: a GPU one with --gpu, "naive" on CPUs.          (multi-node)

@@ -4,6 +4,7 @@
 #   cmake -DTRAIN_IMAGENET=<program> -DIMAGES=<folder with train/ and val/> -DOUT=<dir>
 #         -DMPIEXEC=<mpiexec> -DNP=2 -DMPI_FLAGS=<flags separated by |>
 #         -DARGS=<train_imagenet flags separated by |> [-DMIN_ACCURACY=0.5] [-DRESUME=ON]
+#         [-DRESUME_EPOCH=k]
 #         -P check_train_imagenet.cmake
 #
 # With RESUME the training runs three times: two epochs without a stop, then one epoch (ending
@@ -12,6 +13,10 @@
 # its log (restored from the snapshot, then extended) must hold exactly epochs 1 and 2, the
 # second at twice the first's iteration count, and its last entry must equal the uninterrupted
 # run's to the last digit (each process resumes from its own file, its loader state included).
+#
+# With RESUME_EPOCH=k the training runs twice with the ARGS' epochs: once without a stop and a
+# snapshot every epoch, then again resumed from the snapshot at the end of epoch k; the last
+# entries must be equal to the last digit (used where the schedule depends on the run's length).
 #
 # Without the fixture's folder (no Fashion-MNIST) it prints "SKIP:" and exits 0.
 foreach(_var TRAIN_IMAGENET IMAGES OUT MPIEXEC NP)
@@ -107,6 +112,31 @@ if(RESUME)
                         "  uninterrupted:${_straight}\n  resumed:      ${_resumed}")
   endif()
   message("resumed: epochs 1 and 2 logged, iteration ${_last_iteration}, as without a stop:${_resumed}")
+elseif(DEFINED RESUME_EPOCH)
+  # One run with a snapshot every epoch (the ARGS set the epochs), then a run of the same length
+  # resumed from the snapshot at the end of epoch RESUME_EPOCH: both must end alike to the digit.
+  set(_out ${OUT}/straight)
+  _run_training(--frequency 1)
+  _log_value(-1 iteration _iterations)
+  _log_value(-1 epoch _epochs)
+  math(EXPR _at "${_iterations} * ${RESUME_EPOCH} / ${_epochs}")
+  set(_straight "")
+  foreach(_key ${_compared})
+    _log_value(-1 ${_key} _value)
+    string(APPEND _straight " ${_key} ${_value}")
+  endforeach()
+  set(_out ${OUT}/resumed)
+  _run_training(--resume ${OUT}/straight/snapshot_iter_${_at})
+  set(_resumed "")
+  foreach(_key ${_compared})
+    _log_value(-1 ${_key} _value)
+    string(APPEND _resumed " ${_key} ${_value}")
+  endforeach()
+  if(NOT _resumed STREQUAL _straight)
+    message(FATAL_ERROR "the run resumed at iteration ${_at} ended elsewhere than the "
+                        "uninterrupted one:\n  uninterrupted:${_straight}\n  resumed:      ${_resumed}")
+  endif()
+  message("resumed at iteration ${_at}: as without a stop:${_resumed}")
 else()
   _run_training()
 endif()

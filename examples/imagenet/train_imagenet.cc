@@ -13,7 +13,18 @@
 // Schedule (Goyal et al., "Accurate, Large Minibatch SGD"): MomentumSGD with the learning rate
 // scaled linearly with the global batch (0.1 per 256 images), ramped up linearly from the rate
 // of one process's batch over the first --warmup-epochs, and divided by 10 at each epoch of
-// --lr-decay-epochs; weight decay on every parameter.
+// --lr-decay-epochs (or a cosine, --lr-schedule cosine); weight decay on every parameter.
+//
+// The large-minibatch recipe (docs/imagenet.md, "Large minibatches"), each piece a flag:
+//   --lr-scaling linear|none       the default rate: --base-lr per --base-batchsize images, or
+//                                  --base-lr whatever the batch
+//   --warmup-epochs, --warmup-start-lr   Goyal et al.'s gradual warm-up
+//   --optimizer sgd|rmsprop-warmup|lars|lamb   momentum SGD, Akiba et al.'s RMSprop warm-up
+//                                  switching to momentum SGD, LARS, LAMB
+//   --label-smoothing 0.1          softmax cross entropy against smoothed labels
+//   --no-bn-weight-decay           no weight decay on biases and batch normalization
+//   --bn-freeze-epochs K           running statistics as plain averages over the last K epochs
+//   --allreduce-dtype float16      gradients travel in float16 (or bfloat16)
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -81,18 +92,6 @@ std::shared_ptr<kusari::Dataset> random_subset(std::shared_ptr<kusari::Dataset> 
   return std::make_shared<kusari::SubDataset>(std::move(dataset), 0, n, std::move(order));
 }
 
-// Goyal et al.'s learning rate at `epoch` (fractional): linear from `start` to `peak` over
-// `warmup` epochs, then `peak` divided by 10 at each of `decay_epochs`.
-double scheduled_lr(double epoch, double start, double peak, double warmup,
-                    const std::vector<double>& decay_epochs) {
-  if (epoch < warmup) return start + (peak - start) * epoch / warmup;
-  double lr = peak;
-  for (double d : decay_epochs) {
-    if (epoch >= d) lr *= 0.1;
-  }
-  return lr;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,12 +99,20 @@ int main(int argc, char** argv) {
   std::string train_path, val_path, root = ".", arch = "resnet50", communicator = "pure_nccl";
   std::string out = "result", resume, dtype_name = "float32";
   int batchsize = 32, val_batchsize = 250, epoch = 90, loaderjob = 0, frequency = -1, threads = 0;
-  int64_t size = 224, num_classes = 0, checkpoint_interval = 0;
+  int64_t size = 224, num_classes = 0, checkpoint_interval = 0, width = 64;
   double lr = -1, momentum = 0.9, weight_decay = 1e-4, warmup_epochs = 5, min_crop_scale = 0.08;
   std::vector<double> decay_epochs = {30, 60, 80};
   uint64_t seed = 0;
   bool gpu = false, mnbn = false, channels_last = false, test = false, noplot = false;
   bool no_progress = false, zero_init_residual = false;
+  // The large-minibatch recipe.
+  std::string lr_scaling = "linear", lr_schedule = "step", optimizer_name = "sgd";
+  std::string allreduce_dtype = "(gradients' dtype)";
+  double base_lr = 0.1, warmup_start_lr = -1, label_smoothing = 0.0, rmsprop_lr = 1e-3;
+  double rmsprop_center = 10, rmsprop_period = 5, lars_eta = 0.001;
+  int64_t base_batchsize = 256;
+  int bn_freeze_epochs = 0;
+  bool no_bn_weight_decay = false;
 
   // CLI11's PositiveNumber prints the double range in full; say plainly what is expected.
   const CLI::Validator positive(
@@ -130,6 +137,11 @@ int main(int argc, char** argv) {
   app.add_option("-a,--arch", arch, "Network architecture (the ResNet model zoo)")
       ->capture_default_str()
       ->check(CLI::IsMember({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"}));
+  app.add_option("--width", width,
+                 "Channels of the first stage (the later ones have 2, 4 and 8 times as many); "
+                 "64 is the paper's network, less a narrower one for small experiments")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_option("-B,--batchsize", batchsize, "Training mini-batch size (per process)")
       ->capture_default_str()
       ->check(positive);
@@ -163,9 +175,72 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--lr", lr,
-                 "Peak learning rate (default: 0.1 x global batch / 256, Goyal et al.'s linear "
-                 "scaling)")
+                 "Peak learning rate (default: from --lr-scaling, --base-lr and "
+                 "--base-batchsize: 0.1 x global batch / 256, Goyal et al.'s linear scaling)")
       ->check(positive);
+  app.add_option("--lr-scaling", lr_scaling,
+                 "Default peak rate when --lr is not given: 'linear' (--base-lr per "
+                 "--base-batchsize images of the global batch) or 'none' (--base-lr)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"linear", "none"}));
+  app.add_option("--base-lr", base_lr, "Learning rate per --base-batchsize images")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--base-batchsize", base_batchsize,
+                 "Batch size that --base-lr is meant for (linear scaling)")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--lr-schedule", lr_schedule,
+                 "After the warm-up: 'step' (divided by 10 at --lr-decay-epochs) or 'cosine' (a "
+                 "half cosine down to 0 at the last epoch)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"step", "cosine"}));
+  app.add_option("--optimizer", optimizer_name,
+                 "'sgd' (MomentumSGD), 'rmsprop-warmup' (RMSprop moving to MomentumSGD, Akiba et "
+                 "al.), 'lars' or 'lamb' (layer-wise trust ratios; biases and batch "
+                 "normalization left out of the ratio and the decay)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "rmsprop-warmup", "lars", "lamb"}));
+  app.add_option("--rmsprop-lr", rmsprop_lr, "RMSprop's learning rate in rmsprop-warmup")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--rmsprop-warmup-center", rmsprop_center,
+                 "rmsprop-warmup: the epoch at which RMSprop and MomentumSGD weigh the same")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--rmsprop-warmup-period", rmsprop_period,
+                 "rmsprop-warmup: the width of the switch in epochs (pure MomentumSGD from "
+                 "center + period / 2)")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--lars-eta", lars_eta, "LARS's trust coefficient")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--label-smoothing", label_smoothing,
+                 "Label smoothing of the softmax cross entropy (0: none; 0.1 is usual)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](const std::string& value) -> std::string {
+            double v = -1;
+            try {
+              v = std::stod(value);
+            } catch (const std::exception&) {
+            }
+            if (v >= 0 && v < 1) return {};
+            return "expected a number in [0, 1), got " + value;
+          },
+          "[0,1)", "LabelSmoothing"));
+  app.add_flag("--no-bn-weight-decay", no_bn_weight_decay,
+               "No weight decay on biases and batch normalization's gamma and beta");
+  app.add_option("--bn-freeze-epochs", bn_freeze_epochs,
+                 "In the last this many epochs batch normalization's running statistics are the "
+                 "plain average of the batch statistics instead of moving averages (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--allreduce-dtype", allreduce_dtype,
+                 "Dtype gradients travel in between processes: float16 or bfloat16 halve the "
+                 "traffic (the flat and NCCL communicators; default: the gradients' own)")
+      ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
   app.add_option("--momentum", momentum, "Momentum of MomentumSGD")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
@@ -173,9 +248,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--warmup-epochs", warmup_epochs,
-                 "Epochs over which the learning rate ramps up linearly from the rate of one "
-                 "process's batch to --lr (0: no warm-up)")
+                 "Epochs over which the learning rate ramps up linearly from --warmup-start-lr "
+                 "to --lr (0: no warm-up)")
       ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-start-lr", warmup_start_lr,
+                 "Learning rate at the start of the warm-up (default: --lr divided by the number "
+                 "of processes, the rate of one process's batch)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--lr-decay-epochs", decay_epochs,
                  "Epochs at which the learning rate is divided by 10")
@@ -244,6 +323,20 @@ int main(int argc, char** argv) {
     }
   }
   if (test && app.count("--epoch") == 0) epoch = 1;
+  if (lr_schedule == "cosine" && warmup_epochs >= epoch) {
+    std::fprintf(stderr,
+                 "Error: --lr-schedule cosine: the warm-up (--warmup-epochs %g) must end before "
+                 "the last epoch (--epoch %d)\n",
+                 warmup_epochs, epoch);
+    return 1;
+  }
+  if (bn_freeze_epochs >= epoch) {
+    std::fprintf(stderr,
+                 "Error: --bn-freeze-epochs: %d epochs of plain averages leave no epoch of "
+                 "training with moving averages (--epoch %d); expected fewer than --epoch\n",
+                 bn_freeze_epochs, epoch);
+    return 1;
+  }
 
   // Prepare the communicator: a GPU one with --gpu, "naive" on CPUs.          (multi-node)
   const bool cpu_communicator =
@@ -259,7 +352,18 @@ int main(int argc, char** argv) {
     warn_fallback = app.count("--communicator") > 0;
     communicator = "naive";
   }
-  auto comm = kusari::mn::create_communicator(communicator);
+  kusari::mn::CommunicatorOptions comm_options;
+  if (app.count("--allreduce-dtype") > 0) {
+    if (communicator == "naive") {
+      std::fprintf(stderr,
+                   "Error: --allreduce-dtype %s: the 'naive' communicator reduces each gradient "
+                   "in its own dtype; use --communicator flat on CPUs, or a NCCL communicator\n",
+                   allreduce_dtype.c_str());
+      return 1;
+    }
+    comm_options.allreduce_grad_dtype = kusari::dtype_from_name(allreduce_dtype);
+  }
+  auto comm = kusari::mn::create_communicator(communicator, comm_options);
   kusari::Device device = gpu ? kusari::Device::cuda(comm->intra_rank()) : kusari::Device::cpu();
   const int per_host =
       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->intra_size());
@@ -319,6 +423,7 @@ int main(int argc, char** argv) {
                                    {"--frequency", std::to_string(frequency)},
                                    {"--checkpoint-interval", std::to_string(checkpoint_interval)},
                                    {"--arch", arch},
+                                   {"--width", std::to_string(width)},
                                    {"--num-classes", std::to_string(num_classes)},
                                    {"--size", std::to_string(size)},
                                    {"--communicator", communicator},
@@ -326,12 +431,20 @@ int main(int argc, char** argv) {
                                    {"--mnbn", on_off(mnbn)},
                                    {"--dtype", dtype_name},
                                    {"--channels-last", on_off(channels_last)},
+                                   {"--optimizer", optimizer_name},
+                                   {"--label-smoothing", std::to_string(label_smoothing)},
+                                   {"--no-bn-weight-decay", on_off(no_bn_weight_decay)},
+                                   {"--bn-freeze-epochs", std::to_string(bn_freeze_epochs)},
+                                   {"--allreduce-dtype", allreduce_dtype},
                                    {"--resume", resume.empty() ? "(none)" : "given"}},
                                   "train_imagenet");
 
   const int64_t global_batch = static_cast<int64_t>(batchsize) * comm->size();
-  if (lr < 0) lr = 0.1 * static_cast<double>(global_batch) / 256.0;
-  const double warmup_start = lr / comm->size();
+  if (lr < 0) {
+    lr = lr_scaling == "linear" ? E::linear_scaled_lr(base_lr, global_batch, base_batchsize)
+                                : base_lr;
+  }
+  const double warmup_start = warmup_start_lr >= 0 ? warmup_start_lr : lr / comm->size();
 
   if (comm->rank() == 0) {
     if (warn_fallback) {
@@ -342,7 +455,8 @@ int main(int argc, char** argv) {
     std::printf("Num process (COMM_WORLD): %d\n", comm->size());
     if (gpu) std::printf("Using GPUs\n");
     std::printf("Using %s communicator\n", communicator.c_str());
-    std::printf("Using %s arch, %lld classes, %lldx%lld crops\n", arch.c_str(),
+    std::printf("Using %s arch%s, %lld classes, %lldx%lld crops\n", arch.c_str(),
+                width == 64 ? "" : (" of width " + std::to_string(width)).c_str(),
                 static_cast<long long>(num_classes), static_cast<long long>(size),
                 static_cast<long long>(size));
     std::printf("Num images: %lld training, %lld validation\n", static_cast<long long>(train_size),
@@ -358,6 +472,15 @@ int main(int argc, char** argv) {
     }
     std::printf("Dtype: %s%s%s\n", dtype_name.c_str(), channels_last ? ", channels-last" : "",
                 mnbn ? ", multi-node batch normalization" : "");
+    std::printf("Optimizer: %s, %s decay%s%s\n", optimizer_name.c_str(), lr_schedule.c_str(),
+                no_bn_weight_decay ? ", no weight decay on biases and batch normalization" : "",
+                app.count("--allreduce-dtype") ? (", gradients reduced in " + allreduce_dtype).c_str()
+                                               : "");
+    if (label_smoothing > 0) std::printf("Label smoothing: %g\n", label_smoothing);
+    if (bn_freeze_epochs > 0) {
+      std::printf("Batch normalization: plain averages over the last %d epochs\n",
+                  bn_freeze_epochs);
+    }
     std::printf("==========================================\n");
     std::fflush(stdout);
   }
@@ -365,20 +488,40 @@ int main(int argc, char** argv) {
   kusari::models::ResNetOptions options;
   options.num_classes = num_classes;
   options.zero_init_residual = zero_init_residual;
+  options.width = width;
   options.dtype = dtype;  // (mixed precision)
   if (channels_last) options.memory_format = kusari::MemoryFormat::kChannelsLast;
   std::shared_ptr<kusari::Link> net = kusari::models::resnet(std::stoi(arch.substr(6)), options);
   if (mnbn) net = kusari::mn::create_mnbn_model(net, comm);  // (multi-node)
-  auto model = std::make_shared<kusari::links::Classifier>(net);
+  auto model = std::make_shared<kusari::links::Classifier>(
+      net, [label_smoothing](const kusari::Variable& y, const kusari::Array& t) {
+        return kusari::functions::softmax_cross_entropy(
+            y, t, -1, kusari::functions::Reduce::kMean, label_smoothing);
+      });
   model->to_device(device);
 
-  auto sgd = std::make_shared<kusari::optimizers::MomentumSGD>(
-      warmup_epochs > 0 ? warmup_start : lr, momentum);
+  // The optimizer; its "lr" follows the schedule below (set before the first step).
+  namespace O = kusari::optimizers;
+  std::shared_ptr<kusari::Optimizer> actual;
+  bool decay_in_optimizer = false;  // LARS and LAMB apply the weight decay in their step
+  if (optimizer_name == "sgd") {
+    actual = std::make_shared<O::MomentumSGD>(lr, momentum);
+  } else if (optimizer_name == "rmsprop-warmup") {
+    actual = std::make_shared<O::RMSpropWarmup>(lr, rmsprop_lr, momentum);
+  } else if (optimizer_name == "lars") {
+    actual = std::make_shared<O::LARS>(O::LARSOptions{
+        .lr = lr, .momentum = momentum, .weight_decay_rate = weight_decay, .eta = lars_eta});
+    decay_in_optimizer = true;
+  } else {
+    actual = std::make_shared<O::LAMB>(O::LAMBOptions{.lr = lr, .weight_decay_rate = weight_decay});
+    decay_in_optimizer = true;
+  }
   // Average the gradients over the processes before each update.               (multi-node)
-  auto optimizer = kusari::mn::create_multi_node_optimizer(sgd, comm);
+  auto optimizer = kusari::mn::create_multi_node_optimizer(actual, comm);
   optimizer->setup(model);
-  if (weight_decay > 0) {
-    optimizer->add_hook(std::make_shared<kusari::optimizers::WeightDecay>(weight_decay));
+  if (weight_decay > 0 && !decay_in_optimizer) {
+    optimizer->add_hook(std::make_shared<O::WeightDecay>(
+        weight_decay, no_bn_weight_decay ? O::ParamPredicate(O::is_bias_or_norm) : nullptr));
   }
   if (dtype != kusari::float32) {
     optimizer->use_fp32_update();                             // (mixed precision)
@@ -428,13 +571,42 @@ int main(int argc, char** argv) {
 
   // The learning rate of the next iteration, from the position in the training (so a resumed
   // run continues the schedule without state of its own).
-  auto set_lr = [&](kusari::training::Trainer& t) {
-    sgd->lr() =
-        scheduled_lr(t.updater().epoch_detail(), warmup_start, lr, warmup_epochs, decay_epochs);
-  };
-  trainer.extend(kusari::training::make_extension(set_lr, "lr_schedule",
-                                                  kusari::training::interval(1, "iteration"),
-                                                  kusari::training::kPriorityWriter));
+  E::WarmupSchedule schedule;
+  schedule.peak = lr;
+  schedule.warmup_start = warmup_start;
+  schedule.warmup_epochs = warmup_epochs;
+  if (lr_schedule == "cosine") {
+    schedule.decay = E::WarmupSchedule::Decay::kCosine;
+    schedule.total_epochs = epoch;
+  } else {
+    schedule.decay = E::WarmupSchedule::Decay::kStep;
+    schedule.decay_epochs = decay_epochs;
+  }
+  trainer.extend(std::make_shared<E::EpochShift>("lr", schedule), "lr_schedule");
+  if (optimizer_name == "rmsprop-warmup") {
+    // The weight of MomentumSGD in the step rises from about 0 to 1 (Note [RMSprop warm-up]).
+    trainer.extend(std::make_shared<E::EpochShift>(
+                       "sgd_weight",
+                       O::RMSpropWarmupTransition{.center = rmsprop_center, .period = rmsprop_period}),
+                   "sgd_weight_schedule");
+  }
+  const double freeze_from = static_cast<double>(epoch - bn_freeze_epochs);
+  auto switched = std::make_shared<bool>(false);
+  if (bn_freeze_epochs > 0) {
+    // The last epochs' running statistics are plain averages of their batches' (Note [Batch
+    // normalization without moving averages]): switched once, after the iteration that enters
+    // the window, which restarts the average (a run resumed inside the window switches before
+    // its first iteration, below, and goes on with the average loaded from the snapshot).
+    auto freeze = [net, freeze_from, switched](kusari::training::Trainer& t) {
+      if (*switched || t.updater().epoch_detail() < freeze_from) return;
+      kusari::links::set_running_statistics(*net,
+                                            kusari::links::RunningStatistics::kCumulativeAverage);
+      *switched = true;
+    };
+    trainer.extend(kusari::training::make_extension(freeze, "bn_freeze",
+                                                    kusari::training::interval(1, "iteration"),
+                                                    kusari::training::kPriorityWriter));
+  }
   // Batch normalization's running statistics averaged over the processes before each evaluation
   // (the same on every process, as a single-process run would have them).       (multi-node)
   if (!mnbn) trainer.extend(std::make_shared<kusari::mn::AllreducePersistent>(model, comm));
@@ -497,7 +669,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(updater->iteration()));
     std::fflush(stdout);
   }
-  set_lr(trainer);
+  if (bn_freeze_epochs > 0 && updater->epoch_detail() >= freeze_from) {
+    // Resumed inside the averaging window: go on with the loaded average.
+    kusari::links::set_running_statistics(
+        *net, kusari::links::RunningStatistics::kCumulativeAverage, /*restart=*/false);
+    *switched = true;
+  }
   trainer.run();
   return 0;
 }

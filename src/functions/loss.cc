@@ -16,18 +16,30 @@ namespace kusari::functions {
 // to x is (softmax(x) - onehot(t)) * gy / count, masked where t == ignore_label; it is written
 // with differentiable functions (softmax = exp(log_softmax)) so the loss can be differentiated twice.
 //
+// Note [Label smoothing]
+// With label_smoothing = eps the target of a sample is not onehot(t) but the mixture
+// q = (1 - eps) onehot(t) + eps / K over the K classes (Szegedy et al.'s label-smoothing
+// regularisation, as PyTorch's CrossEntropyLoss(label_smoothing=eps): the uniform part covers the
+// true class too), so the per-sample loss is -sum_k q_k log p_k and the gradient with respect to
+// x is (softmax(x) - q) * gy / count. q replaces onehot(t) in both, so ignored samples and the
+// mean are handled as before, and eps = 0 is exactly the plain loss. Goyal et al.'s and the
+// large-minibatch ImageNet runs use eps = 0.1.
+//
 // Note [Softmax cross entropy in 16-bit floats]
 // A float16 or bfloat16 x is cast to float32 first (a differentiable cast), so the log-sum-exp,
 // the gathered log-probabilities, the mean and softmax(x) - onehot(t) are all float32 and only
 // the gradient with respect to x is rounded, once, to x's dtype by the cast's backward. The loss
 // is therefore float32: bfloat16 would keep 2-3 digits of it, and the first gradient of a loss
 // scaled for float16 training (2^16) would overflow float16 (its largest value is 65504).
-Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label, Reduce reduce) {
+Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label, Reduce reduce,
+                               double label_smoothing) {
   const char* fn = "softmax_cross_entropy";
   detail::check_floating(fn, x);
+  KUSARI_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, fn,
+               ": label_smoothing must be in [0, 1], got ", label_smoothing);
   if (is_half_precision(x.dtype())) {
     // See Note [Softmax cross entropy in 16-bit floats].
-    return softmax_cross_entropy(cast(x, float32), t, ignore_label, reduce);
+    return softmax_cross_entropy(cast(x, float32), t, ignore_label, reduce, label_smoothing);
   }
   KUSARI_CHECK(x.ndim() == 2, ShapeError, fn, ": x must be 2-d (batch, classes), got shape ", x.shape());
   KUSARI_CHECK(t.dtype() == int32 || t.dtype() == int64, DtypeError, fn, ": labels must be int32 or int64, got ",
@@ -56,6 +68,12 @@ Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore
                                safe_t.reshape({n, 1}).broadcast_to({n, classes}));
   onehot = kusari::logical_and(onehot, valid.reshape({n, 1}).broadcast_to({n, classes}));
   Array onehot_f = onehot.astype(x.dtype());
+  if (label_smoothing != 0.0) {
+    // The smoothed target q (Note [Label smoothing]); rows of ignored samples stay zero.
+    Array row_valid = valid.reshape({n, 1}).broadcast_to({n, classes}).astype(x.dtype());
+    onehot_f = onehot_f * (1.0 - label_smoothing) +
+               row_valid * (label_smoothing / static_cast<double>(classes));
+  }
   Array logp = kusari::log_softmax(x.data(), 1);
   Array per_sample = kusari::negative(kusari::sum(kusari::multiply(logp, onehot_f), {1}));
   // 1 / (number of labels not ignored), kept on the device (no synchronisation).
@@ -65,8 +83,10 @@ Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore
     Variable x = ctx.input(0);
     const int64_t n = x.shape()[0], k = x.shape()[1];
     Variable gy = ctx.output_grad();
-    // p - onehot, masked rows already zero in onehot; rows with ignored labels need p masked too.
-    Array row_valid = kusari::sum(onehot_f, {1}, true);  // 1 for valid rows, 0 for ignored
+    // p - onehot (or the smoothed target), masked rows already zero in it; rows with ignored
+    // labels need p masked too. Each valid row of the target sums to 1 (up to rounding with
+    // smoothing, so the mask is taken as "nonzero").
+    Array row_valid = kusari::not_equal(kusari::sum(onehot_f, {1}, true), 0.0).astype(onehot_f.dtype());
     Variable p;
     if (ctx.is_double_backprop()) {
       // softmax(x) = e / sum(e) with e = exp(x - rowmax); the shift is a constant, so this is

@@ -24,6 +24,10 @@ namespace kusari::kernels {
 //   RmspropParams      ms = alpha ms + (1 - alpha) g^2;
 //                      p -= lr g / (sqrt(ms) + eps), or lr g / sqrt(ms + eps) with eps_inside_sqrt
 //   AdaGradParams      h += g^2;  p -= lr g / (sqrt(h) + eps)
+//   RmspropWarmupParams ms = alpha ms + (1 - alpha) g^2;
+//                      v = momentum v - (sgd_lr + rmsprop_lr / (sqrt(ms) + eps)) g;  p += v
+//                      (Akiba et al.'s RMSprop warm-up: see Note [RMSprop warm-up] in
+//                      src/optimizers/rmsprop_warmup.cc; with rmsprop_lr = 0 it is MomentumSGD)
 // The public routine update_parameter takes the same values as a list of doubles in the order
 // of each struct's fields (flags as 0 or 1) and builds the struct after checking the count.
 
@@ -47,10 +51,14 @@ struct RmspropParams {
 struct AdaGradParams {
   double lr, eps;  // state: h
 };
+struct RmspropWarmupParams {
+  double sgd_lr, rmsprop_lr, momentum, alpha, eps;  // state: ms, v
+};
 
 /// The hyperparameters of one update rule; the alternatives are in UpdateRule's order.
 using UpdateParams =
-    std::variant<SgdParams, MomentumSgdParams, NesterovParams, AdamParams, RmspropParams, AdaGradParams>;
+    std::variant<SgdParams, MomentumSgdParams, NesterovParams, AdamParams, RmspropParams, AdaGradParams,
+                 RmspropWarmupParams>;
 
 /// The rule that `p` holds the parameters of.
 inline UpdateRule update_rule(const UpdateParams& p) { return static_cast<UpdateRule>(p.index()); }

@@ -151,6 +151,44 @@ void BatchNormalization::start_finetuning() {
   persistent("N").fill(int64_t{0});
 }
 
+// Note [Batch normalization without moving averages]
+// The running mean and variance that a trained network is evaluated with are, by default,
+// exponential moving averages of the batch statistics (decay 0.9): mostly the statistics of the
+// last few dozen batches, taken while the weights still moved. With the large learning rates of
+// large-minibatch training the weights move a lot per step, so those averages can be far from
+// the statistics of the final network. The 15-minute ImageNet run (Akiba et al. 2017) names
+// "batch normalization without moving averages" among the techniques that kept its 32k batch
+// accurate: the statistics the network is evaluated with are not exponential moving averages.
+// What we implement, for the last epochs of a run (or any other stretch):
+//   kCumulativeAverage  the running statistics become the plain (equally weighted) mean of the
+//                       batch statistics seen since the mode was set, as Chainer's finetune mode
+//                       (decay 1 - 1/N at the N-th batch), so at the end of training they
+//                       average the last epochs' batches, none of them weighted more;
+//   kFrozen             the running statistics are not updated at all (training still
+//                       normalises with each batch's statistics).
+// set_running_statistics(model, mode) switches every batch normalization of a model; the
+// train_imagenet flag --bn-freeze-epochs K switches to kCumulativeAverage for the last K epochs.
+// The mode is not saved with the model, the count N (a persistent) is: a run resumed inside the
+// averaging sets the mode again with restart = false, and goes on averaging where it stopped.
+void BatchNormalization::set_running_statistics(RunningStatistics mode, bool restart) {
+  if (restart && mode == RunningStatistics::kCumulativeAverage &&
+      running_statistics_ != RunningStatistics::kCumulativeAverage) {
+    start_finetuning();
+  }
+  running_statistics_ = mode;
+}
+
+int64_t set_running_statistics(Link& model, RunningStatistics mode, bool restart) {
+  int64_t count = 0;
+  for (auto& [path, link] : model.namedlinks(false)) {
+    if (auto* bn = dynamic_cast<BatchNormalization*>(link)) {
+      bn->set_running_statistics(mode, restart);
+      ++count;
+    }
+  }
+  return count;
+}
+
 Variable BatchNormalization::forward(const Variable& x, bool finetune) {
   return normalize(x, finetune, false, Variable());
 }
@@ -180,7 +218,17 @@ Variable BatchNormalization::normalize(const Variable& x, bool finetune, bool re
   const Axes axis = axis_ ? *axis_ : Axes{};
   if (is_train_mode()) {
     double decay = decay_;
-    if (finetune) {
+    if (running_statistics_ == RunningStatistics::kFrozen) {
+      // Note [Batch normalization without moving averages]: normalise with the batch's
+      // statistics, leave the running ones alone.
+      if (relu) {
+        return functions::batch_normalization_relu(x, g, b, residual, eps_, nullptr, nullptr,
+                                                   decay, axis, reducer_.get());
+      }
+      return functions::batch_normalization(x, g, b, eps_, nullptr, nullptr, decay, axis,
+                                            reducer_.get());
+    }
+    if (finetune || running_statistics_ == RunningStatistics::kCumulativeAverage) {
       const int64_t n = N() + 1;
       persistent("N").fill(n);
       decay = 1.0 - 1.0 / static_cast<double>(n);

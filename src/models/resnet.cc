@@ -106,14 +106,17 @@ ResNet::ResNet(ResNetBlock block, const std::vector<int64_t>& blocks_per_stage,
   }
   KUSARI_CHECK(options.num_classes > 0, ValueError, "ResNet: num_classes must be positive, got ",
                options.num_classes);
+  KUSARI_CHECK(options.width > 0, ValueError, "ResNet: width must be positive, got ",
+               options.width);
   const int64_t expansion =
       block == ResNetBlock::kBasic ? BasicBlock::kExpansion : Bottleneck::kExpansion;
-  conv1 = add_link("conv1", conv(3, 64, 7, 2, 3));
-  bn1 = add_link("bn1", bn(64));
-  int64_t in_channels = 64;
+  const int64_t width = options.width;
+  conv1 = add_link("conv1", conv(3, width, 7, 2, 3));
+  bn1 = add_link("bn1", bn(width));
+  int64_t in_channels = width;
   std::shared_ptr<Sequential>* stages[4] = {&layer1, &layer2, &layer3, &layer4};
   for (int s = 0; s < 4; ++s) {
-    const int64_t channels = int64_t{64} << s;
+    const int64_t channels = width << s;
     auto stage = std::make_shared<Sequential>();
     for (int64_t b = 0; b < blocks_per_stage[static_cast<size_t>(s)]; ++b) {
       const int64_t stride = (s > 0 && b == 0) ? 2 : 1;

@@ -13,10 +13,11 @@ namespace {
 // [Float32 master weights]); its data is then passed as the float32 master copy when there is
 // one (the exact weights), else widened.
 template <typename F>
-void for_each_grad(Optimizer& optimizer, F f) {
+void for_each_grad(Optimizer& optimizer, F f, const ParamPredicate& exclude = nullptr) {
   for (ParamState& s : optimizer.param_states()) {
     Array g = s.param.grad();  // a handle to the gradient's memory: hooks update it in place
     if (!g.defined()) continue;
+    if (exclude && exclude(s.path, s.param)) continue;
     const Array& data = s.param.data();
     if (data.dtype() == g.dtype()) {
       f(data, g);
@@ -29,11 +30,25 @@ void for_each_grad(Optimizer& optimizer, F f) {
 
 }  // namespace
 
-WeightDecay::WeightDecay(double value) : rate(value) {}
+// Note [No weight decay on biases and normalisation]
+// Weight decay pulls every parameter toward 0. For a weight that is followed by batch
+// normalisation this only changes its scale, which the normalisation divides out; for batch
+// normalisation's gamma and beta and for biases it changes what the layer computes, and with the
+// large learning rates of large-minibatch training it shrinks them for no gain. Large-minibatch
+// recipes after Goyal et al. (Jia et al., "Highly Scalable Deep Learning Training System with
+// Mixed-Precision", 2018, and the usual LARS and LAMB setups) therefore decay only the weights.
+// is_bias_or_norm picks the others by kind: a parameter of at most one axis is a bias, a gamma
+// or a beta, whatever its name; any other rule can be given as a predicate on the path.
+bool is_bias_or_norm(const std::string&, const Parameter& param) {
+  return param.is_initialized() && param.ndim() <= 1;
+}
+
+WeightDecay::WeightDecay(double value, ParamPredicate exclude_in)
+    : rate(value), exclude(std::move(exclude_in)) {}
 
 void WeightDecay::operator()(Optimizer& optimizer) {
   if (rate == 0.0) return;
-  for_each_grad(optimizer, [&](const Array& p, Array& g) { g.assign(g + p * rate); });
+  for_each_grad(optimizer, [&](const Array& p, Array& g) { g.assign(g + p * rate); }, exclude);
 }
 
 Lasso::Lasso(double value) : rate(value) {}

@@ -25,6 +25,8 @@ const char* update_rule_name(UpdateRule rule) {
       return "RMSprop";
     case UpdateRule::kAdaGrad:
       return "AdaGrad";
+    case UpdateRule::kRmspropWarmup:
+      return "RMSpropWarmup";
   }
   return "update";
 }
@@ -47,6 +49,8 @@ kernels::UpdateParams update_params(UpdateRule rule, const std::vector<double>& 
       return kernels::RmspropParams{h[0], h[1], h[2], h[3] != 0.0};
     case UpdateRule::kAdaGrad:
       return kernels::AdaGradParams{h[0], h[1]};
+    case UpdateRule::kRmspropWarmup:
+      return kernels::RmspropWarmupParams{h[0], h[1], h[2], h[3], h[4]};
   }
   KUSARI_ASSERT(false, "update_parameter: unknown update rule ", static_cast<int>(rule));
   return kernels::SgdParams{0.0};
@@ -81,6 +85,9 @@ void check_update_counts(const char* fn, UpdateRule rule, const std::vector<doub
       break;
     case UpdateRule::kAdaGrad:
       want_hyper = 2, want_state = 1, state_names = "h";
+      break;
+    case UpdateRule::kRmspropWarmup:
+      want_hyper = 5, want_state = 2, state_names = "ms, v";
       break;
   }
   KUSARI_CHECK(hyper.size() == want_hyper, ValueError, fn, ": expected ", want_hyper,

@@ -106,6 +106,14 @@ struct Pool2dParams {
 };
 
 /// Fused parameter-update rules of the optimizers (one elementwise pass each).
-enum class UpdateRule : int8_t { kSgd, kMomentumSgd, kNesterov, kAdam, kRmsprop, kAdaGrad };
+enum class UpdateRule : int8_t {
+  kSgd,
+  kMomentumSgd,
+  kNesterov,
+  kAdam,
+  kRmsprop,
+  kAdaGrad,
+  kRmspropWarmup
+};
 
 }  // namespace kusari

@@ -163,6 +163,7 @@ Array pool2d_backward(const Array& x, const Array& y, const Array& gy, const Poo
 ///                 amsgrad (1 needs the third state vhat)
 ///   kRmsprop      lr, alpha, eps, eps_inside_sqrt                            ms
 ///   kAdaGrad      lr, eps                                                    h
+///   kRmspropWarmup  sgd_lr, rmsprop_lr, momentum, alpha, eps                 ms, v
 ///
 /// The routine turns them into the kernel's typed parameters after checking the count. param,
 /// grad and every state array must be on one device and have one floating dtype and one shape; param and the states must be contiguous (grad is copied when not).

@@ -14,8 +14,10 @@ enum class Reduce { kMean, kNone };
 /// divided by the number of samples that are not ignored (Chainer's normalize=True). The loss
 /// has x's dtype, except for float16 and bfloat16 x: it is then computed and returned in float32
 /// (the gradient with respect to x keeps x's dtype; Note [Softmax cross entropy in 16-bit floats]).
+/// With label_smoothing = eps in [0, 1] the target is (1 - eps) onehot(t) + eps / classes
+/// instead of onehot(t) (Note [Label smoothing] in src/functions/loss.cc).
 Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label = -1,
-                               Reduce reduce = Reduce::kMean);
+                               Reduce reduce = Reduce::kMean, double label_smoothing = 0.0);
 
 /// Sigmoid cross entropy of logits x against binary labels t (int32 or int64, same shape as x;
 /// 0 or 1, or -1 to ignore an element), computed stably as

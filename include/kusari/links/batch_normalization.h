@@ -11,6 +11,19 @@
 
 namespace kusari::links {
 
+/// How a BatchNormalization in train mode keeps its running statistics (Note [Batch
+/// normalization without moving averages] in src/links/batch_normalization.cc).
+enum class RunningStatistics {
+  /// avg = decay avg + (1 - decay) batch statistic (the default).
+  kMovingAverage,
+  /// The plain mean of the batch statistics since the mode was set (Chainer's finetune: decay
+  /// 1 - 1/N at the N-th batch).
+  kCumulativeAverage,
+  /// Not updated: training normalises with the batch statistics and leaves avg_mean and avg_var
+  /// as they are.
+  kFrozen,
+};
+
 /// Batch normalization with a learnt scale gamma and shift beta and running statistics
 /// (Chainer's L.BatchNormalization).
 ///
@@ -71,6 +84,13 @@ class BatchNormalization : public Link {
   Variable forward_relu(const Variable& x, const Variable& residual = Variable());
   /// Resets the fine-tuning count N to 0 (Chainer's start_finetuning).
   void start_finetuning();
+  /// How train-mode forwards update avg_mean and avg_var from now on (every forward, also
+  /// forward_relu and forward(x, false)). Switching to kCumulativeAverage restarts the count N,
+  /// so the averages become the plain mean of the batches from here on; with restart = false the
+  /// count goes on from its value (a run resumed inside the averaging, N loaded from a snapshot).
+  void set_running_statistics(RunningStatistics mode, bool restart = true);
+  /// The current way of keeping the running statistics.
+  RunningStatistics running_statistics() const { return running_statistics_; }
 
   /// The scale, the shift (undefined when not used).
   Parameter gamma, beta;
@@ -112,6 +132,11 @@ class BatchNormalization : public Link {
   std::shared_ptr<Initializer> initial_avg_mean_;
   std::shared_ptr<Initializer> initial_avg_var_;
   std::shared_ptr<functions::BatchStatisticsReducer> reducer_;
+  RunningStatistics running_statistics_ = RunningStatistics::kMovingAverage;
 };
+
+/// set_running_statistics(mode, restart) on every BatchNormalization in `model` (itself included,
+/// at any depth); returns how many there were.
+int64_t set_running_statistics(Link& model, RunningStatistics mode, bool restart = true);
 
 }  // namespace kusari::links

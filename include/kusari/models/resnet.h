@@ -12,8 +12,9 @@
 // Note [ResNet layout]
 // The stem is a 7x7 stride-2 convolution (no bias), batch normalization, ReLU and a 3x3 stride-2
 // max pooling with padding 1 (floor mode: Chainer's cover_all = false); four stages of blocks
-// with 64, 128, 256 and 512 channels follow, the first block of stages 2-4 halving the spatial
-// size; global average pooling (the mean over H and W) and a Linear layer end it.
+// with 64, 128, 256 and 512 channels (ResNetOptions::width times 1, 2, 4 and 8) follow, the
+// first block of stages 2-4 halving the spatial size; global average pooling (the mean over H
+// and W) and a Linear layer end it.
 //   - BasicBlock (ResNet-18/34): two 3x3 convolutions, the first carrying the stride.
 //   - Bottleneck (ResNet-50/101/152): 1x1 reduce, 3x3, 1x1 expand (x4); the stride is on the
 //     3x3 convolution (torchvision's "ResNet v1.5", not the paper's stride on the first 1x1).
@@ -58,6 +59,9 @@ struct ResNetOptions {
   /// The layout of the convolution filters; kChannelsLast for NHWC training (feed channels-last
   /// inputs too). The same as calling to_memory_format() on the model.
   MemoryFormat memory_format = MemoryFormat::kContiguous;
+  /// Channels of the stem and the first stage (64 in the paper); the later stages have 2, 4 and
+  /// 8 times as many. A smaller width makes a narrow ResNet for small experiments.
+  int64_t width = 64;
 };
 
 /// Two 3x3 convolutions and a shortcut (ResNet-18/34). See Note [ResNet layout].
@@ -116,7 +120,7 @@ class ResNet : public Chain {
          const ResNetOptions& options = {});
   /// The logits (N, num_classes) of images x (N, 3, H, W), NCHW or channels-last.
   Variable forward(const Variable& x) override;
-  /// The pooled features (N, 512 * expansion) before fc.
+  /// The pooled features (N, 8 * width * expansion; 512 * expansion by default) before fc.
   Variable features(const Variable& x);
 
   /// The kind of block, and how many per stage.

@@ -10,18 +10,34 @@
 // gradient clipping compares the true norm with the threshold.
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include "kusari/optimizers/optimizer.h"
 
 namespace kusari::optimizers {
 
-/// L2 regularisation: g += rate p for every parameter with a gradient.
+/// Selects parameters by their path in the target link ("/layer1/0/bn1/gamma") and the
+/// parameter itself.
+using ParamPredicate = std::function<bool(const std::string& path, const Parameter& param)>;
+
+/// True for a bias or a normalisation parameter: a parameter of at most one axis (Linear's and
+/// Convolution2D's b, BatchNormalization's gamma and beta), the parameters that large-minibatch
+/// training leaves out of weight decay and of LARS/LAMB's trust ratio (Note [No weight decay on
+/// biases and normalisation]). Weights (2-d and 4-d W, EmbedID's table) are not.
+bool is_bias_or_norm(const std::string& path, const Parameter& param);
+
+/// L2 regularisation: g += rate p for every parameter with a gradient, except those that
+/// `exclude` selects (none when it is empty), e.g. WeightDecay(1e-4, is_bias_or_norm).
 class WeightDecay : public OptimizerHook {
  public:
-  explicit WeightDecay(double rate);
+  explicit WeightDecay(double rate, ParamPredicate exclude = nullptr);
   const char* name() const override { return "WeightDecay"; }
   void operator()(Optimizer& optimizer) override;
   /// The coefficient of the L2 term.
   double rate;
+  /// The parameters left without decay (empty: none).
+  ParamPredicate exclude;
 };
 
 /// L1 regularisation: g += rate sign(p) for every parameter with a gradient.

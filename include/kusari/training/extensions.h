@@ -9,6 +9,7 @@
 #pragma once
 
 #include "kusari/training/extension.h"
+#include "kusari/training/extensions/epoch_shift.h"
 #include "kusari/training/extensions/evaluator.h"
 #include "kusari/training/extensions/exponential_shift.h"
 #include "kusari/training/extensions/fail_on_non_number.h"

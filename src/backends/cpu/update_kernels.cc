@@ -174,6 +174,29 @@ void adagrad(const Pointers<T>& x, int64_t b, int64_t e, const kernels::AdaGradP
   }
 }
 
+template <typename T>
+void rmsprop_warmup(const Pointers<T>& x, int64_t b, int64_t e,
+                    const kernels::RmspropWarmupParams& h) {
+  T* __restrict p_ = x.p;
+  const T* __restrict g_ = x.g;
+  T* __restrict ms_ = x.s0;
+  T* __restrict v_ = x.s1;
+  const C<T> sgd_lr_ = static_cast<C<T>>(h.sgd_lr);
+  const C<T> rmsprop_lr_ = static_cast<C<T>>(h.rmsprop_lr);
+  const C<T> momentum_ = static_cast<C<T>>(h.momentum);
+  const C<T> alpha_ = static_cast<C<T>>(h.alpha);
+  const C<T> one_minus_alpha_ = static_cast<C<T>>(1.0 - h.alpha);
+  const C<T> eps_ = static_cast<C<T>>(h.eps);
+  for (int64_t i = b; i < e; ++i) {
+    const C<T> gi = static_cast<C<T>>(g_[i]);
+    ms_[i] = static_cast<T>(alpha_ * static_cast<C<T>>(ms_[i]) + one_minus_alpha_ * gi * gi);
+    const C<T> msi = static_cast<C<T>>(ms_[i]);
+    const C<T> rate = sgd_lr_ + rmsprop_lr_ / (std::sqrt(msi) + eps_);
+    v_[i] = static_cast<T>(momentum_ * static_cast<C<T>>(v_[i]) - rate * gi);
+    p_[i] = static_cast<T>(static_cast<C<T>>(p_[i]) + static_cast<C<T>>(v_[i]));
+  }
+}
+
 /// One step of the rule on elements [b, e) of one tensor: the code both kernels run.
 template <typename T>
 void step_range(const Pointers<T>& x, int64_t b, int64_t e, const kernels::UpdateParams& params) {
@@ -190,9 +213,11 @@ void step_range(const Pointers<T>& x, int64_t b, int64_t e, const kernels::Updat
           adam(x, b, e, h);
         } else if constexpr (std::is_same_v<H, kernels::RmspropParams>) {
           rmsprop(x, b, e, h);
-        } else {
-          static_assert(std::is_same_v<H, kernels::AdaGradParams>);
+        } else if constexpr (std::is_same_v<H, kernels::AdaGradParams>) {
           adagrad(x, b, e, h);
+        } else {
+          static_assert(std::is_same_v<H, kernels::RmspropWarmupParams>);
+          rmsprop_warmup(x, b, e, h);
         }
       },
       params);

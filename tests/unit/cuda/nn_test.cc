@@ -275,6 +275,7 @@ TEST_F(CudaUpdate, EveryRuleInEveryFloatingDtypeMatchesTheCpu) {
       {UpdateRule::kRmsprop, {0.01, 0.99, 1e-8, 0.0}, 1},
       {UpdateRule::kRmsprop, {0.01, 0.9, 1e-4, 1.0}, 1},
       {UpdateRule::kAdaGrad, {0.01, 1e-8}, 1},
+      {UpdateRule::kRmspropWarmup, {0.05, 0.002, 0.9, 0.99, 1e-6}, 2},
   };
   uint64_t seed = 50;
   for (Dtype dtype : floating_dtypes()) {

@@ -1,4 +1,4 @@
-// sigmoid_cross_entropy and mean_squared_error: known values, gradient checks (first and second
+// softmax_cross_entropy with label smoothing, sigmoid_cross_entropy and mean_squared_error: known values, gradient checks (first and second
 // order, float64 and float32, non-contiguous inputs) and error cases.
 #include <gtest/gtest.h>
 
@@ -127,6 +127,97 @@ TEST_P(LossTest, MeanSquaredErrorErrors) {
   EXPECT_THROW(F::mean_squared_error(a, Variable(uniform({2, 3}, float64))), DtypeError);
   EXPECT_THROW(F::mean_squared_error(Variable(labels({1, 2}, {2})), Variable(labels({1, 2}, {2}))),
                DtypeError);
+}
+
+// --- softmax_cross_entropy with label smoothing (Note [Label smoothing]) ------------------------
+
+TEST_P(LossTest, LabelSmoothingKnownValuesAndGradient) {
+  // x = [[1, 2, 3], [1, 1, 1], [0, -1, 2]], t = [2, 0, ignored]; eps = 0.3 over K = 3 classes: the
+  // target is 0.1 everywhere plus 0.7 on the label. Loss = -sum_k q_k log p_k, averaged over the
+  // two samples kept; gradient (p - q) / 2 on their rows, 0 on the ignored one.
+  const std::vector<std::vector<double>> xv = {{1, 2, 3}, {1, 1, 1}, {0, -1, 2}};
+  const int labels_v[] = {2, 0};
+  const double eps = 0.3;
+  double total = 0;
+  std::vector<double> grad(9, 0.0);
+  for (int i = 0; i < 2; ++i) {
+    double z = 0;
+    for (double v : xv[i]) z += std::exp(v);
+    for (int k = 0; k < 3; ++k) {
+      const double q = (k == labels_v[i] ? 1 - eps : 0.0) + eps / 3;
+      const double logp = xv[i][k] - std::log(z);
+      total -= q * logp;
+      grad[i * 3 + k] = (std::exp(logp) - q) / 2;
+    }
+  }
+  Variable x(Array::from({1, 2, 3, 1, 1, 1, 0, -1, 2}, Shape{3, 3}, float64, device()), true);
+  Array t = labels({2, 0, -1}, {3});
+  Variable loss = F::softmax_cross_entropy(x, t, -1, F::Reduce::kMean, eps);
+  EXPECT_NEAR(loss.data().item<double>(), total / 2, 1e-12);
+  loss.backward();
+  EXPECT_TRUE(ArraysClose(x.grad(), Array::from_vector(grad, Shape{3, 3}, device()), 1e-12, 1e-14));
+  // Per sample: the ignored one is 0.
+  Variable none = F::softmax_cross_entropy(x, t, -1, F::Reduce::kNone, eps);
+  std::vector<double> per = none.data().to_vector<double>();
+  EXPECT_NEAR(per[0] + per[1], total, 1e-12);
+  EXPECT_EQ(per[2], 0.0);
+  // Smoothing raises the loss of a confident correct prediction above the plain one.
+  EXPECT_GT(loss.data().item<double>(), F::softmax_cross_entropy(x, t).data().item<double>());
+}
+
+TEST_P(LossTest, LabelSmoothingZeroIsThePlainLoss) {
+  Variable x(uniform({4, 5}, float32), true);
+  Array t = labels({0, 3, -1, 2}, {4});
+  Variable a = F::softmax_cross_entropy(x, t);
+  Variable b = F::softmax_cross_entropy(x, t, -1, F::Reduce::kMean, 0.0);
+  EXPECT_TRUE(ArraysClose(a.data(), b.data(), 0, 0));
+  // eps = 1: the target is uniform whatever the label.
+  Variable u1 = F::softmax_cross_entropy(x, labels({0, 3, -1, 2}, {4}), -1, F::Reduce::kMean, 1.0);
+  Variable u2 = F::softmax_cross_entropy(x, labels({1, 1, -1, 4}, {4}), -1, F::Reduce::kMean, 1.0);
+  EXPECT_TRUE(ArraysClose(u1.data(), u2.data(), 1e-6, 1e-7));
+}
+
+TEST_P(LossTest, LabelSmoothingGradients) {
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    Array t = labels({0, 3, -1, 2}, {4});
+    for (F::Reduce r : {F::Reduce::kMean, F::Reduce::kNone}) {
+      for (double eps : {0.1, 0.5}) {
+        SCOPED_TRACE(::testing::Message() << "reduce=" << static_cast<int>(r) << " eps=" << eps);
+        auto f = [t, r, eps](const Variable& v) {
+          return F::softmax_cross_entropy(v, t, -1, r, eps);
+        };
+        check(f, uniform({4, 5}, d, -3, 3));
+        check(f, noncontig({4, 5}, d, -3, 3));
+      }
+    }
+  }
+}
+
+TEST_P(LossTest, LabelSmoothingInSixteenBitsIsComputedInFloat32) {
+  Array x32 = uniform({8, 10}, float32, -4, 4);
+  Array t = labels({0, 1, 2, 3, 4, 5, 6, 7}, {8});
+  for (Dtype d : {float16, bfloat16}) {
+    SCOPED_TRACE(dtype_name(d));
+    Array xd = x32.astype(d);
+    Variable loss = F::softmax_cross_entropy(Variable(xd), t, -1, F::Reduce::kMean, 0.1);
+    EXPECT_EQ(loss.dtype(), float32);
+    Variable ref = F::softmax_cross_entropy(Variable(xd.astype(float32)), t, -1, F::Reduce::kMean, 0.1);
+    EXPECT_NEAR(loss.data().item<double>(), ref.data().item<double>(), 1e-6);
+  }
+}
+
+TEST_P(LossTest, LabelSmoothingOutOfRangeIsRefused) {
+  Variable x(uniform({2, 3}, float32));
+  for (double eps : {-0.1, 1.5}) {
+    try {
+      F::softmax_cross_entropy(x, labels({0, 1}, {2}), -1, F::Reduce::kMean, eps);
+      FAIL() << "label_smoothing " << eps << " was accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("label_smoothing must be in [0, 1]"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 KUSARI_INSTANTIATE_DEVICE_TEST(LossTest);

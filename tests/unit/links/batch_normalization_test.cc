@@ -191,6 +191,70 @@ TEST_P(BatchNormalizationLinkTest, FinetuneAveragesOverCalls) {
   EXPECT_TRUE(ArraysClose(bn.avg_mean(), from({1, 7}, {2}), 1e-14));
 }
 
+TEST_P(BatchNormalizationLinkTest, CumulativeAverageModeAveragesEveryForward) {
+  // Note [Batch normalization without moving averages]: after one moving-average update, the
+  // switch restarts the average; forward(x) and forward_relu then keep the plain mean.
+  L::BatchNormalization bn(2, 0.9, 2e-5, float64);
+  bn.to_device(device());
+  bn.forward(batch1(device()));
+  EXPECT_TRUE(ArraysClose(bn.avg_mean(), from({0.4, 0.3}, {2}), 1e-14));  // 0.9 * 0 + 0.1 * mean
+  bn.set_running_statistics(L::RunningStatistics::kCumulativeAverage);
+  EXPECT_EQ(bn.running_statistics(), L::RunningStatistics::kCumulativeAverage);
+  EXPECT_EQ(bn.N(), 0);
+  bn.forward(batch2(device()));
+  EXPECT_TRUE(ArraysClose(bn.avg_mean(), from({1, 7}, {2}), 1e-14));
+  bn.forward_relu(batch1(device()));
+  EXPECT_EQ(bn.N(), 2);
+  EXPECT_TRUE(ArraysClose(bn.avg_mean(), from({2.5, 5}, {2}), 1e-14));
+  EXPECT_TRUE(
+      ArraysClose(bn.avg_var(), from({(20.0 / 3 + 4.0 / 3) / 2, (12 + 20.0 / 3) / 2}, {2}), 1e-14));
+  // Setting the same mode again does not restart the count.
+  bn.set_running_statistics(L::RunningStatistics::kCumulativeAverage);
+  EXPECT_EQ(bn.N(), 2);
+  // A resumed run (a fresh link with the loaded N) goes on averaging without a restart.
+  L::BatchNormalization resumed(2, 0.9, 2e-5, float64);
+  resumed.to_device(device());
+  resumed.persistent("avg_mean").assign(bn.avg_mean());
+  resumed.persistent("N").fill(int64_t{2});
+  resumed.set_running_statistics(L::RunningStatistics::kCumulativeAverage, /*restart=*/false);
+  EXPECT_EQ(resumed.N(), 2);
+  resumed.forward(batch2(device()));
+  EXPECT_EQ(resumed.N(), 3);
+  EXPECT_TRUE(ArraysClose(resumed.avg_mean(), from({(2 * 2.5 + 1) / 3, (2 * 5 + 7) / 3.0}, {2}), 1e-14));
+  bn.set_running_statistics(L::RunningStatistics::kMovingAverage);
+  bn.forward(batch2(device()));
+  EXPECT_TRUE(ArraysClose(bn.avg_mean(), from({0.9 * 2.5 + 0.1, 0.9 * 5 + 0.7}, {2}), 1e-14));
+}
+
+TEST_P(BatchNormalizationLinkTest, FrozenModeNormalisesWithTheBatchAndKeepsTheAverages) {
+  L::BatchNormalization bn(2, 0.9, 2e-5, float64);
+  bn.to_device(device());
+  bn.forward(batch1(device()));
+  const Array mean = bn.avg_mean().copy(), var = bn.avg_var().copy();
+  bn.set_running_statistics(L::RunningStatistics::kFrozen);
+  Variable y = bn.forward(batch2(device()));
+  Variable yr = bn.forward_relu(batch2(device()));
+  EXPECT_TRUE(ArraysClose(bn.avg_mean(), mean, 0, 0));
+  EXPECT_TRUE(ArraysClose(bn.avg_var(), var, 0, 0));
+  // Normalised with batch2's own statistics: column 0 has mean 1 and biased variance 1.
+  const std::vector<double> yv = y.data().to_vector<double>();
+  EXPECT_NEAR(yv[0], (0 - 1) / std::sqrt(1 + 2e-5), 1e-12);
+  EXPECT_NEAR(yv[4], (2 - 1) / std::sqrt(1 + 2e-5), 1e-12);
+  EXPECT_NEAR(yr.data().to_vector<double>()[0], 0.0, 0.0);  // relu of a negative value
+}
+
+TEST_P(BatchNormalizationLinkTest, SetRunningStatisticsReachesNestedLinks) {
+  auto net = std::make_shared<Chain>();
+  auto inner = net->add_link("block", std::make_shared<Chain>());
+  auto bn1 = net->add_link("bn", std::make_shared<L::BatchNormalization>(2));
+  auto bn2 = inner->add_link("bn", std::make_shared<L::BatchNormalization>(3));
+  EXPECT_EQ(L::set_running_statistics(*net, L::RunningStatistics::kFrozen), 2);
+  EXPECT_EQ(std::static_pointer_cast<L::BatchNormalization>(bn1)->running_statistics(),
+            L::RunningStatistics::kFrozen);
+  EXPECT_EQ(std::static_pointer_cast<L::BatchNormalization>(bn2)->running_statistics(),
+            L::RunningStatistics::kFrozen);
+}
+
 TEST_P(BatchNormalizationLinkTest, ForwardReluIsReluOfForwardPlusResidual) {
   // Two links with the same state: one runs forward_relu, the other the composed functions.
   for (bool train : {true, false}) {

@@ -94,6 +94,22 @@ TEST(ResNet, NumClassesSizesTheLinearLayer) {
   EXPECT_EQ(models::resnet18(classes(7))->fc->W.shape(), (Shape{7, 512}));
 }
 
+TEST(ResNet, WidthScalesEveryStage) {
+  // ResNet-18 with 16 channels in the stem and stages of 16, 32, 64 and 128, 10 classes, counted
+  // by hand: stem 3*16*49 + 32; stage 1: 2 x (2 x 16*16*9 + 64); stage 2: 16*32*9 + 32*32*9 +
+  // 128 + (16*32 + 64) and 2 x 32*32*9 + 128; stage 3 and 4 alike; fc 128*10 + 10.
+  models::ResNetOptions o = classes(10);
+  o.width = 16;
+  auto narrow = models::resnet18(o);
+  EXPECT_EQ(narrow->count_params(), 703386);
+  EXPECT_EQ(narrow->fc->W.shape(), (Shape{10, 128}));
+  EXPECT_EQ(narrow->conv1->W.shape(), (Shape{16, 3, 7, 7}));
+  o.width = 64;
+  EXPECT_EQ(models::resnet18(o)->count_params(), models::resnet18(classes(10))->count_params());
+  o.width = 0;
+  EXPECT_THROW(models::resnet18(o), ValueError);
+}
+
 TEST(ResNet, ParametersAreNamedAsTorchvisionModules) {
   auto r50 = models::resnet50();
   std::vector<std::string> paths;

@@ -291,6 +291,7 @@ TEST_P(MultiTensorUpdateTest, RoutineMatchesUpdateParameterForEveryRule) {
       {UpdateRule::kRmsprop, {0.01, 0.99, 1e-8, 0.0}, 1},
       {UpdateRule::kRmsprop, {0.01, 0.99, 1e-8, 1.0}, 1},
       {UpdateRule::kAdaGrad, {0.01, 1e-8}, 1},
+      {UpdateRule::kRmspropWarmup, {0.05, 0.002, 0.9, 0.99, 1e-8}, 2},
   };
   const std::vector<Shape> shapes{{3}, {4097}, {2, 4, 3, 3}, {1}, {8193}};
   for (Dtype dtype : {float16, bfloat16, float32, float64}) {

@@ -124,6 +124,20 @@ std::vector<RuleCase> rule_cases() {
                      }
                    },
                    nullptr});
+  // Akiba et al.'s RMSprop warm-up half-way through its transition: both terms of the rate.
+  cases.push_back({"RMSpropWarmup",
+                   UpdateRule::kRmspropWarmup,
+                   {0.05, 0.002, 0.9, 0.9, 1e-2},
+                   2,
+                   [](Vec& p, const Vec& g, std::vector<Vec>& st, int) {
+                     for (size_t i = 0; i < p.size(); ++i) {
+                       st[0][i] = 0.9 * st[0][i] + (1 - 0.9) * g[i] * g[i];
+                       const double rate = 0.05 + 0.002 / (std::sqrt(st[0][i]) + 1e-2);
+                       st[1][i] = 0.9 * st[1][i] - rate * g[i];
+                       p[i] += st[1][i];
+                     }
+                   },
+                   nullptr});
   return cases;
 }
 

@@ -87,6 +87,15 @@ __device__ __forceinline__ void step_element(int64_t i, T* __restrict__ p, const
       p[i] = from_compute<T>(to_compute(p[i]) - k.c[0] * gi / (dmath::sqrt(hi) + k.c[1]));
       break;
     }
+    case UpdateRule::kRmspropWarmup: {
+      // c: sgd_lr, rmsprop_lr, momentum, alpha, 1 - alpha, eps
+      s0[i] = from_compute<T>(k.c[3] * to_compute(s0[i]) + k.c[4] * gi * gi);
+      const C msi = to_compute(s0[i]);
+      const C rate = k.c[0] + k.c[1] / (dmath::sqrt(msi) + k.c[5]);
+      s1[i] = from_compute<T>(k.c[2] * to_compute(s1[i]) - rate * gi);
+      p[i] = from_compute<T>(to_compute(p[i]) + to_compute(s1[i]));
+      break;
+    }
   }
 }
 
@@ -211,6 +220,13 @@ UpdateConstants<C> update_constants(const kernels::UpdateParams& params) {
   } else if (const auto* h = std::get_if<kernels::AdaGradParams>(&params)) {
     k.c[0] = c(h->lr);
     k.c[1] = c(h->eps);
+  } else if (const auto* h = std::get_if<kernels::RmspropWarmupParams>(&params)) {
+    k.c[0] = c(h->sgd_lr);
+    k.c[1] = c(h->rmsprop_lr);
+    k.c[2] = c(h->momentum);
+    k.c[3] = c(h->alpha);
+    k.c[4] = c(1.0 - h->alpha);
+    k.c[5] = c(h->eps);
   }
   return k;
 }
