@@ -89,9 +89,10 @@ if(NOT KUSARI_WITH_CAIRO STREQUAL "OFF" AND PkgConfig_FOUND)
     message(FATAL_ERROR "KUSARI_WITH_CAIRO=ON but cairo was not found (install libcairo2-dev)")
   endif()
 endif()
-# --- libjpeg-turbo (TurboJPEG API) and libpng: image datasets (datasets/image.h) ------------
-# libpng also lets the training tests decode PlotReport's PNG files; the image tests compare the
-# decoder with libjpeg's own jpeglib API (find_package(JPEG), the same libjpeg-turbo).
+# --- libjpeg-turbo (TurboJPEG and jpeglib APIs) and libpng: image datasets (datasets/image.h) --
+# jpeglib (find_package(JPEG), the same libjpeg-turbo) decodes windows of JPEGs, which TurboJPEG
+# 2.x cannot; the image tests compare the decoder with it. libpng also lets the training tests
+# decode PlotReport's PNG files.
 find_package(PNG)
 if(NOT PNG_FOUND)
   message(FATAL_ERROR "kusari needs libpng (image datasets): install libpng-dev (scripts/setup.sh does)")
@@ -111,6 +112,9 @@ if(NOT TURBOJPEG_FOUND)
     INTERFACE_LINK_LIBRARIES "${KUSARI_TURBOJPEG_LIBRARY}")
 endif()
 find_package(JPEG QUIET)
+if(NOT JPEG_FOUND)
+  message(FATAL_ERROR "kusari needs libjpeg-turbo's jpeglib API (image datasets): install libjpeg62-turbo-dev (scripts/setup.sh does)")
+endif()
 
 # --- MPI (kusari_mn) ---------------------------------------------------------
 find_package(MPI QUIET COMPONENTS CXX)

@@ -2,6 +2,7 @@
 // Note [The CUDA library is loaded] in core/cuda_runtime.h.
 #include "kusari/core/cuda.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -181,6 +182,95 @@ bool ScalarReader::pending() const {
 int64_t ScalarReader::get() {
   KUSARI_CHECK(pending(), ValueError, "cuda::ScalarReader::get: no read was started");
   return impl_->get();
+}
+
+// --- pinned host memory, Event, UploadStream (Note [Upload stream]) ----------------------------
+
+Array pinned_empty(const Shape& shape, Dtype dtype, Device gpu) {
+  KUSARI_CHECK(gpu.is_cuda(), DeviceError, "cuda::pinned_empty: ", gpu,
+               " is not a CUDA device (name the GPU whose context pins the memory)");
+  Runtime& r = require_runtime("cuda::pinned_empty");
+  const int64_t n = shape.numel();
+  const size_t nbytes = static_cast<size_t>(n) * kusari::itemsize(dtype);
+  const int device = gpu.index();
+  // One byte at least: an Array's storage is never null.
+  void* ptr = r.allocate_pinned(device, std::max<size_t>(nbytes, 1));
+  std::shared_ptr<void> owner(ptr, [&r, device](void* p) { r.free_pinned(device, p); });
+  return Array::from_blob(std::move(owner), ptr, shape, dtype);
+}
+
+bool is_pinned(const Array& array) {
+  if (!array.defined() || !array.device().is_cpu()) return false;
+  Runtime* r = runtime();
+  return r != nullptr && r->is_pinned(array.raw_data());
+}
+
+PinnedMemoryStats pinned_memory_stats() {
+  Runtime* r = runtime();
+  return r != nullptr ? r->pinned_memory_stats() : PinnedMemoryStats{};
+}
+
+Event::Event() = default;
+Event::~Event() = default;
+Event::Event(Event&& other) noexcept = default;
+Event& Event::operator=(Event&& other) noexcept = default;
+
+void Event::record_compute(Device device) {
+  KUSARI_CHECK(device.is_cuda(), DeviceError, "cuda::Event::record_compute: ", device,
+               " is not a CUDA device");
+  if (!impl_) impl_ = require_runtime("cuda::Event::record_compute").make_event();
+  impl_->record_compute(device.index());
+}
+
+bool Event::done() const {
+  return !impl_ || impl_->done();
+}
+
+void Event::synchronize() const {
+  if (impl_) impl_->synchronize();
+}
+
+void Event::block_compute() const {
+  if (impl_) impl_->block_compute();
+}
+
+bool Event::recorded() const {
+  return impl_ && impl_->recorded();
+}
+
+UploadStream::UploadStream(Device device) : device_(device) {
+  KUSARI_CHECK(device.is_cuda(), DeviceError, "cuda::UploadStream: ", device,
+               " is not a CUDA device (the stream copies host data to a GPU)");
+  impl_ = require_runtime("cuda::UploadStream").make_upload_stream(device.index());
+}
+
+UploadStream::~UploadStream() = default;
+
+void UploadStream::wait(const Event& event) {
+  if (event.impl() != nullptr) impl_->wait(*event.impl());
+}
+
+void UploadStream::copy(const Array& src, const Array& dst) {
+  const char* fn = "cuda::UploadStream::copy";
+  KUSARI_CHECK(src.defined() && dst.defined(), ValueError, fn, ": an array is undefined");
+  KUSARI_CHECK(src.device().is_cpu() && dst.device() == device_, DeviceError, fn,
+               ": copies a CPU array to ", device_, ", got ", src.device(), " -> ", dst.device());
+  KUSARI_CHECK(src.dtype() == dst.dtype() && src.shape() == dst.shape(), ShapeError, fn,
+               ": source and destination differ: ", dtype_name(src.dtype()), " ", src.shape(),
+               " -> ", dtype_name(dst.dtype()), " ", dst.shape());
+  KUSARI_CHECK(src.is_contiguous() && dst.is_contiguous(), ValueError, fn,
+               ": both arrays must be contiguous");
+  if (src.nbytes() == 0) return;
+  impl_->copy(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.nbytes()));
+}
+
+void UploadStream::record(Event& event) {
+  if (!event.impl_) event.impl_ = require_runtime("cuda::UploadStream::record").make_event();
+  impl_->record(*event.impl_);
+}
+
+void UploadStream::synchronize() {
+  impl_->synchronize();
 }
 
 }  // namespace kusari::cuda

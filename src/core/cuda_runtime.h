@@ -49,6 +49,43 @@ struct ScalarReader::Impl {
   virtual int64_t get() = 0;
 };
 
+// Note [Upload stream]
+// An input pipeline copies each batch to the GPU while the model computes on the one before, so
+// the copy runs on a stream of its own (UploadStream: non-blocking, one per pipeline) and the
+// buffers change hands through events, never through a host wait in the hot loop:
+//   compute stream:  ... kernels reading staging[s] --record(consumed[s])-->   wait(copied[s]),
+//                                                                              kernels reading it
+//   upload stream:   wait(consumed[s]), copy pinned[s] -> staging[s], record(copied[s])
+// - The device buffer a copy writes (staging) belongs to the pipeline and is never released while
+//   copies may use it; the upload stream waits for the compute stream's `consumed` event before
+//   overwriting it. Memory from the caching pool may be the target only under the pool's rule
+//   (Note [Caching memory pool]): the compute stream must wait for the copy (block_compute)
+//   before the array is used or released.
+// - The pinned host buffer is rewritten by the host only after the copy from it is done
+//   (copied.synchronize(), which by then has long finished in a steady pipeline).
+// - Events and streams belong to one device; the CUDA library sets the device for each call, so
+//   they may be used from any thread that does not share them with another at the same time.
+// Graph capture refuses all of it (the copies read host memory at replay time).
+
+/// The implementation of an Event, provided by the CUDA library.
+struct Event::Impl {
+  virtual ~Impl() = default;
+  virtual void record_compute(int device) = 0;
+  virtual bool done() = 0;
+  virtual void synchronize() = 0;
+  virtual void block_compute() = 0;
+  virtual bool recorded() const = 0;
+};
+
+/// The implementation of an UploadStream, provided by the CUDA library.
+struct UploadStream::Impl {
+  virtual ~Impl() = default;
+  virtual void wait(Event::Impl& event) = 0;
+  virtual void copy(void* dst, const void* src, size_t nbytes) = 0;
+  virtual void record(Event::Impl& event) = 0;
+  virtual void synchronize() = 0;
+};
+
 /// Times GPU work with two events on a device's compute stream.
 struct EventTimer {
   virtual ~EventTimer() = default;
@@ -74,6 +111,15 @@ class Runtime {
   virtual std::unique_ptr<Graph::Impl> make_graph() = 0;
   virtual std::unique_ptr<ScalarReader::Impl> make_scalar_reader() = 0;
   virtual std::unique_ptr<EventTimer> make_event_timer(int device) = 0;
+  /// Page-locked host memory (cudaHostAlloc, portable to every device) through GPU `device`'s
+  /// context; freed by free_pinned with the same device.
+  virtual void* allocate_pinned(int device, size_t nbytes) = 0;
+  /// Frees memory from allocate_pinned (errors after the CUDA runtime has shut down are ignored).
+  virtual void free_pinned(int device, void* ptr) noexcept = 0;
+  virtual bool is_pinned(const void* ptr) = 0;
+  virtual PinnedMemoryStats pinned_memory_stats() = 0;
+  virtual std::unique_ptr<Event::Impl> make_event() = 0;
+  virtual std::unique_ptr<UploadStream::Impl> make_upload_stream(int device) = 0;
 };
 
 /// The CUDA library's runtime, loaded on the first call; null when this build has no CUDA

@@ -5,6 +5,32 @@
 #include "kusari/core/routines.h"
 
 namespace kusari {
+namespace {
+
+// Note [Batches that are rows of one array]
+// A loader that makes whole batches (ImageLoader, and a SerialIterator over a TupleDataset
+// without shuffling) yields examples whose arrays are consecutive rows of one array; stacking
+// them row by row would copy each through the host, which for rows on a GPU is one device-to-host
+// copy per example. When the arrays in one position are contiguous views of one allocation, of
+// one dtype and shape, each starting where the one before ends, the batch is copied in one piece
+// instead (still a fresh array, as stacking gives).
+std::optional<Array> rows_of_one_array(const std::vector<Example>& batch, size_t k) {
+  const Array& first = batch[0][k];
+  if (!first.is_contiguous()) return std::nullopt;
+  const int64_t row = first.size();
+  for (size_t i = 1; i < batch.size(); ++i) {
+    const Array& a = batch[i][k];
+    if (!a.shares_memory_with(first) || a.dtype() != first.dtype() || a.shape() != first.shape() ||
+        !a.is_contiguous() || a.offset() != first.offset() + static_cast<int64_t>(i) * row) {
+      return std::nullopt;
+    }
+  }
+  Shape shape = first.shape();
+  shape.insert(0, static_cast<int64_t>(batch.size()));
+  return first.as_strided(shape, contiguous_strides(shape), first.offset());
+}
+
+}  // namespace
 
 std::vector<Array> concat_examples(const std::vector<Example>& batch, Device device, std::optional<Scalar> padding) {
   KUSARI_CHECK(!batch.empty(), ValueError, "concat_examples: the batch is empty");
@@ -25,6 +51,12 @@ std::vector<Array> concat_examples(const std::vector<Example>& batch, Device dev
                      " has shape ", a.shape(), " but in example 0 it has shape ", first.shape(),
                      " (give a padding value to pad them to one shape)");
         for (int d = 0; d < shape.size(); ++d) shape[d] = std::max(shape[d], a.shape()[d]);
+      }
+    }
+    if (shape == first.shape()) {
+      if (std::optional<Array> rows = rows_of_one_array(batch, k)) {
+        out.push_back(rows->device() == device ? rows->copy() : rows->to_device(device));
+        continue;
       }
     }
     Shape bshape = shape;

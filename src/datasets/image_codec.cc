@@ -1,6 +1,9 @@
-// Decoding and encoding JPEG (libjpeg-turbo's TurboJPEG API) and PNG (libpng's simplified API).
+// Decoding and encoding JPEG (libjpeg-turbo's TurboJPEG API; windows through its jpeglib API) and
+// PNG (libpng's simplified API).
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +15,8 @@
 #include "kusari/core/error.h"
 #include "kusari/datasets/image.h"
 
+// jpeglib.h needs FILE and size_t declared first.
+#include <jpeglib.h>
 #include <png.h>
 #include <turbojpeg.h>
 
@@ -66,11 +71,29 @@ struct TjDeleter {
 };
 using TjHandle = std::unique_ptr<void, TjDeleter>;
 
+TjHandle& decompressor_slot() {
+  thread_local TjHandle handle;
+  return handle;
+}
+
 tjhandle decompressor() {
-  thread_local TjHandle handle(tjInitDecompress());
+  TjHandle& handle = decompressor_slot();
+  if (!handle) handle.reset(tjInitDecompress());
   KUSARI_CHECK(handle != nullptr, Error,
                "decode_image: tjInitDecompress failed: ", tjGetErrorStr2(nullptr));
   return handle.get();
+}
+
+// Note [A fresh TurboJPEG handle after an error]
+// TurboJPEG 2.1's tjDecompressHeader3 leaves its handle inside the header it failed to read
+// (it skips jpeg_abort_decompress on the error path), and the next header read on that handle
+// then fails on a good file ("SOS before SOF"): one damaged file would break every later file
+// of a loader thread. So after any error the thread's handle is dropped and made anew. The
+// error text is taken first (it lives in the handle).
+std::string drop_decompressor(tjhandle tj) {
+  std::string message = tjGetErrorStr2(tj);
+  decompressor_slot().reset();
+  return message;
 }
 
 tjhandle compressor() {
@@ -115,7 +138,13 @@ JpegHeader read_jpeg_header(const uint8_t* data, size_t size, const std::string&
   if (tjDecompressHeader3(tj, data, static_cast<unsigned long>(size), &h.width, &h.height,
                           &h.subsamp, &h.colorspace) != 0) {
     KUSARI_THROW(IOError, fn, ": ", name, " is a corrupt JPEG (", size,
-                 " bytes): its header cannot be read: ", tjGetErrorStr2(tj));
+                 " bytes): its header cannot be read: ", drop_decompressor(tj));
+  }
+  // A file that ends inside its markers passes with a warning and no frame.
+  if (h.width <= 0 || h.height <= 0) {
+    drop_decompressor(tj);
+    KUSARI_THROW(IOError, fn, ": ", name, " is a truncated or damaged JPEG (", size,
+                 " bytes): its header cannot be read: the data ends before a frame header");
   }
   return h;
 }
@@ -152,6 +181,133 @@ Image convert_channels(Image src, int want) {
   return out;
 }
 
+// Note [Decoding a window of a JPEG]
+// A random crop reads on average half of the picture, and a JPEG need not be decoded whole to
+// give part of it. libjpeg's jpeglib API (TurboJPEG 2.x has no such call) decodes a window:
+//   - rows above it: jpeg_skip_scanlines, which still reads their entropy-coded data (a baseline
+//     JPEG has no index into it) but does no inverse DCT, upsampling or colour conversion;
+//   - rows below it: never decoded (jpeg_abort_decompress);
+//   - columns: jpeg_crop_scanline decodes only the iMCU columns that cover the window.
+// The pixels are those of a full decode (the tests compare with plain jpeglib), with one caveat
+// that libjpeg documents: its "fancy" chroma upsampling treats the left and right edges of a
+// cropped row as the image's edges, so the outermost columns of a crop may differ. So the crop
+// is widened by one iMCU on each side (where the image goes on) and cut down afterwards.
+// Errors: a corrupt or truncated JPEG is an error wherever the damage is above or inside the
+// window; damage below it is not seen by the decoder, so the data after the rows read must still
+// hold an end-of-image marker (FF D9), which a truncated file has lost. Warnings (corrupt data
+// that libjpeg can decode past) are errors, as in the full decode through TurboJPEG.
+
+struct JpeglibError {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX] = {0};
+  bool warning = false;
+};
+
+[[noreturn]] void jpeglib_error_exit(j_common_ptr cinfo) {
+  auto* e = reinterpret_cast<JpeglibError*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+void jpeglib_emit_message(j_common_ptr cinfo, int level) {
+  if (level >= 0) return;  // trace messages
+  auto* e = reinterpret_cast<JpeglibError*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->message);
+  e->warning = true;
+  std::longjmp(e->jump, 1);
+}
+
+// The decompressor of decode_jpeg_window; destroyed on every path (jpeg_destroy_decompress is
+// safe after jpeg_create_decompress, also after an error).
+struct JpeglibDecompressor {
+  jpeg_decompress_struct cinfo;
+  JpeglibError err;
+  JpeglibDecompressor() {
+    cinfo.err = jpeg_std_error(&err.mgr);
+    err.mgr.error_exit = jpeglib_error_exit;
+    err.mgr.emit_message = jpeglib_emit_message;
+    jpeg_create_decompress(&cinfo);
+  }
+  ~JpeglibDecompressor() { jpeg_destroy_decompress(&cinfo); }
+  JpeglibDecompressor(const JpeglibDecompressor&) = delete;
+  JpeglibDecompressor& operator=(const JpeglibDecompressor&) = delete;
+};
+
+bool has_end_marker(const uint8_t* from, const uint8_t* end) {
+  for (const uint8_t* p = from; p + 1 < end; ++p) {
+    p = static_cast<const uint8_t*>(std::memchr(p, 0xFF, static_cast<size_t>(end - p - 1)));
+    if (p == nullptr) return false;
+    if (p[1] == 0xD9) return true;
+  }
+  return false;
+}
+
+// The work of decode_jpeg_window_into between its setjmp and the end: libjpeg may longjmp out
+// of it, so it owns nothing with a destructor. Returns null on success, else the reason.
+const char* read_jpeg_window(jpeg_decompress_struct& cinfo, const uint8_t* data, size_t size,
+                             const DecodeOptions& o, const PixelWindow& w, J_COLOR_SPACE space,
+                             int channels, std::vector<uint8_t>& row,
+                             std::vector<JSAMPROW>& rows, Image& out) {
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  const uint8_t* scan_data = cinfo.src->next_input_byte;  // the first scan's entropy-coded data
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = static_cast<unsigned int>(o.scale_denom);
+  cinfo.out_color_space = space;
+  jpeg_start_decompress(&cinfo);
+  const auto full_width = static_cast<int64_t>(cinfo.output_width);
+  const auto full_height = static_cast<int64_t>(cinfo.output_height);
+  if (w.top + w.height > full_height || w.left + w.width > full_width) return "bad window";
+  // One iMCU of margin on each side (Note [Decoding a window of a JPEG]).
+  const int64_t margin = int64_t{cinfo.max_h_samp_factor} * cinfo.min_DCT_scaled_size;
+  const int64_t x0 = std::max<int64_t>(0, w.left - margin);
+  const int64_t x1 = std::min(full_width, w.left + w.width + margin);
+  auto xoffset = static_cast<JDIMENSION>(x0);
+  auto xwidth = static_cast<JDIMENSION>(x1 - x0);
+  if (xwidth < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoffset, &xwidth);
+  if (w.top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(w.top));
+  const int64_t stride = int64_t{cinfo.output_width} * channels;
+  const int64_t cut = (w.left - static_cast<int64_t>(xoffset)) * channels;
+  const int64_t keep = w.width * channels;
+  row.resize(static_cast<size_t>(stride) * cinfo.rec_outbuf_height);
+  rows.resize(static_cast<size_t>(cinfo.rec_outbuf_height));
+  for (size_t r = 0; r < rows.size(); ++r) rows[r] = row.data() + r * static_cast<size_t>(stride);
+  for (int64_t y = 0; y < w.height;) {
+    const auto want = static_cast<JDIMENSION>(
+        std::min<int64_t>(w.height - y, static_cast<int64_t>(rows.size())));
+    const JDIMENSION got = jpeg_read_scanlines(&cinfo, rows.data(), want);
+    if (got == 0) return "no more scanlines";
+    for (JDIMENSION r = 0; r < got; ++r, ++y) {
+      std::memcpy(out.pixels.data() + y * keep, rows[r] + cut, static_cast<size_t>(keep));
+    }
+  }
+  if (w.top + w.height < full_height && !has_end_marker(scan_data, data + size)) {
+    return "the data ends before the end-of-image marker";
+  }
+  jpeg_abort_decompress(&cinfo);
+  return nullptr;
+}
+
+// Decodes `w` of the JPEG at 1/o.scale_denom into `out` (w.height x w.width x channels of the
+// colour space `space`). Returns an empty string on success, else the error text; `*warning`
+// tells a truncated or damaged file from a corrupt one.
+std::string decode_jpeg_window_into(const uint8_t* data, size_t size, const DecodeOptions& o,
+                                    const PixelWindow& w, J_COLOR_SPACE space, int channels,
+                                    Image& out, bool* warning) {
+  JpeglibDecompressor d;
+  std::vector<uint8_t> row;
+  std::vector<JSAMPROW> rows;
+  if (setjmp(d.err.jump) != 0) {
+    *warning = d.err.warning;
+    return d.err.message;
+  }
+  const char* failed = read_jpeg_window(d.cinfo, data, size, o, w, space, channels, row, rows, out);
+  if (failed == nullptr) return std::string();
+  *warning = true;
+  return failed;
+}
+
 Image decode_jpeg(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o,
                   const char* fn) {
   const JpegHeader h = read_jpeg_header(data, size, name, fn);
@@ -166,19 +322,36 @@ Image decode_jpeg(const uint8_t* data, size_t size, const std::string& name, con
     pixel_format = TJPF_CMYK;
     decoded_channels = 4;
   }
-  Image img = Image::zeros(ht, w, decoded_channels);
-  tjhandle tj = decompressor();
-  if (tjDecompress2(tj, data, static_cast<unsigned long>(size), img.pixels.data(), w, 0, ht,
-                    pixel_format, 0) != 0) {
-    const bool warning = tjGetErrorCode(tj) == TJERR_WARNING;
-    KUSARI_THROW(IOError, fn, ": ", name, " is a ", warning ? "truncated or damaged" : "corrupt",
-                 " JPEG (", h.width, "x", h.height, ", ", size, " bytes): ", tjGetErrorStr2(tj));
+  const bool whole = !o.window || (o.window->top == 0 && o.window->left == 0 &&
+                                   o.window->height == ht && o.window->width == w);
+  Image img;
+  if (whole) {
+    img = Image::zeros(ht, w, decoded_channels);
+    tjhandle tj = decompressor();
+    if (tjDecompress2(tj, data, static_cast<unsigned long>(size), img.pixels.data(), w, 0, ht,
+                      pixel_format, 0) != 0) {
+      const bool warning = tjGetErrorCode(tj) == TJERR_WARNING;
+      KUSARI_THROW(IOError, fn, ": ", name, " is a ", warning ? "truncated or damaged" : "corrupt",
+                   " JPEG (", h.width, "x", h.height, ", ", size, " bytes): ", drop_decompressor(tj));
+    }
+  } else {
+    const PixelWindow& win = *o.window;
+    img = Image::zeros(win.height, win.width, decoded_channels);
+    const J_COLOR_SPACE space = pixel_format == TJPF_CMYK   ? JCS_CMYK
+                                : pixel_format == TJPF_GRAY ? JCS_GRAYSCALE
+                                                            : JCS_RGB;
+    bool warning = false;
+    const std::string error =
+        decode_jpeg_window_into(data, size, o, win, space, decoded_channels, img, &warning);
+    KUSARI_CHECK(error.empty(), IOError, fn, ": ", name, " is a ",
+                 warning ? "truncated or damaged" : "corrupt", " JPEG (", h.width, "x", h.height,
+                 ", ", size, " bytes): ", error);
   }
   if (stored != 4) return img;
   // CMYK -> RGB (Note [Colour conversions]).
   const bool inverted = has_adobe_marker(data, size);
-  Image rgb = Image::zeros(ht, w, 3);
-  const int64_t n = int64_t{ht} * w;
+  Image rgb = Image::zeros(img.height, img.width, 3);
+  const int64_t n = img.height * img.width;
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* s = &img.pixels[static_cast<size_t>(4 * i)];
     const int k = inverted ? s[3] : 255 - s[3];
@@ -265,8 +438,16 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   std::vector<uint8_t> bytes;
   if (std::fseek(f.get(), 0, SEEK_END) == 0) {
     const long n = std::ftell(f.get());
-    if (n > 0) bytes.reserve(static_cast<size_t>(n));
     std::rewind(f.get());
+    if (n > 0) {  // a regular file: straight into the buffer
+      bytes.resize(static_cast<size_t>(n));
+      const size_t got = std::fread(bytes.data(), 1, bytes.size(), f.get());
+      KUSARI_CHECK(!std::ferror(f.get()), IOError, "read_file_bytes: cannot read ", path, ": ",
+                   std::strerror(errno));
+      bytes.resize(got);
+      if (got < static_cast<size_t>(n)) return bytes;  // (it shrank meanwhile)
+      // The loop below appends whatever was added since.
+    }
   }
   uint8_t buf[1 << 16];
   while (true) {
@@ -310,8 +491,31 @@ Image decode_image(const uint8_t* data, size_t size, const std::string& name,
   check_decode_options(options, name, fn);
   const ImageFormat format = detect_format(data, size);
   check_not_empty_and_known(data, size, name, fn, format);
+  if (options.window) {
+    const ImageInfo info = read_image_info(data, size, name);
+    const int64_t d = format == ImageFormat::kJpeg ? options.scale_denom : 1;
+    const int64_t height = (info.height + d - 1) / d, width = (info.width + d - 1) / d;
+    const PixelWindow& w = *options.window;
+    KUSARI_CHECK(w.top >= 0 && w.left >= 0 && w.height > 0 && w.width > 0 &&
+                     w.top + w.height <= height && w.left + w.width <= width,
+                 ValueError, fn, ": decoding ", name, ": the window (top ", w.top, ", left ",
+                 w.left, ", ", w.height, "x", w.width, ") does not lie inside the ", height, "x",
+                 width, " image", d > 1 ? detail::concat(" (1/", d, " of ", info.height, "x",
+                                                         info.width, ")")
+                                        : std::string());
+  }
   if (format == ImageFormat::kJpeg) return decode_jpeg(data, size, name, options, fn);
-  return decode_png(data, size, name, options, fn);
+  Image img = decode_png(data, size, name, options, fn);
+  if (!options.window) return img;
+  const PixelWindow& w = *options.window;
+  Image cut = Image::zeros(w.height, w.width, img.channels);
+  const auto row = static_cast<size_t>(w.width * img.channels);
+  for (int64_t y = 0; y < w.height; ++y) {
+    std::memcpy(&cut.pixels[static_cast<size_t>(y) * row],
+                &img.pixels[static_cast<size_t>(((w.top + y) * img.width + w.left) * img.channels)],
+                row);
+  }
+  return cut;
 }
 
 Image decode_image(const std::string& path, const DecodeOptions& options) {

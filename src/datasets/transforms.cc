@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kusari/core/error.h"
+#include "routines/image.h"
 
 namespace kusari::transforms {
 namespace {
@@ -112,23 +113,134 @@ void Transform::execute(Image&, const CropPlan&) const {
   KUSARI_THROW(NotImplementedError, name(), " is not a geometric transform: it has no execute()");
 }
 
-Image resample(const Image& image, const CropPlan& plan) {
-  const char* fn = "resample";
-  check_uint8_hwc(image, fn);
+namespace {
+
+// Four floats, added and multiplied lane by lane (GCC and Clang vector extensions: SSE on x86-64,
+// NEON on AArch64). Each lane rounds exactly as the scalar code would.
+typedef float Float4 __attribute__((vector_size(16)));
+
+void check_plan(const CropPlan& plan, int64_t height, int64_t width, const char* fn) {
   KUSARI_CHECK(plan.out_height > 0 && plan.out_width > 0 && plan.height > 0 && plan.width > 0 &&
-                   plan.top >= 0 && plan.left >= 0 &&
-                   plan.top + plan.height <= image.height + 1e-6 &&
-                   plan.left + plan.width <= image.width + 1e-6,
+                   plan.top >= 0 && plan.left >= 0 && plan.top + plan.height <= height + 1e-6 &&
+                   plan.left + plan.width <= width + 1e-6,
                ValueError, fn, ": the region (top ", plan.top, ", left ", plan.left, ", ",
                plan.height, "x", plan.width, ") -> ", plan.out_height, "x", plan.out_width,
-               " does not fit a ", image.height, "x", image.width, " image");
+               " does not fit a ", height, "x", width, " image");
+}
+
+// [first, last) of the source pixels that any output of `t` reads.
+std::pair<int64_t, int64_t> tap_span(const Taps& t) {
+  int64_t lo = t.first.front(), hi = 0;
+  for (size_t i = 0; i < t.first.size(); ++i) {
+    lo = std::min(lo, t.first[i]);
+    hi = std::max(hi, t.first[i] + t.count[i]);
+  }
+  return {lo, hi};
+}
+
+bool is_copy(const CropPlan& plan) {
+  return is_whole(plan.top) && is_whole(plan.left) &&
+         plan.height == static_cast<double>(plan.out_height) &&
+         plan.width == static_cast<double>(plan.out_width);
+}
+
+// The horizontal pass of one row: dst[x * C + c] = sum_k w_x[k] src[(first_x + k) * C + c], the
+// taps' first pixels counted from `shift`, accumulated in float in tap order. For C = 3 the
+// pixels [span0, span1) are first converted to floats (`wide`, scratch; a loop the compiler
+// vectorises), and each output is one Float4 sum of the pixel's three values and the next
+// pixel's first (a lane that is never kept); the products and sums of the kept lanes are the
+// scalar ones, in the same order. dst has room for one float past the row.
+void resample_row(const uint8_t* src, int64_t C, const Taps& tx, int64_t shift, int64_t span0,
+                  int64_t span1, std::vector<float>& wide, float* dst) {
+  const auto OW = static_cast<int64_t>(tx.first.size());
+  if (C == 3) {
+    const int64_t n_values = (span1 - span0) * 3;
+    wide.resize(static_cast<size_t>(n_values + 1));
+    const uint8_t* s = src + span0 * 3;
+    float* f = wide.data();
+    for (int64_t j = 0; j < n_values; ++j) f[j] = static_cast<float>(s[j]);
+    f[n_values] = 0.0f;
+    // One output's sum is a chain of dependent additions; four outputs at a time keep four
+    // independent chains in flight (each still in its own tap order).
+    auto tap = [&](int64_t x, int64_t k) {
+      Float4 v;
+      std::memcpy(&v, f + (tx.first[static_cast<size_t>(x)] - shift - span0 + k) * 3, sizeof(v));
+      return tx.weights[static_cast<size_t>(x * tx.max_taps + k)] * v;
+    };
+    int64_t x = 0;
+    for (; x + 4 <= OW; x += 4) {
+      const int64_t* count = &tx.count[static_cast<size_t>(x)];
+      const int64_t m = std::min(std::min(count[0], count[1]), std::min(count[2], count[3]));
+      Float4 a[4] = {};
+      for (int64_t k = 0; k < m; ++k) {
+        a[0] += tap(x, k);
+        a[1] += tap(x + 1, k);
+        a[2] += tap(x + 2, k);
+        a[3] += tap(x + 3, k);
+      }
+      for (int i = 0; i < 4; ++i) {
+        for (int64_t k = m; k < count[i]; ++k) a[i] += tap(x + i, k);
+      }
+      // In order: each store's fourth lane is overwritten by the next output.
+      for (int i = 0; i < 4; ++i) std::memcpy(dst + 3 * (x + i), &a[i], sizeof(Float4));
+    }
+    for (; x < OW; ++x) {
+      Float4 a = {};
+      for (int64_t k = 0; k < tx.count[static_cast<size_t>(x)]; ++k) a += tap(x, k);
+      std::memcpy(dst + 3 * x, &a, sizeof(a));
+    }
+    return;
+  }
+  for (int64_t x = 0; x < OW; ++x) {
+    const float* w = &tx.weights[static_cast<size_t>(x * tx.max_taps)];
+    const uint8_t* s = src + (tx.first[static_cast<size_t>(x)] - shift) * C;
+    const int64_t n = tx.count[static_cast<size_t>(x)];
+    for (int64_t ch = 0; ch < C; ++ch) {
+      float a = 0;
+      for (int64_t k = 0; k < n; ++k) a += w[k] * s[k * C + ch];
+      dst[x * C + ch] = a;
+    }
+  }
+}
+
+// The vertical pass of one output row: out[j] = round(sum_k w[k] rows[k][j]), summed in float in
+// tap order (four values at a time, each lane in the scalar order) and rounded to nearest: the
+// sums are >= 0 (no weight or pixel is negative), where truncating v + 0.5 is floor(v + 0.5).
+void resample_column(const float* rows, int64_t row_len, const float* w, int64_t n, uint8_t* out) {
+  typedef int Int4 __attribute__((vector_size(16)));
+  int64_t j = 0;
+  for (; j + 4 <= row_len; j += 4) {
+    Float4 a = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t k = 0; k < n; ++k) {
+      Float4 v;
+      std::memcpy(&v, rows + k * row_len + j, sizeof(v));
+      a += w[k] * v;
+    }
+    Int4 r = __builtin_convertvector(a + 0.5f, Int4);
+    r = r < 255 ? r : 255;
+    for (int l = 0; l < 4; ++l) out[j + l] = static_cast<uint8_t>(r[l]);
+  }
+  for (; j < row_len; ++j) {
+    float a = 0.0f;
+    for (int64_t k = 0; k < n; ++k) a += w[k] * rows[k * row_len + j];
+    const int r = static_cast<int>(a + 0.5f);
+    out[j] = static_cast<uint8_t>(r < 255 ? r : 255);
+  }
+}
+
+// resample() of the pixels of `window` of a full_height x full_width image (see the header).
+// With `mirror` the output is mirrored left-right (RandomHorizontalFlip's result, without a pass
+// of its own: output x takes the taps of output OW - 1 - x).
+Image resample_window(const Image& image, const CropPlan& plan, const PixelWindow& window,
+                      int64_t full_height, int64_t full_width, bool mirror = false) {
   const int64_t C = image.channels, W = image.width;
   Image out = Image::zeros(plan.out_height, plan.out_width, C);
-  // A whole-pixel region of the output's size: a copy.
-  if (is_whole(plan.top) && is_whole(plan.left) &&
-      plan.height == static_cast<double>(plan.out_height) &&
-      plan.width == static_cast<double>(plan.out_width)) {
-    const auto top = static_cast<int64_t>(plan.top), left = static_cast<int64_t>(plan.left);
+  if (is_copy(plan) && !mirror) {  // a whole-pixel region of the output's size: a copy
+    const auto top = static_cast<int64_t>(plan.top) - window.top;
+    const auto left = static_cast<int64_t>(plan.left) - window.left;
+    KUSARI_ASSERT(top >= 0 && left >= 0 && top + plan.out_height <= image.height &&
+                      left + plan.out_width <= W,
+                  "resample: the window holds the region");
     for (int64_t y = 0; y < plan.out_height; ++y) {
       std::memcpy(&out.pixels[static_cast<size_t>(y * plan.out_width * C)],
                   &image.pixels[static_cast<size_t>(((top + y) * W + left) * C)],
@@ -136,58 +248,81 @@ Image resample(const Image& image, const CropPlan& plan) {
     }
     return out;
   }
-  const Taps tx = make_taps(plan.left, plan.width, image.width, plan.out_width);
-  const Taps ty = make_taps(plan.top, plan.height, image.height, plan.out_height);
-  // Rows that the vertical pass reads.
-  const int64_t row0 = ty.first.front();
-  const int64_t row1 = ty.first.back() + ty.count.back();
-  const int64_t OW = plan.out_width;
-  std::vector<float> tmp(static_cast<size_t>((row1 - row0) * OW * C));
-  for (int64_t y = row0; y < row1; ++y) {
-    const uint8_t* src = &image.pixels[static_cast<size_t>(y * W * C)];
-    float* dst = &tmp[static_cast<size_t>((y - row0) * OW * C)];
-    for (int64_t x = 0; x < OW; ++x) {
-      const float* w = &tx.weights[static_cast<size_t>(x * tx.max_taps)];
-      const uint8_t* s = src + tx.first[static_cast<size_t>(x)] * C;
-      const int64_t n = tx.count[static_cast<size_t>(x)];
-      if (C == 3) {
-        float a = 0, b = 0, c = 0;
-        for (int64_t k = 0; k < n; ++k, s += 3) {
-          a += w[k] * s[0];
-          b += w[k] * s[1];
-          c += w[k] * s[2];
-        }
-        dst[3 * x] = a;
-        dst[3 * x + 1] = b;
-        dst[3 * x + 2] = c;
-      } else {
-        for (int64_t ch = 0; ch < C; ++ch) {
-          float a = 0;
-          for (int64_t k = 0; k < n; ++k) a += w[k] * s[k * C + ch];
-          dst[x * C + ch] = a;
-        }
-      }
+  // The taps are those of the full image, so the result does not depend on the window.
+  Taps tx = make_taps(plan.left, plan.width, full_width, plan.out_width);
+  const Taps ty = make_taps(plan.top, plan.height, full_height, plan.out_height);
+  if (mirror) {
+    std::reverse(tx.first.begin(), tx.first.end());
+    std::reverse(tx.count.begin(), tx.count.end());
+    const auto OW = static_cast<size_t>(plan.out_width), m = static_cast<size_t>(tx.max_taps);
+    for (size_t x = 0; x < OW / 2; ++x) {
+      std::swap_ranges(tx.weights.begin() + static_cast<std::ptrdiff_t>(x * m),
+                       tx.weights.begin() + static_cast<std::ptrdiff_t>((x + 1) * m),
+                       tx.weights.begin() + static_cast<std::ptrdiff_t>((OW - 1 - x) * m));
     }
   }
+  const auto [row0, row1] = tap_span(ty);
+  const auto [col0, col1] = tap_span(tx);
+  KUSARI_ASSERT(row0 >= window.top && row1 <= window.top + image.height &&
+                    col0 >= window.left && col1 <= window.left + W,
+                "resample: the window holds every pixel the plan reads");
+  const int64_t OW = plan.out_width;
   const int64_t row_len = OW * C;
-  std::vector<float> acc(static_cast<size_t>(row_len));
+  // Horizontal pass over the rows the vertical pass reads, then the vertical pass.
+  std::vector<float> tmp(static_cast<size_t>((row1 - row0) * row_len + 1));
+  std::vector<float> wide;
+  for (int64_t y = row0; y < row1; ++y) {
+    const uint8_t* src = &image.pixels[static_cast<size_t>((y - window.top) * W * C)];
+    resample_row(src, C, tx, window.left, col0 - window.left, col1 - window.left, wide,
+                 &tmp[static_cast<size_t>((y - row0) * row_len)]);
+  }
   for (int64_t y = 0; y < plan.out_height; ++y) {
-    const float* w = &ty.weights[static_cast<size_t>(y * ty.max_taps)];
-    const int64_t first = ty.first[static_cast<size_t>(y)] - row0;
-    const int64_t n = ty.count[static_cast<size_t>(y)];
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (int64_t k = 0; k < n; ++k) {
-      const float* r = &tmp[static_cast<size_t>((first + k) * row_len)];
-      const float wk = w[k];
-      for (int64_t j = 0; j < row_len; ++j) acc[static_cast<size_t>(j)] += wk * r[j];
-    }
-    uint8_t* d = &out.pixels[static_cast<size_t>(y * row_len)];
-    for (int64_t j = 0; j < row_len; ++j) {
-      d[j] = static_cast<uint8_t>(
-          std::clamp(std::floor(acc[static_cast<size_t>(j)] + 0.5f), 0.0f, 255.0f));
-    }
+    resample_column(&tmp[static_cast<size_t>((ty.first[static_cast<size_t>(y)] - row0) * row_len)],
+                    row_len, &ty.weights[static_cast<size_t>(y * ty.max_taps)],
+                    ty.count[static_cast<size_t>(y)], &out.pixels[static_cast<size_t>(y * row_len)]);
   }
   return out;
+}
+
+}  // namespace
+
+Image resample(const Image& image, const CropPlan& plan) {
+  const char* fn = "resample";
+  check_uint8_hwc(image, fn);
+  check_plan(plan, image.height, image.width, fn);
+  return resample_window(image, plan, PixelWindow{0, 0, image.height, image.width}, image.height,
+                         image.width);
+}
+
+Image resample(const Image& image, const CropPlan& plan, const PixelWindow& window,
+               int64_t full_height, int64_t full_width) {
+  const char* fn = "resample";
+  check_uint8_hwc(image, fn);
+  check_plan(plan, full_height, full_width, fn);
+  const PixelWindow reads = resample_reads(full_height, full_width, plan);
+  KUSARI_CHECK(window.height == image.height && window.width == image.width &&
+                   window.top <= reads.top && window.left <= reads.left &&
+                   window.top + window.height >= reads.top + reads.height &&
+                   window.left + window.width >= reads.left + reads.width,
+               ValueError, fn, ": the ", image.height, "x", image.width,
+               " image given as the window (top ", window.top, ", left ", window.left, ", ",
+               window.height, "x", window.width, ") of a ", full_height, "x", full_width,
+               " image does not hold the pixels the plan reads (top ", reads.top, ", left ",
+               reads.left, ", ", reads.height, "x", reads.width, ")");
+  return resample_window(image, plan, window, full_height, full_width);
+}
+
+PixelWindow resample_reads(int64_t height, int64_t width, const CropPlan& plan) {
+  check_plan(plan, height, width, "resample_reads");
+  if (is_copy(plan)) {
+    return PixelWindow{static_cast<int64_t>(plan.top), static_cast<int64_t>(plan.left),
+                       plan.out_height, plan.out_width};
+  }
+  const Taps tx = make_taps(plan.left, plan.width, width, plan.out_width);
+  const Taps ty = make_taps(plan.top, plan.height, height, plan.out_height);
+  const auto [row0, row1] = tap_span(ty);
+  const auto [col0, col1] = tap_span(tx);
+  return PixelWindow{row0, col0, row1 - row0, col1 - col0};
 }
 
 RandomResizedCrop::RandomResizedCrop(int64_t size, std::array<double, 2> scale,
@@ -309,8 +444,12 @@ void flip_rows(std::vector<T>& data, int64_t rows, int64_t width, int64_t group)
 
 }  // namespace
 
+bool RandomHorizontalFlip::flips(Rng& rng) const {
+  return uniform(rng, 0.0, 1.0) < p_;
+}
+
 void RandomHorizontalFlip::apply(Image& image, Rng& rng) const {
-  if (!(uniform(rng, 0.0, 1.0) < p_)) return;
+  if (!flips(rng)) return;
   // HWC: rows of width pixels of `channels` values; CHW: channels * height rows of single values.
   const int64_t rows = image.planar ? image.channels * image.height : image.height;
   const int64_t group = image.planar ? 1 : image.channels;
@@ -334,52 +473,69 @@ Normalize::Normalize(std::vector<float> mean, std::vector<float> std, bool plana
     KUSARI_CHECK(std_[c] > 0, ValueError, "Normalize: std[", c, "] must be positive, got ",
                  std_[c]);
   }
+  // One table per channel: (v / 255 - mean) / std for every byte.
+  table_.resize(256 * mean_.size());
+  for (size_t c = 0; c < mean_.size(); ++c) {
+    for (int v = 0; v < 256; ++v) {
+      table_[c * 256 + static_cast<size_t>(v)] = (static_cast<float>(v) / 255.0f - mean_[c]) / std_[c];
+    }
+  }
 }
 
-void Normalize::apply(Image& image, Rng&) const {
+Array Normalize::table() const {
+  return Array::from_vector(table_, Shape{static_cast<int64_t>(mean_.size()), 256}, Device::cpu());
+}
+
+Array Normalize::apply_batch(const Array& images, Dtype dtype) const {
+  KUSARI_CHECK(images.ndim() == 4 && images.dtype() == uint8, ValueError, name(),
+               "::apply_batch: expected uint8 images (B, H, W, C), got ",
+               dtype_name(images.dtype()), " ", images.shape());
+  KUSARI_CHECK(images.dim(3) == static_cast<int64_t>(mean_.size()), ValueError, name(),
+               "::apply_batch: the images have ", images.dim(3), " channels but mean and std have ",
+               mean_.size());
+  return routines::normalize_image_batch(images, table().to_device(images.device()), dtype,
+                                         planar_);
+}
+
+void Normalize::apply_into(const Image& image, float* out) const {
   const int64_t C = image.channels;
   KUSARI_CHECK(static_cast<size_t>(C) == mean_.size(), ValueError, name(), ": the image has ", C,
                " channels but mean and std have ", mean_.size());
   const int64_t HW = image.height * image.width;
-  std::vector<float> out(static_cast<size_t>(HW * C));
   // out index of (pixel p, channel c) and in index of the same.
   const bool in_planar = image.planar;
   auto in_index = [&](int64_t p, int64_t c) { return in_planar ? c * HW + p : p * C + c; };
   auto out_index = [&](int64_t p, int64_t c) { return planar_ ? c * HW + p : p * C + c; };
   if (!image.is_float) {
-    // One table per channel: (v / 255 - mean) / std for every byte.
-    std::vector<float> table(static_cast<size_t>(256 * C));
-    for (int64_t c = 0; c < C; ++c) {
-      for (int v = 0; v < 256; ++v) {
-        table[static_cast<size_t>(c * 256 + v)] =
-            (static_cast<float>(v) / 255.0f - mean_[static_cast<size_t>(c)]) /
-            std_[static_cast<size_t>(c)];
-      }
-    }
+    const std::vector<float>& table = table_;
     const uint8_t* src = image.pixels.data();
     if (!in_planar && planar_) {
       for (int64_t c = 0; c < C; ++c) {
         const float* t = &table[static_cast<size_t>(c * 256)];
-        float* d = &out[static_cast<size_t>(c * HW)];
+        float* d = out + c * HW;
         for (int64_t p = 0; p < HW; ++p) d[p] = t[src[p * C + c]];
       }
     } else {
       for (int64_t p = 0; p < HW; ++p) {
         for (int64_t c = 0; c < C; ++c) {
-          out[static_cast<size_t>(out_index(p, c))] =
-              table[static_cast<size_t>(c * 256 + src[in_index(p, c)])];
+          out[out_index(p, c)] = table[static_cast<size_t>(c * 256 + src[in_index(p, c)])];
         }
       }
     }
   } else {
     for (int64_t p = 0; p < HW; ++p) {
       for (int64_t c = 0; c < C; ++c) {
-        out[static_cast<size_t>(out_index(p, c))] =
+        out[out_index(p, c)] =
             (image.values[static_cast<size_t>(in_index(p, c))] - mean_[static_cast<size_t>(c)]) /
             std_[static_cast<size_t>(c)];
       }
     }
   }
+}
+
+void Normalize::apply(Image& image, Rng&) const {
+  std::vector<float> out(static_cast<size_t>(image.size()));
+  apply_into(image, out.data());
   image.values = std::move(out);
   image.pixels.clear();
   image.pixels.shrink_to_fit();
@@ -439,26 +595,54 @@ std::string Compose::name() const {
 Image Compose::decode_and_apply(const uint8_t* data, size_t size, const std::string& name,
                                 DecodeOptions options, Rng& rng, bool reduced_decode) const {
   const bool jpeg = size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
-  if (!(reduced_decode && jpeg && !steps_.empty() && steps_[0]->is_geometric())) {
+  const auto* resampler =
+      steps_.empty() ? nullptr : dynamic_cast<const GeometricTransform*>(steps_[0].get());
+  const bool scaled = reduced_decode && !steps_.empty() && steps_[0]->is_geometric();
+  if (!jpeg || options.window || (resampler == nullptr && !scaled)) {
     Image image = decode_image(data, size, name, options);
     apply(image, rng);
     return image;
   }
   const ImageInfo info = read_image_info(data, size, name);
   CropPlan p = steps_[0]->plan(info.height, info.width, rng);
-  options.scale_denom = jpeg_scale_denom_for(
-      static_cast<int64_t>(p.height), static_cast<int64_t>(p.width), p.out_height, p.out_width);
-  Image image = decode_image(data, size, name, options);
-  if (options.scale_denom > 1) {
-    const double sy = static_cast<double>(image.height) / static_cast<double>(info.height);
-    const double sx = static_cast<double>(image.width) / static_cast<double>(info.width);
-    p.top *= sy;
-    p.height = std::min(p.height * sy, static_cast<double>(image.height) - p.top);
-    p.left *= sx;
-    p.width = std::min(p.width * sx, static_cast<double>(image.width) - p.left);
+  if (scaled) {
+    options.scale_denom = jpeg_scale_denom_for(static_cast<int64_t>(p.height),
+                                               static_cast<int64_t>(p.width), p.out_height,
+                                               p.out_width);
   }
-  steps_[0]->execute(image, p);
-  for (size_t i = 1; i < steps_.size(); ++i) steps_[i]->apply(image, rng);
+  // The size libjpeg decodes at 1/scale_denom (rounded up), and the plan on it.
+  const int64_t d = options.scale_denom;
+  const int64_t height = (info.height + d - 1) / d, width = (info.width + d - 1) / d;
+  if (d > 1) {
+    const double sy = static_cast<double>(height) / static_cast<double>(info.height);
+    const double sx = static_cast<double>(width) / static_cast<double>(info.width);
+    p.top *= sy;
+    p.height = std::min(p.height * sy, static_cast<double>(height) - p.top);
+    p.left *= sx;
+    p.width = std::min(p.width * sx, static_cast<double>(width) - p.left);
+  }
+  Image image;
+  size_t next = 1;
+  if (resampler != nullptr) {
+    // Only the pixels the resampling reads (Note [Decoding a window of a JPEG]); a flip right
+    // after it mirrors the resampling's output instead of making a pass of its own.
+    const PixelWindow window = resample_reads(height, width, p);
+    options.window = window;
+    bool mirror = false;
+    if (steps_.size() > 1) {
+      if (const auto* flip = dynamic_cast<const RandomHorizontalFlip*>(steps_[1].get())) {
+        mirror = flip->flips(rng);
+        next = 2;
+      }
+    }
+    const Image decoded = decode_image(data, size, name, options);
+    check_uint8_hwc(decoded, "resample");
+    image = resample_window(decoded, p, window, height, width, mirror);
+  } else {
+    image = decode_image(data, size, name, options);
+    steps_[0]->execute(image, p);
+  }
+  for (size_t i = next; i < steps_.size(); ++i) steps_[i]->apply(image, rng);
   return image;
 }
 

@@ -52,6 +52,19 @@ class SlotWorkers {
     done_cv_.wait(lock, [&] { return job->complete; });
   }
 
+  /// True when every slot of `job` is filled (never waits).
+  bool complete(const std::shared_ptr<Job>& job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return job->complete;
+  }
+
+  /// After cancel(): blocks until the slots that workers had claimed are finished, so that
+  /// nothing writes into the job's memory any more.
+  void settle(const std::shared_ptr<Job>& job) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, [&] { return job->finished == job->next_claim; });
+  }
+
  protected:
   SlotWorkers() = default;
 
@@ -95,10 +108,8 @@ class SlotWorkers {
       const size_t k = job->next_claim++;
       if (job->next_claim == job->indices.size()) queue_.pop_front();
       fill(*job, k, lock);
-      if (++job->finished == job->indices.size()) {
-        job->complete = true;
-        done_cv_.notify_all();
-      }
+      if (++job->finished == job->indices.size()) job->complete = true;
+      done_cv_.notify_all();  // (wait() and settle())
     }
   }
 

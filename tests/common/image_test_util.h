@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -50,6 +53,23 @@ inline Image test_picture(int64_t height, int64_t width, int64_t channels, int s
     }
   }
   return img;
+}
+
+/// n image files in `dir` -- JPEGs, every fifth a PNG -- of a few sizes, as a dataset whose
+/// example i is labelled 100 + i.
+inline std::shared_ptr<LabeledImageDataset> make_image_files(const TempDir& dir, int n) {
+  std::vector<std::pair<std::string, int32_t>> pairs;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = "img" + std::to_string(i) + (i % 5 == 4 ? ".png" : ".jpg");
+    const Image pic = test_picture(40 + 7 * (i % 4), 50 + 5 * (i % 3), 3, i);
+    if (i % 5 == 4) {
+      write_png(dir.file(name), pic);
+    } else {
+      write_jpeg(dir.file(name), pic, 90);
+    }
+    pairs.emplace_back(name, 100 + i);
+  }
+  return std::make_shared<LabeledImageDataset>(std::move(pairs), dir.path().string());
 }
 
 }  // namespace kusari::testing

@@ -1,5 +1,5 @@
 // CUDA device utilities that user code may need: memory-pool statistics, releasing the cache,
-// the TF32 switch. In a build without CUDA they report no devices and do nothing.
+// the TF32 switch, graphs, pinned host memory and an upload stream. In a build without CUDA they report no devices and do nothing.
 #pragma once
 
 #include <cstddef>
@@ -140,6 +140,98 @@ class ScalarReader {
   struct Impl;
 
  private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// --- pinned host memory and the upload stream ---------------------------------------------------
+
+/// Page-locked host memory handed out by pinned_empty: bytes held now, and the allocations and
+/// frees made (each a cudaHostAlloc / cudaFreeHost: slow, so an input pipeline keeps its
+/// buffers).
+struct PinnedMemoryStats {
+  /// Bytes held now.
+  size_t in_use_bytes = 0;
+  /// cudaHostAlloc calls made so far.
+  int64_t allocations = 0;
+  /// cudaFreeHost calls made so far.
+  int64_t frees = 0;
+};
+
+/// A CPU array of `shape` and `dtype` in page-locked (pinned) host memory, which a GPU reads and
+/// writes by DMA: copies from it run asynchronously (UploadStream), where copies from ordinary
+/// memory are staged through the driver's buffers. It is an ordinary CPU array otherwise; the
+/// memory is freed when its last view goes. Uninitialised. `gpu` is the CUDA device whose
+/// context pins (and later frees) it, from whatever thread: every GPU can use the memory, and
+/// naming the process's own GPU keeps the others' contexts untouched (under mpiexec, one GPU per
+/// process). DeviceError where CUDA is unavailable.
+Array pinned_empty(const Shape& shape, Dtype dtype, Device gpu);
+/// True when `array` is a CPU array in memory from pinned_empty.
+bool is_pinned(const Array& array);
+/// The statistics of pinned_empty's memory.
+PinnedMemoryStats pinned_memory_stats();
+
+/// A point in the work queued on one GPU stream (a CUDA event), for handing buffers between the
+/// compute stream and an UploadStream; see Note [Upload stream]. An Event that was never
+/// recorded counts as done.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+
+  /// Marks the end of the work queued so far on `device`'s compute stream.
+  void record_compute(Device device);
+  /// True once the marked work has finished (or nothing was marked); never waits.
+  bool done() const;
+  /// Waits on the host until the marked work has finished.
+  void synchronize() const;
+  /// Makes the compute stream of the event's device wait, on the GPU, for the marked work: work
+  /// queued there afterwards starts after it. The host does not wait. Nothing when unrecorded.
+  void block_compute() const;
+  /// True once recorded.
+  bool recorded() const;
+
+  /// The implementation, provided by the CUDA library (null until first recorded).
+  struct Impl;
+  Impl* impl() const { return impl_.get(); }
+
+ private:
+  friend class UploadStream;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A stream of host-to-device copies beside a GPU's compute stream, so that an input pipeline's
+/// next batch crosses the bus while the model computes on the current one (Note [Upload stream]).
+/// Copies run in the order they were queued; Events hand the buffers over.
+class UploadStream {
+ public:
+  /// A new stream on `device` (a CUDA device).
+  explicit UploadStream(Device device);
+  ~UploadStream();
+  UploadStream(const UploadStream&) = delete;
+  UploadStream& operator=(const UploadStream&) = delete;
+
+  /// The GPU the copies go to.
+  Device device() const { return device_; }
+  /// Copies queued after this call start after `event`'s work (on the GPU; the host goes on).
+  void wait(const Event& event);
+  /// Queues the copy of `src` (a contiguous CPU array, pinned for the copy to be asynchronous)
+  /// into `dst` (a contiguous array of the same dtype and size on this stream's device). `src`
+  /// must stay unchanged, and `dst` unused, until an event recorded after the copy is done.
+  void copy(const Array& src, const Array& dst);
+  /// Marks the copies queued so far in `event`.
+  void record(Event& event);
+  /// Waits on the host until every queued copy has finished.
+  void synchronize();
+
+  /// The implementation, provided by the CUDA library.
+  struct Impl;
+
+ private:
+  Device device_;
   std::unique_ptr<Impl> impl_;
 };
 

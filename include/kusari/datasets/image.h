@@ -36,6 +36,14 @@ struct Image {
   static Image zeros(int64_t height, int64_t width, int64_t channels);
 };
 
+/// A rectangle of pixels: rows [top, top + height) and columns [left, left + width).
+struct PixelWindow {
+  int64_t top = 0;     ///< first row
+  int64_t left = 0;    ///< first column
+  int64_t height = 0;  ///< rows
+  int64_t width = 0;   ///< columns
+};
+
 /// How decode_image shapes its output.
 struct DecodeOptions {
   /// 3: RGB (grey is replicated, CMYK converted); 1: grey (colour is converted to luma); 0: as
@@ -44,6 +52,11 @@ struct DecodeOptions {
   /// JPEG only: decode at 1/scale_denom of the full size through libjpeg's DCT scaling (1, 2, 4
   /// or 8); the result is ceil(size / scale_denom). Ignored for PNG.
   int scale_denom = 1;
+  /// Decode only this window of the image (of the image at 1/scale_denom size); the result is
+  /// window->height x window->width and equals that window of a full decode. A JPEG is decoded
+  /// only as far as the window needs (Note [Decoding a window of a JPEG]); a PNG is decoded
+  /// whole and the window cut out.
+  std::optional<PixelWindow> window;
 };
 
 /// The format of an image file, from its first bytes.

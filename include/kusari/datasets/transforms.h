@@ -68,6 +68,16 @@ class Transform {
 /// See Note [Resampling] in transforms.cc.
 Image resample(const Image& image, const CropPlan& plan);
 
+/// resample() of a window of a larger image: `image` holds the pixels `window` of a
+/// full_height x full_width image and `plan` is in the full image's coordinates. Equals
+/// resample(full image, plan) bit for bit; the window must hold every pixel the plan reads
+/// (resample_reads), else ValueError.
+Image resample(const Image& image, const CropPlan& plan, const PixelWindow& window,
+               int64_t full_height, int64_t full_width);
+
+/// The pixels of a height x width image that resample(image, plan) reads.
+PixelWindow resample_reads(int64_t height, int64_t width, const CropPlan& plan);
+
 /// A crop or resize: apply() is execute(image, plan(...)), and execute() resamples the planned
 /// region with resample(); a subclass says only which region (plan()).
 class GeometricTransform : public Transform {
@@ -77,7 +87,8 @@ class GeometricTransform : public Transform {
   }
   bool is_geometric() const final { return true; }
   CropPlan plan(int64_t height, int64_t width, Rng& rng) const override = 0;
-  void execute(Image& image, const CropPlan& plan) const override { image = resample(image, plan); }
+  /// resample(image, plan); final, so that Compose may decode only the window it reads.
+  void execute(Image& image, const CropPlan& plan) const final { image = resample(image, plan); }
 };
 
 /// A random part of the image (torchvision's RandomResizedCrop): area a fraction in `scale` of
@@ -129,6 +140,8 @@ class RandomHorizontalFlip : public Transform {
  public:
   explicit RandomHorizontalFlip(double p = 0.5);
   void apply(Image& image, Rng& rng) const override;
+  /// The draw apply() makes: true when the image is to be mirrored.
+  bool flips(Rng& rng) const;
   std::string name() const override;
 
  private:
@@ -142,11 +155,27 @@ class Normalize : public Transform {
   Normalize(std::vector<float> mean, std::vector<float> std, bool planar = true);
   void apply(Image& image, Rng& rng) const override;
   std::string name() const override;
+  /// apply()'s values for `image`, written to `out` (image.size() floats, laid out CHW when
+  /// planar(), else HWC) instead of into the image: a loader writes them straight into its batch.
+  void apply_into(const Image& image, float* out) const;
+
+  const std::vector<float>& mean() const { return mean_; }
+  const std::vector<float>& std() const { return std_; }
+  /// True when the output is CHW (planar), false for HWC (channels-last).
+  bool planar() const { return planar_; }
+  /// What apply() maps each uint8 value of channel c to: a float32 (C, 256) CPU array.
+  Array table() const;
+  /// apply() on a whole batch of uint8 images (B, H, W, C) on any device, there: a (B, C, H, W)
+  /// (planar) or (B, H, W, C) array of `dtype` (floating) whose values are apply()'s, rounded to
+  /// `dtype`. On a GPU one kernel reads the bytes and writes the result, so a loader can copy
+  /// uint8 batches (a quarter of float32's bytes) and normalise them there.
+  Array apply_batch(const Array& images, Dtype dtype = float32) const;
 
  private:
   std::vector<float> mean_;
   std::vector<float> std_;
   bool planar_;
+  std::vector<float> table_;  // (C, 256): what each byte of channel c becomes
 };
 
 /// HWC -> CHW without changing the values (uint8 or float).
@@ -169,11 +198,14 @@ class Compose : public Transform {
   const std::vector<std::shared_ptr<const Transform>>& steps() const { return steps_; }
 
   /// Decodes an encoded image and applies the steps, drawing from `rng` as apply() would. When
-  /// the data is a JPEG, the first step is geometric and `reduced_decode` is set, the first step
-  /// is planned on the header's size and the image decoded at the largest DCT scale (1/2, 1/4,
+  /// the data is a JPEG and the first step is geometric, that step is planned on the header's
+  /// size; with `reduced_decode` the image is then decoded at the largest DCT scale (1/2, 1/4,
   /// 1/8) that keeps the planned region at least as large as the step's output
-  /// (jpeg_scale_denom_for); the region is then scaled to the decoded size. `name` names the
-  /// data in errors.
+  /// (jpeg_scale_denom_for), and the region is scaled to the decoded size. When the first step
+  /// is a GeometricTransform only the pixels it reads are decoded (resample_reads; the result is
+  /// the same as after a full decode), and a RandomHorizontalFlip right after it mirrors the
+  /// resampled image as it is made (the same pixels, one pass fewer). `name` names the data in
+  /// errors.
   Image decode_and_apply(const uint8_t* data, size_t size, const std::string& name,
                          DecodeOptions options, Rng& rng, bool reduced_decode = true) const;
 

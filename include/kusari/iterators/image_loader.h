@@ -2,6 +2,7 @@
 // (the role of Chainer's MultiprocessIterator and PyTorch's DataLoader, with threads).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -23,9 +24,10 @@ namespace kusari {
 // the transform with a generator seeded by example_seed(transform_seed, epoch, index) (Note
 // [Seeded transforms]), then writes the result straight into its slot of the job's batch array
 // (allocated by the first example to finish, with that example's shape; a later example of
-// another shape is an error naming its file and both shapes). So the batches are the same for
-// any number of workers and the same as a serial loop that applies the transform to each index
-// in turn; they differ from run to run only through the seed.
+// another shape is an error naming its file and both shapes); a final Normalize step writes its
+// values there itself (Normalize::apply_into), with no image of its own. So the batches are the
+// same for any number of workers and the same as a serial loop that applies the transform to
+// each index in turn; they differ from run to run only through the seed.
 //
 // Files: when the dataset is an ImageFileDataset -- or a SubDataset (e.g. from scatter_dataset or
 // split_dataset) of one, at any depth -- the worker reads path(i) itself and decodes through
@@ -37,10 +39,38 @@ namespace kusari {
 // the next() that hands over that batch, with the dataset index in front of the original message
 // (which names the file); the batch counts as consumed, as in MultithreadIterator.
 //
+// Batches: on the CPU each batch is a fresh array that the workers write into. On a GPU see Note
+// [ImageLoader on a GPU]. ImageLoaderOptions::dtype converts normalised batches (float32 by
+// default) on either device.
+//
 // Snapshots: serialize() stores SerialIterator's keys (Note [Iterator snapshots], order under
 // "order") plus "transform_seed"; a loader resumed from a snapshot yields the batches the saved
 // one would have yielded next. reset(), reseed(), loading a snapshot and finalize() drop the
 // planned batches; workers finish at most the example they are on.
+
+// Note [ImageLoader on a GPU]
+// With a CUDA device the batches reach the GPU without a fresh allocation or a host wait per
+// batch:
+//   - a ring of n_prefetch + 2 slots of page-locked host memory (cuda::pinned_empty), each the
+//     size of a batch, allocated once (by the first example that knows the shape) and reused:
+//     batch j is written into slot j mod ring size by the workers. The slots hold the batches
+//     planned, the one being handed out and the one before it, whose copy may still be queued
+//     behind the compute stream's work when its slot comes round;
+//   - as soon as a batch is complete -- when it is handed out, and for the batches behind it that
+//     are complete by then -- its copy to the GPU is queued on the loader's UploadStream into a
+//     fresh array of the device's pool, so batch j + 1 crosses the bus while the model computes on
+//     batch j (Note [Upload stream]);
+//   - handing out a batch makes the compute stream wait for its copy's event (the host does not
+//     wait), then runs what remains on the compute stream: with normalize_on_device the
+//     transform's last step, a Normalize, as one kernel from the uint8 batch into `dtype`
+//     (transforms::Normalize::apply_batch; the workers run the steps before it, so a quarter of
+//     float32's bytes cross the bus); otherwise the conversion to `dtype`, if any;
+//   - a slot is rewritten only after the copy from it is done (its event, waited for on the host
+//     when the slot comes round again: by then the copy has long finished).
+// The values are those of the CPU loader bit for bit: the kernel maps each byte through the table
+// Normalize::apply uses and rounds to `dtype` as astype does. next() yields views into the GPU
+// batch. An HWC Normalize gives (B, H, W, C) batches, which transpose({0, 3, 1, 2}) views as a
+// channels-last NCHW array without a copy.
 
 /// How an ImageLoader batches, orders and transforms a dataset.
 struct ImageLoaderOptions {
@@ -61,8 +91,14 @@ struct ImageLoaderOptions {
   std::shared_ptr<const transforms::Compose> transform;
   /// Decode JPEGs at a reduced DCT size when the transform's first step allows it.
   bool reduced_decode = true;
-  /// Where next_batch() puts its arrays.
+  /// Where next_batch() puts its arrays (a CUDA device: Note [ImageLoader on a GPU]).
   Device device = Device::cpu();
+  /// On a CUDA device: run the transform's last step, which must be a Normalize, on the GPU
+  /// (the workers make uint8 HWC images; Note [ImageLoader on a GPU]).
+  bool normalize_on_device = false;
+  /// The floating dtype of normalised image batches (float32, bfloat16 or float16); uint8
+  /// batches stay uint8.
+  Dtype dtype = float32;
 };
 
 /// Loads, decodes and transforms images on worker threads, batch after batch; see Note
@@ -100,6 +136,9 @@ class ImageLoader : public Iterator {
   uint64_t transform_seed() const { return transform_seed_; }
   /// Number of worker threads.
   int n_workers() const { return n_workers_; }
+  /// Host batch buffers allocated so far: on a GPU the ring's page-locked slots (a fixed number
+  /// once every slot has been used: Note [ImageLoader on a GPU]); on the CPU one per batch.
+  int64_t host_batch_allocations() const;
   const std::shared_ptr<Dataset>& dataset() const { return dataset_; }
   const ImageLoaderOptions& options() const { return options_; }
 
@@ -124,17 +163,31 @@ class ImageLoader : public Iterator {
     std::shared_ptr<Job> job;  // null once a non-repeating loader is exhausted
   };
 
+  struct Ring;
+
   void plan_ahead();
   void drop_planned();
   std::shared_ptr<Job> take_next();
+  /// The batch arrays {images[, labels]} of a complete job, on options_.device.
+  std::vector<Array> deliver(Job& job);
+  /// GPU: queues the copy of a complete job's batch (Note [ImageLoader on a GPU]).
+  void upload(Job& job);
 
   std::shared_ptr<Dataset> dataset_;
   ImageLoaderOptions options_;
+  /// What the workers apply: options_.transform without a final Normalize (which the workers run
+  /// while writing into the batch, or the GPU with normalize_on_device).
+  std::shared_ptr<const transforms::Compose> worker_transform_;
+  std::shared_ptr<const transforms::Normalize> device_normalize_;
+  /// A final Normalize the workers run while writing into the batch (not normalize_on_device).
+  std::shared_ptr<const transforms::Normalize> host_normalize_;
+  std::unique_ptr<Ring> ring_;  // GPU only
   int n_workers_ = 1;
   uint64_t transform_seed_ = 0;
   IteratorState state_;
   double previous_epoch_detail_ = -1.0;
   std::deque<Planned> planned_;
+  mutable std::atomic<int64_t> host_allocations_{0};
   std::unique_ptr<Workers> workers_;
 };
 

@@ -4,7 +4,9 @@
 
 #include <csetjmp>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <random>
 
 #include "image_test_util.h"
 #include "kusari/datasets/image.h"
@@ -58,6 +60,51 @@ Image jpeglib_decode(const std::vector<uint8_t>& bytes, J_COLOR_SPACE out, int s
   return img;
 }
 
+// Encodes an RGB or grey image with jpeglib, with the given luma sampling factors (2x2: 4:2:0,
+// 2x1: 4:2:2, 1x1: 4:4:4) and optionally as a progressive JPEG.
+std::vector<uint8_t> jpeglib_encode(const Image& img, int h_samp, int v_samp, bool progressive) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr err;
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buf, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(img.width);
+  cinfo.image_height = static_cast<JDIMENSION>(img.height);
+  cinfo.input_components = static_cast<int>(img.channels);
+  cinfo.in_color_space = img.channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 90, TRUE);
+  if (img.channels == 3) {
+    cinfo.comp_info[0].h_samp_factor = h_samp;
+    cinfo.comp_info[0].v_samp_factor = v_samp;
+  }
+  if (progressive) jpeg_simple_progression(&cinfo);
+  jpeg_start_compress(&cinfo, TRUE);
+  for (int64_t y = 0; y < img.height; ++y) {
+    JSAMPROW row = const_cast<uint8_t*>(&img.pixels[static_cast<size_t>(y * img.width * img.channels)]);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  std::vector<uint8_t> out(buf, buf + size);
+  std::free(buf);
+  jpeg_destroy_compress(&cinfo);
+  return out;
+}
+
+// The window w of img.
+Image cut(const Image& img, const PixelWindow& w) {
+  Image out = Image::zeros(w.height, w.width, img.channels);
+  for (int64_t y = 0; y < w.height; ++y) {
+    for (int64_t x = 0; x < w.width * img.channels; ++x) {
+      out.pixels[static_cast<size_t>(y * w.width * img.channels + x)] =
+          img.pixels[static_cast<size_t>(((w.top + y) * img.width + w.left) * img.channels + x)];
+    }
+  }
+  return out;
+}
+
 // Encodes a 4-channel CMYK image with jpeglib (which writes an Adobe marker for CMYK).
 std::vector<uint8_t> jpeglib_encode_cmyk(const Image& cmyk) {
   jpeg_compress_struct cinfo;
@@ -104,6 +151,147 @@ TEST(DecodeImageTest, JpegEqualsJpeglibAtEveryScale) {
     EXPECT_EQ(ours.width, (67 + d - 1) / d);
     EXPECT_EQ(ours.channels, 3);
     EXPECT_EQ(ours.pixels, ref.pixels);
+  }
+}
+
+TEST(DecodeImageTest, JpegWindowEqualsThatWindowOfJpeglibsFullDecode) {
+  // Windows at every edge and inside, at every DCT scale, for 4:2:0, 4:2:2 and 4:4:4 chroma,
+  // progressive, grey, and colour decoded as grey.
+  struct Case {
+    int h_samp, v_samp;
+    bool progressive;
+    int64_t channels;
+    int want;
+  };
+  const Case cases[] = {{2, 2, false, 3, 3}, {2, 1, false, 3, 3}, {1, 1, false, 3, 3},
+                        {2, 2, true, 3, 3},  {1, 1, false, 1, 1}, {2, 2, false, 3, 1},
+                        {1, 1, false, 1, 3}};
+  const Image pic = test_picture(203, 317, 3, 7);
+  const Image grey = test_picture(203, 317, 1, 7);
+  std::mt19937 rng(11);
+  for (const Case& c : cases) {
+    const std::vector<uint8_t> jpeg =
+        jpeglib_encode(c.channels == 1 ? grey : pic, c.h_samp, c.v_samp, c.progressive);
+    for (int d : {1, 2, 4, 8}) {
+      const Image full = jpeglib_decode(jpeg, c.want == 1 ? JCS_GRAYSCALE : JCS_RGB, d);
+      std::vector<PixelWindow> windows = {{0, 0, full.height, full.width},
+                                          {0, 0, 1, 1},
+                                          {full.height - 1, full.width - 1, 1, 1},
+                                          {0, full.width / 2, full.height, full.width - full.width / 2},
+                                          {full.height / 3, 0, full.height / 3, full.width / 3}};
+      for (int k = 0; k < 12; ++k) {
+        PixelWindow w;
+        w.top = static_cast<int64_t>(rng() % static_cast<unsigned>(full.height));
+        w.left = static_cast<int64_t>(rng() % static_cast<unsigned>(full.width));
+        w.height = 1 + static_cast<int64_t>(rng() % static_cast<unsigned>(full.height - w.top));
+        w.width = 1 + static_cast<int64_t>(rng() % static_cast<unsigned>(full.width - w.left));
+        windows.push_back(w);
+      }
+      for (const PixelWindow& w : windows) {
+        SCOPED_TRACE(::testing::Message()
+                     << "sampling " << c.h_samp << "x" << c.v_samp << (c.progressive ? " progressive" : "")
+                     << ", " << c.channels << " -> " << c.want << " channels, scale 1/" << d
+                     << ", window top " << w.top << " left " << w.left << " " << w.height << "x"
+                     << w.width);
+        DecodeOptions o;
+        o.channels = c.want;
+        o.scale_denom = d;
+        o.window = w;
+        const Image ours = decode_image(jpeg.data(), jpeg.size(), "picture.jpg", o);
+        ASSERT_EQ(ours.height, w.height);
+        ASSERT_EQ(ours.width, w.width);
+        ASSERT_EQ(ours.channels, c.want);
+        ASSERT_EQ(ours.pixels, cut(full, w).pixels);
+      }
+    }
+  }
+}
+
+TEST(DecodeImageTest, WindowsOfPngsAndBadWindows) {
+  const Image pic = test_picture(30, 40, 3, 2);
+  const std::vector<uint8_t> png = encode_png(pic);
+  DecodeOptions o;
+  o.window = PixelWindow{3, 5, 20, 30};
+  EXPECT_EQ(decode_image(png.data(), png.size(), "p.png", o).pixels, cut(pic, *o.window).pixels);
+  const std::vector<uint8_t> jpeg = encode_jpeg(pic);
+  o.scale_denom = 2;  // a 15x20 image
+  o.window = PixelWindow{10, 0, 6, 20};
+  EXPECT_TRUE(ThrowsWith<ValueError>(
+      [&] { decode_image(jpeg.data(), jpeg.size(), "p.jpg", o); },
+      {"p.jpg", "the window (top 10, left 0, 6x20) does not lie inside the 15x20 image (1/2 of 30x40)"}));
+}
+
+TEST(DecodeImageTest, TruncatedJpegIsAnErrorAlsoWhenTheWindowEndsAbove) {
+  const std::vector<uint8_t> jpeg = jpeglib_encode(test_picture(256, 256, 3, 1), 2, 2, false);
+  const std::vector<uint8_t> truncated(jpeg.begin(), jpeg.begin() + jpeg.size() * 3 / 4);
+  DecodeOptions o;
+  o.window = PixelWindow{0, 0, 16, 16};  // far above the missing part
+  EXPECT_TRUE(ThrowsWith<IOError>([&] { decode_image(truncated.data(), truncated.size(), "t.jpg", o); },
+                                  {"t.jpg", "truncated or damaged JPEG", "end-of-image marker"}));
+  o.window = PixelWindow{200, 0, 56, 256};  // inside the missing part
+  EXPECT_TRUE(ThrowsWith<IOError>([&] { decode_image(truncated.data(), truncated.size(), "t.jpg", o); },
+                                  {"t.jpg", "truncated or damaged JPEG"}));
+}
+
+TEST(DecodeImageTest, DamagedJpegWindowsAreErrorsNamingTheFileNeverCrashes) {
+  // Bytes flipped, runs zeroed and tails cut at random places of baseline and progressive files:
+  // a window decode either succeeds or raises an IOError naming the file.
+  std::mt19937 rng(3);
+  for (bool progressive : {false, true}) {
+    const std::vector<uint8_t> jpeg = jpeglib_encode(test_picture(96, 128, 3, 5), 2, 2, progressive);
+    int errors = 0;
+    for (int k = 0; k < 300; ++k) {
+      std::vector<uint8_t> bad = jpeg;
+      const size_t at = 2 + rng() % (bad.size() - 2);
+      switch (k % 3) {
+        case 0:
+          bad[at] ^= static_cast<uint8_t>(1 + rng() % 255);
+          break;
+        case 1:
+          std::fill(bad.begin() + static_cast<std::ptrdiff_t>(at),
+                    bad.begin() + static_cast<std::ptrdiff_t>(std::min(bad.size(), at + 16)), 0);
+          break;
+        default:
+          bad.resize(at);
+      }
+      DecodeOptions o;
+      o.scale_denom = 1 << (k % 4);
+      o.window = PixelWindow{static_cast<int64_t>(rng() % 4), static_cast<int64_t>(rng() % 4), 4, 5};
+      try {
+        const Image img = decode_image(bad.data(), bad.size(), "damaged.jpg", o);
+        EXPECT_EQ(img.height, 4);
+        EXPECT_EQ(img.width, 5);
+      } catch (const IOError& e) {
+        ++errors;
+        EXPECT_NE(std::string(e.what()).find("damaged.jpg"), std::string::npos) << e.what();
+      } catch (const ValueError& e) {  // a damaged header that makes the picture smaller
+        ++errors;
+        EXPECT_NE(std::string(e.what()).find("damaged.jpg"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_GT(errors, 50);  // most of the damage is noticed
+  }
+}
+
+TEST(DecodeImageTest, AJpegWhoseHeaderFailsDoesNotBreakTheNextDecodeOfTheThread) {
+  // Note [A fresh TurboJPEG handle after an error]: a loader thread goes on after a bad file.
+  const std::vector<uint8_t> good = encode_jpeg(test_picture(20, 30, 3, 1));
+  std::vector<uint8_t> bad = good;  // a frame header of 3-bit samples: libjpeg refuses it
+  for (size_t i = 2; i + 4 < bad.size(); ++i) {
+    if (bad[i] == 0xFF && bad[i + 1] == 0xC0) {
+      bad[i + 4] = 3;
+      break;
+    }
+  }
+  std::vector<uint8_t> cut(good.begin(), good.begin() + 4);  // ends inside its first marker
+  cut.resize(300, 0x5A);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_TRUE(ThrowsWith<IOError>([&] { decode_image(bad.data(), bad.size(), "bad.jpg"); },
+                                    {"bad.jpg", "precision 3"}));
+    EXPECT_TRUE(ThrowsWith<IOError>([&] { read_image_info(cut.data(), cut.size(), "cut.jpg"); },
+                                    {"cut.jpg", "ends before a frame header"}));
+    EXPECT_EQ(decode_image(good.data(), good.size(), "good.jpg").width, 30);
+    EXPECT_EQ(read_image_info(good.data(), good.size(), "good.jpg").height, 20);
   }
 }
 

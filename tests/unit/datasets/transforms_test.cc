@@ -1,9 +1,12 @@
 // Each transform against hand-computed values on small images.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "image_test_util.h"
+#include "kusari/core/routines.h"
 #include "kusari/datasets/transforms.h"
 #include "test_util.h"
 
@@ -62,6 +65,145 @@ TEST(ResampleTest, BothAxesAndChannels) {
         resample(pic, CropPlan{4, 0, 3, 7, 2, 2});
       },
       {"resample", "does not fit"}));
+}
+
+// Note [Resampling] written out plainly, one output value at a time, in double where the order of
+// operations does not matter and in the library's float order where it does: the horizontal pass
+// sums w * pixel in float in tap order, the vertical pass sums w * row value in float in tap
+// order, and the result is floor(sum + 0.5) clamped to [0, 255].
+Image reference_resample(const Image& img, const CropPlan& p) {
+  struct Axis {
+    std::vector<int64_t> first, count;
+    std::vector<std::vector<float>> w;
+  };
+  auto taps = [](double begin, double extent, int64_t in, int64_t out) {
+    Axis a;
+    const double scale = extent / static_cast<double>(out), f = std::max(scale, 1.0);
+    const int64_t max_taps = static_cast<int64_t>(std::ceil(f)) * 2 + 1;
+    for (int64_t i = 0; i < out; ++i) {
+      const double c = begin + (static_cast<double>(i) + 0.5) * scale;
+      int64_t lo = std::clamp<int64_t>(static_cast<int64_t>(c - f + 0.5), 0, in - 1);
+      int64_t hi = std::clamp<int64_t>(static_cast<int64_t>(c + f + 0.5), lo + 1, in);
+      hi = std::min(hi, lo + max_taps);
+      std::vector<double> w;
+      double sum = 0;
+      for (int64_t j = lo; j < hi; ++j) {
+        w.push_back(std::max(0.0, 1.0 - std::abs((static_cast<double>(j) + 0.5 - c) / f)));
+        sum += w.back();
+      }
+      if (sum <= 0) {
+        w.assign(1, 1.0);
+        hi = lo + 1;
+        sum = 1;
+      }
+      std::vector<float> wf;
+      for (double v : w) wf.push_back(static_cast<float>(static_cast<float>(v) / sum));
+      a.first.push_back(lo);
+      a.count.push_back(hi - lo);
+      a.w.push_back(wf);
+    }
+    return a;
+  };
+  const Axis ax = taps(p.left, p.width, img.width, p.out_width);
+  const Axis ay = taps(p.top, p.height, img.height, p.out_height);
+  const int64_t C = img.channels;
+  Image out = Image::zeros(p.out_height, p.out_width, C);
+  for (int64_t y = 0; y < p.out_height; ++y) {
+    for (int64_t x = 0; x < p.out_width; ++x) {
+      for (int64_t c = 0; c < C; ++c) {
+        float v = 0;
+        for (int64_t i = 0; i < ay.count[y]; ++i) {
+          const int64_t row = ay.first[y] + i;
+          float h = 0;
+          for (int64_t k = 0; k < ax.count[x]; ++k) {
+            h += ax.w[x][k] * img.pixels[static_cast<size_t>((row * img.width + ax.first[x] + k) * C + c)];
+          }
+          v += ay.w[y][i] * h;
+        }
+        out.pixels[static_cast<size_t>((y * p.out_width + x) * C + c)] =
+            static_cast<uint8_t>(std::clamp(std::floor(v + 0.5f), 0.0f, 255.0f));
+      }
+    }
+  }
+  return out;
+}
+
+// Random regions of a height x width image (fractional ones too) and output sizes.
+std::vector<CropPlan> random_plans(int64_t height, int64_t width, int n, uint32_t seed) {
+  Rng rng(seed);
+  std::vector<CropPlan> plans;
+  for (int k = 0; k < n; ++k) {
+    CropPlan p;
+    p.height = uniform(rng, 1.0, static_cast<double>(height));
+    p.width = uniform(rng, 1.0, static_cast<double>(width));
+    if (k % 3 == 0) {
+      p.height = std::floor(p.height);
+      p.width = std::floor(p.width);
+    }
+    p.top = uniform(rng, 0.0, static_cast<double>(height) - p.height);
+    p.left = uniform(rng, 0.0, static_cast<double>(width) - p.width);
+    if (k % 3 == 0) {
+      p.top = std::floor(p.top);
+      p.left = std::floor(p.left);
+    }
+    p.out_height = 1 + static_cast<int64_t>(rng() % 40);
+    p.out_width = 1 + static_cast<int64_t>(rng() % 40);
+    plans.push_back(p);
+  }
+  return plans;
+}
+
+TEST(ResampleTest, EqualsThePlainTwoPassReferenceBitForBit) {
+  for (int64_t channels : {1, 3, 4}) {
+    const Image pic = test_picture(37, 53, channels, 3);
+    for (const CropPlan& p : random_plans(37, 53, 60, static_cast<uint32_t>(channels))) {
+      SCOPED_TRACE(::testing::Message() << channels << " channels, region top " << p.top << " left "
+                                        << p.left << " " << p.height << "x" << p.width << " -> "
+                                        << p.out_height << "x" << p.out_width);
+      ASSERT_EQ(resample(pic, p).pixels, reference_resample(pic, p).pixels);
+    }
+  }
+}
+
+TEST(ResampleTest, AWindowHoldingWhatThePlanReadsGivesTheSameResult) {
+  const Image pic = test_picture(41, 47, 3, 5);
+  for (const CropPlan& p : random_plans(41, 47, 60, 9)) {
+    const PixelWindow w = resample_reads(41, 47, p);
+    ASSERT_GE(w.top, 0);
+    ASSERT_LE(w.top + w.height, 41);
+    ASSERT_LE(w.left + w.width, 47);
+    Image window = Image::zeros(w.height, w.width, 3);
+    for (int64_t y = 0; y < w.height; ++y) {
+      for (int64_t x = 0; x < w.width * 3; ++x) {
+        window.pixels[static_cast<size_t>(y * w.width * 3 + x)] =
+            pic.pixels[static_cast<size_t>((w.top + y) * 47 * 3 + w.left * 3 + x)];
+      }
+    }
+    ASSERT_EQ(resample(window, p, w, 41, 47).pixels, resample(pic, p).pixels);
+    if (w.height > 1) {  // one row short of what the plan reads
+      Image shorter = window;
+      shorter.height -= 1;
+      shorter.pixels.resize(static_cast<size_t>(shorter.height * w.width * 3));
+      const PixelWindow w2{w.top, w.left, w.height - 1, w.width};
+      EXPECT_TRUE(ThrowsWith<ValueError>([&] { resample(shorter, p, w2, 41, 47); },
+                                         {"resample", "does not hold the pixels the plan reads"}));
+    }
+  }
+}
+
+TEST(ComposeTest, DecodingOnlyTheWindowGivesTheFullDecodesResult) {
+  const Image pic = test_picture(187, 251, 3, 4);
+  const std::vector<uint8_t> jpeg = encode_jpeg(pic, 90);
+  Compose pipeline({std::make_shared<RandomResizedCrop>(24), std::make_shared<RandomHorizontalFlip>()});
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    Rng a(seed), b(seed);
+    const Image windowed =
+        pipeline.decode_and_apply(jpeg.data(), jpeg.size(), "p.jpg", {}, a, false);
+    Image full = decode_image(jpeg.data(), jpeg.size(), "p.jpg");
+    pipeline.apply(full, b);
+    ASSERT_EQ(windowed.pixels, full.pixels) << "seed " << seed;
+    ASSERT_EQ(a(), b());
+  }
 }
 
 TEST(CenterCropTest, RoundedOffsetLikeTorchvision) {
@@ -143,6 +285,38 @@ TEST(NormalizeTest, ScalesAndLaysOut) {
   Image three = Image::zeros(1, 1, 3);
   EXPECT_TRUE(ThrowsWith<ValueError>([&] { Normalize({0.5f}, {0.5f}).apply(three, rng); },
                                      {"Normalize", "3 channels", "1"}));
+}
+
+TEST(NormalizeTest, ApplyBatchGivesApplysValuesInEveryDtypeAndLayout) {
+  std::vector<Image> images;
+  Array batch = Array::empty({3, 5, 4, 3}, uint8, Device::cpu());
+  for (int i = 0; i < 3; ++i) {
+    images.push_back(test_picture(5, 4, 3, i));
+    std::memcpy(static_cast<uint8_t*>(batch.raw_data()) + i * 60, images.back().pixels.data(), 60);
+  }
+  for (bool planar : {true, false}) {
+    const Normalize n(kImageNetMean, kImageNetStd, planar);
+    std::vector<float> expected;
+    for (Image img : images) {
+      Rng rng(0);
+      n.apply(img, rng);
+      expected.insert(expected.end(), img.values.begin(), img.values.end());
+    }
+    const Array want = Array::from_vector(expected, planar ? Shape{3, 3, 5, 4} : Shape{3, 5, 4, 3});
+    for (Dtype d : {float32, bfloat16, float16}) {
+      SCOPED_TRACE(::testing::Message() << (planar ? "CHW " : "HWC ") << dtype_name(d));
+      const Array got = n.apply_batch(batch, d);
+      ASSERT_EQ(got.dtype(), d);
+      ASSERT_EQ(got.shape(), want.shape());
+      EXPECT_TRUE(got.is_contiguous());
+      EXPECT_TRUE(array_equal(got, want.astype(d)));
+    }
+  }
+  const Normalize grey({0.5f}, {0.25f});
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { grey.apply_batch(batch); },
+                                     {"apply_batch", "3 channels", "mean and std have 1"}));
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { grey.apply_batch(batch.astype(float32)); },
+                                     {"apply_batch", "expected uint8 images"}));
 }
 
 TEST(ToCHWTest, Planes) {

@@ -54,6 +54,23 @@ TEST(TupleDatasetTest, GetExamplesMatchesGetExample) {
   EXPECT_EQ(arrays[1].to_vector<int32_t>(), (std::vector<int32_t>{4, 0, 4, 2}));
 }
 
+TEST(ConcatExamplesTest, RowsOfOneArrayAreCopiedInOnePieceIntoAFreshArray) {
+  auto ds = make_range_dataset(6);
+  // Consecutive rows (Note [Batches that are rows of one array]) and the same rows out of order.
+  for (const std::vector<int64_t>& order : {std::vector<int64_t>{1, 2, 3, 4}, {4, 0, 4, 2}}) {
+    const std::vector<Example> batch = ds->get_examples(order);
+    const std::vector<Array> arrays = concat_examples(batch);
+    ASSERT_EQ(arrays[0].shape(), (Shape{4, 2}));
+    EXPECT_TRUE(arrays[0].is_contiguous());
+    for (size_t i = 0; i < order.size(); ++i) {
+      EXPECT_TRUE(array_equal(arrays[0][static_cast<int64_t>(i)], batch[i][0]));
+      EXPECT_FALSE(arrays[0].shares_memory_with(batch[i][0]));
+    }
+    std::vector<int32_t> labels(order.begin(), order.end());
+    EXPECT_EQ(arrays[1].to_vector<int32_t>(), labels);
+  }
+}
+
 TEST(TupleDatasetTest, RejectsBadColumnsAndIndices) {
   EXPECT_THROW(TupleDataset(std::vector<Array>{}), ValueError);
   EXPECT_THROW(TupleDataset({Array()}), ValueError);

@@ -20,20 +20,8 @@ using testing::test_picture;
 using testing::ThrowsWith;
 namespace T = transforms;
 
-// n JPEGs and PNGs of varying sizes, example i labelled 100 + i.
 std::shared_ptr<LabeledImageDataset> make_files(const TempDir& dir, int n) {
-  std::vector<std::pair<std::string, int32_t>> pairs;
-  for (int i = 0; i < n; ++i) {
-    const std::string name = "img" + std::to_string(i) + (i % 5 == 4 ? ".png" : ".jpg");
-    const Image pic = test_picture(40 + 7 * (i % 4), 50 + 5 * (i % 3), 3, i);
-    if (i % 5 == 4) {
-      write_png(dir.file(name), pic);
-    } else {
-      write_jpeg(dir.file(name), pic, 90);
-    }
-    pairs.emplace_back(name, 100 + i);
-  }
-  return std::make_shared<LabeledImageDataset>(std::move(pairs), dir.path().string());
+  return testing::make_image_files(dir, n);
 }
 
 std::shared_ptr<T::Compose> small_train_transform() {
@@ -245,6 +233,90 @@ TEST(ImageLoaderTest, ErrorsNameTheFile) {
   big.batch_size = 10;
   EXPECT_TRUE(ThrowsWith<ValueError>([&] { ImageLoader(make_files(dir, 3), big); },
                                      {"batch_size 10", "3 examples"}));
+}
+
+TEST(ImageLoaderTest, AWorkerGoesOnAfterAJpegWithADamagedHeader) {
+  TempDir dir;
+  auto ds = make_files(dir, 9);
+  std::vector<uint8_t> damaged = read_file_bytes(dir.file("img3.jpg"));
+  for (size_t i = 2; i + 4 < damaged.size(); ++i) {  // 3-bit samples: libjpeg refuses the header
+    if (damaged[i] == 0xFF && damaged[i + 1] == 0xC0) {
+      damaged[i + 4] = 3;
+      break;
+    }
+  }
+  write_file_bytes(dir.file("img3.jpg"), damaged);
+  ImageLoaderOptions o;
+  o.batch_size = 3;
+  o.shuffle = false;
+  o.n_workers = 1;  // every file on the thread that met the damaged one
+  o.transform = small_train_transform();
+  ImageLoader loader(ds, o);
+  EXPECT_NO_THROW(loader.next_batch());
+  EXPECT_TRUE(ThrowsWith<IOError>([&] { loader.next_batch(); },
+                                  {"ImageLoader: example 3", dir.file("img3.jpg"), "JPEG"}));
+  std::vector<Array> last;
+  EXPECT_NO_THROW(last = loader.next_batch());
+  EXPECT_EQ(as_ints(last[1]), (std::vector<int32_t>{106, 107, 108}));
+}
+
+TEST(ImageLoaderTest, DtypeConvertsNormalisedBatchesAndLeavesUint8Alone) {
+  TempDir dir;
+  auto ds = make_files(dir, 8);
+  ImageLoaderOptions o;
+  o.batch_size = 4;
+  o.seed = 3;
+  o.n_workers = 2;
+  o.transform = small_train_transform();
+  ImageLoader f32(ds, o);
+  o.dtype = bfloat16;
+  ImageLoader bf16(ds, o);
+  for (int k = 0; k < 3; ++k) {
+    const Array a = f32.next_batch()[0], b = bf16.next_batch()[0];
+    ASSERT_EQ(b.dtype(), bfloat16);
+    EXPECT_TRUE(array_equal(b, a.astype(bfloat16))) << "batch " << k;
+  }
+  // uint8 batches (no Normalize) stay uint8.
+  o.transform = std::make_shared<T::Compose>(
+      std::vector<std::shared_ptr<const T::Transform>>{std::make_shared<T::RandomResizedCrop>(8)});
+  ImageLoader bytes(ds, o);
+  EXPECT_EQ(bytes.next_batch()[0].dtype(), uint8);
+  o.dtype = int32;
+  EXPECT_TRUE(ThrowsWith<DtypeError>([&] { ImageLoader(ds, o); },
+                                     {"ImageLoader", "dtype must be float32, bfloat16 or float16"}));
+}
+
+TEST(ImageLoaderTest, OnTheCpuEachBatchIsAFreshArray) {
+  TempDir dir;
+  auto ds = make_files(dir, 8);
+  ImageLoaderOptions o;
+  o.batch_size = 4;
+  o.seed = 3;
+  o.n_workers = 2;
+  o.transform = small_train_transform();
+  ImageLoader loader(ds, o);
+  const Array first = loader.next_batch()[0];
+  const std::vector<float> kept = as_floats(first);
+  for (int k = 0; k < 5; ++k) loader.next_batch();
+  EXPECT_EQ(as_floats(first), kept);  // later batches did not write into it
+  EXPECT_GE(loader.host_batch_allocations(), 6);
+}
+
+TEST(ImageLoaderTest, NormalizeOnDeviceNeedsAGpuAndATrailingNormalize) {
+  TempDir dir;
+  auto ds = make_files(dir, 4);
+  ImageLoaderOptions o;
+  o.batch_size = 2;
+  o.transform = small_train_transform();
+  o.normalize_on_device = true;
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { ImageLoader(ds, o); },
+                                     {"normalize_on_device", "GPU", "cpu"}));
+  o.device = Device::cuda(0);
+  o.transform = std::make_shared<T::Compose>(
+      std::vector<std::shared_ptr<const T::Transform>>{std::make_shared<T::RandomResizedCrop>(8)});
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { ImageLoader(ds, o); },
+                                     {"normalize_on_device", "last step is a Normalize",
+                                      "RandomResizedCrop(8"}));
 }
 
 }  // namespace

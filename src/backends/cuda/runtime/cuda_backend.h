@@ -77,6 +77,13 @@ std::unique_ptr<Graph::Impl> make_graph();
 std::unique_ptr<ScalarReader::Impl> make_scalar_reader();
 MemoryStats pool_memory_stats(int device);
 void pool_empty_cache();
+// Pinned host memory, events and upload streams (upload.cc; Note [Upload stream]).
+void* allocate_pinned(int device, size_t nbytes);
+void free_pinned(int device, void* ptr) noexcept;
+bool is_pinned(const void* ptr);
+PinnedMemoryStats pinned_memory_stats();
+std::unique_ptr<Event::Impl> make_event();
+std::unique_ptr<UploadStream::Impl> make_upload_stream(int device);
 
 }  // namespace kusari::cuda
 

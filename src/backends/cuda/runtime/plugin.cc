@@ -56,6 +56,16 @@ class CudaRuntime final : public Runtime {
   std::unique_ptr<EventTimer> make_event_timer(int device) override {
     return std::make_unique<EventTimerImpl>(device);
   }
+  void* allocate_pinned(int device, size_t nbytes) override {
+    return cuda::allocate_pinned(device, nbytes);
+  }
+  void free_pinned(int device, void* ptr) noexcept override { cuda::free_pinned(device, ptr); }
+  bool is_pinned(const void* ptr) override { return cuda::is_pinned(ptr); }
+  PinnedMemoryStats pinned_memory_stats() override { return cuda::pinned_memory_stats(); }
+  std::unique_ptr<Event::Impl> make_event() override { return cuda::make_event(); }
+  std::unique_ptr<UploadStream::Impl> make_upload_stream(int device) override {
+    return cuda::make_upload_stream(device);
+  }
 };
 
 }  // namespace
