@@ -6,6 +6,7 @@
 
 #include "kusari/core/error.h"
 #include "kusari/mn/object.h"
+#include "mn/comm/op_tracker.h"
 #include "mn/reduce/gradient_set.h"
 
 namespace kusari::mn {
@@ -38,6 +39,7 @@ std::string ranks_phrase(const std::vector<int>& ranks) {
 // "(not given)" there.
 void check_same_settings(Communicator& comm, const std::vector<Setting>& settings,
                          const std::string& what) {
+  detail::OpScope scope(detail::tracker_of(comm), detail::OpKind::kCollective, "check_same_settings");
   std::ostringstream sig;
   for (const auto& [name, value] : settings)
     sig << name.size() << ":" << name << "=" << value << "\n";

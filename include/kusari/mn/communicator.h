@@ -31,9 +31,13 @@ struct CommunicatorOptions {
   /// parameters with the same shapes and dtypes, and after it that no value is NaN or infinite.
   /// Also enabled by the environment variable KUSARI_MN_DEBUG=1.
   bool debug = false;
-  /// Seconds a collective may take before the job is aborted with a message naming it
-  /// (NCCL communicators; 0 = wait forever). Also KUSARI_MN_TIMEOUT.
-  double timeout_seconds = 0;
+  /// The deadline, in seconds, of every wait of every communicator (MPI and NCCL): an operation
+  /// that makes no progress for this long (a peer stopped, dead or elsewhere) raises
+  /// CommunicatorError naming the operation, its sequence number and the ranks waited for, which
+  /// uncaught ends the whole job. 0 = no deadline. The environment variable KUSARI_MN_TIMEOUT
+  /// overrides it. NCCL's initialisation and first operation get at least 60 s. See
+  /// docs/cluster.md.
+  double timeout_seconds = 600;
   /// Keep every gradient in the communicator's flat reduction buffer ("flat", "dummy" and the
   /// NCCL kinds), so that multi_node_mean_grad needs no pack and no unpack: the first call binds
   /// each parameter's gradient buffer (Parameter::set_grad_buffer) to its segment, backward then
@@ -106,7 +110,9 @@ class Communicator {
   /// A communicator of the ranks with the same color, ordered by key (MPI_Comm_split), of the
   /// same kind as this one.
   virtual std::shared_ptr<Communicator> split(int color, int key);
-  /// Releases the communicator's resources (also done by the destructor).
+  /// Releases the communicator's resources (also done by the destructor) and tells the other
+  /// ranks that this one is done with it: a rank that still waits in an operation this one will
+  /// never join then raises CommunicatorError naming this rank, instead of waiting.
   virtual void finalize();
 
   /// The MPI communicator handle (an MPI_Comm, as an integer-sized opaque value).

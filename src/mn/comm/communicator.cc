@@ -9,13 +9,17 @@
 #include "kusari/core/routines.h"
 #include "mn/comm/mpi_communicator.h"
 #include "mn/comm/mpi_util.h"
+#include "mn/comm/op_tracker.h"
 #include "mn/nccl_library.h"
 #include "mn/object_codec.h"
 #include "mn/reduce/gradient_set.h"
 
 namespace kusari::mn {
 
+using detail::OpKind;
+using detail::OpScope;
 using detail::to_comm;
+using detail::tracker_of;
 
 namespace {
 
@@ -55,6 +59,7 @@ void detail::bcast_parameters_over_mpi(Communicator& comm, const NamedParams& pa
 }
 
 void Communicator::bcast_data(Link& model) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "bcast_data");
   auto params = model.namedparams(false);
   std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   detail::check_same_parameters(*this, params, "bcast_data", /*device_kind=*/false);
@@ -66,6 +71,7 @@ void Communicator::bcast_data(Link& model) {
 void Communicator::send(const Array& x, int dest, int tag) {
   KUSARI_CHECK(dest != rank_, ValueError, "send: rank ", rank_, " cannot send to itself");
   KUSARI_CHECK(dest >= 0 && dest < size_, ValueError, "send: destination rank ", dest, " is outside 0..", size_ - 1);
+  OpScope scope(tracker_of(*this), OpKind::kSend, "send", dest);
   send_obj(encode_meta(x), dest, tag);
   Array h = host_contiguous(x);
   detail::send_bytes(h.raw_data(), h.nbytes(), dest, tag, comm_of(*this));
@@ -74,12 +80,14 @@ void Communicator::send(const Array& x, int dest, int tag) {
 Array Communicator::recv(int source, int tag, std::optional<Device> device) {
   KUSARI_CHECK(source != rank_, ValueError, "recv: rank ", rank_, " cannot receive from itself");
   KUSARI_CHECK(source >= 0 && source < size_, ValueError, "recv: source rank ", source, " is outside 0..", size_ - 1);
+  OpScope scope(tracker_of(*this), OpKind::kRecv, "recv", source);
   Array h = decode_meta_alloc(recv_obj(source, tag));
   detail::recv_bytes(h.raw_data(), h.nbytes(), source, tag, comm_of(*this));
   return h.to_device(device.value_or(Device::cpu()));
 }
 
 Array Communicator::bcast(const Array& x, int root, std::optional<Device> device) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "bcast");
   Bytes meta = bcast_obj(rank_ == root ? encode_meta(x) : Bytes{}, root);
   Array h = rank_ == root ? host_contiguous(x).copy() : decode_meta_alloc(meta);
   detail::bcast_bytes(h.raw_data(), h.nbytes(), root, comm_of(*this));
@@ -87,6 +95,7 @@ Array Communicator::bcast(const Array& x, int root, std::optional<Device> device
 }
 
 std::vector<Array> Communicator::gather(const Array& x, int root) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "gather");
   std::vector<Array> out;
   if (rank_ == root) {
     out.resize(static_cast<size_t>(size_));
@@ -101,6 +110,7 @@ std::vector<Array> Communicator::gather(const Array& x, int root) {
 }
 
 std::vector<Array> Communicator::allgather(const Array& x) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "allgather");
   std::vector<Array> out;
   out.reserve(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) out.push_back(bcast(x, r));
@@ -110,6 +120,7 @@ std::vector<Array> Communicator::allgather(const Array& x) {
 std::vector<Array> Communicator::alltoall(const std::vector<Array>& xs) {
   KUSARI_CHECK(static_cast<int>(xs.size()) == size_, ValueError, "alltoall: got ", xs.size(),
                " arrays but the communicator has ", size_, " ranks (one array per rank is needed)");
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "alltoall");
   std::vector<Array> out(static_cast<size_t>(size_));
   out[static_cast<size_t>(rank_)] = xs[static_cast<size_t>(rank_)].copy();
   // Pairwise exchange in a fixed order so that no two ranks wait on each other.
@@ -128,6 +139,7 @@ std::vector<Array> Communicator::alltoall(const std::vector<Array>& xs) {
 }
 
 Array Communicator::scatter(const std::vector<Array>& xs, int root, std::optional<Device> device) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "scatter");
   if (rank_ == root) {
     KUSARI_CHECK(static_cast<int>(xs.size()) == size_, ValueError, "scatter: the root has ", xs.size(),
                  " arrays for ", size_, " ranks");
@@ -141,12 +153,14 @@ Array Communicator::scatter(const std::vector<Array>& xs, int root, std::optiona
 }
 
 Array Communicator::allreduce(const Array& x, ReduceOp op) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce");
   Array y = x.copy();
   allreduce_inplace(y, op);
   return y;
 }
 
 void Communicator::allreduce_inplace(Array& x, ReduceOp op) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce");
   KUSARI_CHECK(x.is_contiguous(), ValueError, "allreduce: the array must be contiguous");
   if (x.device().is_cpu()) {
     detail::allreduce_host(x.raw_data(), x.size(), x.dtype(), op, comm_of(*this));
@@ -173,28 +187,38 @@ void Communicator::allreduce_inplace(Array& x, ReduceOp op) {
 // --- objects -----------------------------------------------------------------------------------
 
 void Communicator::send_obj(const Bytes& obj, int dest, int tag) {
+  OpScope scope(tracker_of(*this), OpKind::kSend, "send_obj", dest);
   const int64_t n = static_cast<int64_t>(obj.size());
-  KUSARI_MPI_CHECK(MPI_Send(&n, 1, MPI_INT64_T, dest, tag, comm_of(*this)));
+  MPI_Request request;
+  KUSARI_MPI_CHECK(MPI_Isend(&n, 1, MPI_INT64_T, dest, tag, comm_of(*this), &request));
+  detail::wait_for(&request, 1, "MPI_Isend");
   detail::send_bytes(obj.data(), n, dest, tag, comm_of(*this));
 }
 
 Bytes Communicator::recv_obj(int source, int tag) {
+  OpScope scope(tracker_of(*this), OpKind::kRecv, "recv_obj", source);
   int64_t n = 0;
-  KUSARI_MPI_CHECK(MPI_Recv(&n, 1, MPI_INT64_T, source, tag, comm_of(*this), MPI_STATUS_IGNORE));
+  MPI_Request request;
+  KUSARI_MPI_CHECK(MPI_Irecv(&n, 1, MPI_INT64_T, source, tag, comm_of(*this), &request));
+  detail::wait_for(&request, 1, "MPI_Irecv");
   Bytes b(static_cast<size_t>(n));
   detail::recv_bytes(b.data(), n, source, tag, comm_of(*this));
   return b;
 }
 
 Bytes Communicator::bcast_obj(const Bytes& obj, int root) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "bcast_obj");
   int64_t n = rank_ == root ? static_cast<int64_t>(obj.size()) : 0;
-  KUSARI_MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_of(*this)));
+  MPI_Request request;
+  KUSARI_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_INT64_T, root, comm_of(*this), &request));
+  detail::wait_for(&request, 1, "MPI_Ibcast");
   Bytes b = rank_ == root ? obj : Bytes(static_cast<size_t>(n));
   detail::bcast_bytes(b.data(), n, root, comm_of(*this));
   return b;
 }
 
 std::vector<Bytes> Communicator::gather_obj(const Bytes& obj, int root) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "gather_obj");
   std::vector<Bytes> out;
   if (rank_ == root) {
     out.resize(static_cast<size_t>(size_));
@@ -209,6 +233,7 @@ std::vector<Bytes> Communicator::gather_obj(const Bytes& obj, int root) {
 }
 
 std::vector<Bytes> Communicator::allgather_obj(const Bytes& obj) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "allgather_obj");
   std::vector<Bytes> all = gather_obj(obj, 0);
   detail::Writer w;
   if (rank_ == 0) {
@@ -223,17 +248,20 @@ std::vector<Bytes> Communicator::allgather_obj(const Bytes& obj) {
 }
 
 double Communicator::allreduce_obj(double value, ReduceOp op) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce_obj");
   detail::allreduce_host(&value, 1, Dtype::kFloat64, op, comm_of(*this));
   return op == ReduceOp::kMean ? value / size_ : value;
 }
 
 int64_t Communicator::allreduce_obj(int64_t value, ReduceOp op) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce_obj");
   KUSARI_CHECK(op != ReduceOp::kMean, ValueError, "allreduce_obj: mean of integers is not defined; use double");
   detail::allreduce_host(&value, 1, Dtype::kInt64, op, comm_of(*this));
   return value;
 }
 
 std::vector<double> Communicator::allreduce_obj(const std::vector<double>& values, ReduceOp op) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce_obj");
   std::vector<double> v = values;
   detail::allreduce_host(v.data(), static_cast<int64_t>(v.size()), Dtype::kFloat64, op, comm_of(*this));
   if (op == ReduceOp::kMean) {
@@ -242,7 +270,10 @@ std::vector<double> Communicator::allreduce_obj(const std::vector<double>& value
   return v;
 }
 
-void Communicator::barrier() { KUSARI_MPI_CHECK(MPI_Barrier(comm_of(*this))); }
+void Communicator::barrier() {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "barrier");
+  detail::barrier(comm_of(*this));
+}
 
 std::shared_ptr<Communicator> Communicator::split(int, int) {
   KUSARI_THROW(NotImplementedError, name(), ": split is not implemented for this communicator");

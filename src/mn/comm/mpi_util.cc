@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "kusari/core/half.h"
+#include "mn/comm/op_tracker.h"
 
 namespace kusari::mn::detail {
 
@@ -116,7 +117,9 @@ void allreduce_host(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm co
   const int64_t item = static_cast<int64_t>(itemsize(dtype));
   for (int64_t done = 0; done < n;) {
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
-    KUSARI_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done * item, count, t, o, comm));
+    MPI_Request request;
+    KUSARI_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + done * item, count, t, o, comm, &request));
+    wait_for(&request, 1, "MPI_Iallreduce");
     done += count;
   }
 }
@@ -125,7 +128,9 @@ void bcast_bytes(void* data, int64_t n, int root, MPI_Comm comm) {
   char* p = static_cast<char*>(data);
   for (int64_t done = 0; done < n;) {
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
-    KUSARI_MPI_CHECK(MPI_Bcast(p + done, count, MPI_BYTE, root, comm));
+    MPI_Request request;
+    KUSARI_MPI_CHECK(MPI_Ibcast(p + done, count, MPI_BYTE, root, comm, &request));
+    wait_for(&request, 1, "MPI_Ibcast");
     done += count;
   }
 }
@@ -134,7 +139,9 @@ void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm) {
   const char* p = static_cast<const char*>(data);
   for (int64_t done = 0; done < n;) {
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
-    KUSARI_MPI_CHECK(MPI_Send(p + done, count, MPI_BYTE, dest, tag, comm));
+    MPI_Request request;
+    KUSARI_MPI_CHECK(MPI_Isend(p + done, count, MPI_BYTE, dest, tag, comm, &request));
+    wait_for(&request, 1, "MPI_Isend");
     done += count;
   }
 }
@@ -143,9 +150,17 @@ void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm) {
   char* p = static_cast<char*>(data);
   for (int64_t done = 0; done < n;) {
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
-    KUSARI_MPI_CHECK(MPI_Recv(p + done, count, MPI_BYTE, source, tag, comm, MPI_STATUS_IGNORE));
+    MPI_Request request;
+    KUSARI_MPI_CHECK(MPI_Irecv(p + done, count, MPI_BYTE, source, tag, comm, &request));
+    wait_for(&request, 1, "MPI_Irecv");
     done += count;
   }
+}
+
+void barrier(MPI_Comm comm) {
+  MPI_Request request;
+  KUSARI_MPI_CHECK(MPI_Ibarrier(comm, &request));
+  wait_for(&request, 1, "MPI_Ibarrier");
 }
 
 namespace {
@@ -155,17 +170,34 @@ namespace {
 // collective forever. Once a communicator exists, std::terminate prints which rank failed and
 // why, then calls MPI_Abort, which makes mpiexec end every process of the job with a non-zero
 // status. Set KUSARI_MN_ABORT_ON_ERROR=0 to keep the default std::terminate behaviour.
-[[noreturn]] void terminate_with_abort() {
+bool abort_on_error() {
+  const char* env = std::getenv("KUSARI_MN_ABORT_ON_ERROR");
+  return !(env && std::string(env) == "0");
+}
+
+/// Prints the failure of this rank, and with `abort` ends the whole job.
+void print_failure(const std::string& what, bool abort) noexcept {
   int rank = -1, size = 0, initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) {
+  const bool live = initialized && !finalized;
+  if (live) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
   }
   char host[MPI_MAX_PROCESSOR_NAME] = "?";
   int len = 0;
-  if (initialized && !finalized) MPI_Get_processor_name(host, &len);
+  if (live) MPI_Get_processor_name(host, &len);
+  std::fprintf(stderr, "\n[kusari.mn] rank %d of %d on host %s failed: %s\n", rank, size, host,
+               what.c_str());
+  if (abort) std::fprintf(stderr, "[kusari.mn] aborting the whole job\n");
+  std::fflush(stderr);
+  if (!abort) return;
+  if (live) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+[[noreturn]] void terminate_with_abort() {
   std::string what = "unknown exception";
   if (std::exception_ptr e = std::current_exception()) {
     try {
@@ -177,11 +209,15 @@ namespace {
   } else {
     what = "std::terminate called without an active exception";
   }
-  std::fprintf(stderr, "\n[kusari.mn] rank %d of %d on host %s failed: %s\n[kusari.mn] aborting the whole job\n",
-               rank, size, host, what.c_str());
-  std::fflush(stderr);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  print_failure(what, true);
   std::abort();
+}
+
+// MPI_Finalize deletes MPI_COMM_SELF's attributes first, whoever calls it: the moment to finish
+// the communicators still alive and wait for the other ranks (Note [A rank that finishes early]).
+int at_mpi_finalize(MPI_Comm, int, void*, void*) {
+  finish_all_trackers();
+  return MPI_SUCCESS;
 }
 
 struct MpiLifetime {
@@ -206,11 +242,15 @@ void ensure_mpi_initialized() {
   }
   static std::once_flag handler_once;
   std::call_once(handler_once, [] {
-    const char* env = std::getenv("KUSARI_MN_ABORT_ON_ERROR");
-    if (!(env && std::string(env) == "0")) std::set_terminate(terminate_with_abort);
+    if (abort_on_error()) std::set_terminate(terminate_with_abort);
     // Errors come back as codes (turned into CommunicatorError) instead of aborting silently.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int key = MPI_KEYVAL_INVALID;
+    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_mpi_finalize, &key, nullptr) == MPI_SUCCESS)
+      MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr);
   });
 }
+
+void report_failure_and_abort(const std::string& what) noexcept { print_failure(what, abort_on_error()); }
 
 }  // namespace kusari::mn::detail

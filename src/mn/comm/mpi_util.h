@@ -1,4 +1,5 @@
-// MPI helpers for the communicators: error checking, dtype mapping, chunked transfers.
+// MPI helpers for the communicators: error checking, dtype mapping, chunked transfers, and the
+// one entry point for waiting on MPI requests (wait_for, with the deadline).
 #pragma once
 
 #include <mpi.h>
@@ -41,15 +42,33 @@ inline intptr_t from_comm(MPI_Comm comm) {
   return h;
 }
 
-/// Initialises MPI if nobody has (finalised at exit), and installs the job-wide failure handler.
+/// Initialises MPI if nobody has (finalised at exit), and installs the job-wide failure handler
+/// and the end-of-MPI wait for the other ranks (Note [A rank that finishes early]).
 void ensure_mpi_initialized();
 
-/// In-place allreduce of `n` elements at `data` (host memory), in chunks.
+/// Prints "[kusari.mn] rank R of N on host H failed: <what>" and aborts the whole job
+/// (MPI_Abort), as an uncaught exception does (Note [Failure of one rank ends the job]); with
+/// KUSARI_MN_ABORT_ON_ERROR=0 it only prints and returns.
+void report_failure_and_abort(const std::string& what) noexcept;
+
+/// Waits until the `n` MPI requests at `requests` have completed: every piece of code that waits
+/// on MPI requests calls this. Inside an operation of a communicator (an OpScope, which every
+/// public operation opens) the wait has that communicator's deadline and checks whether a rank
+/// that finished makes it hopeless; otherwise it has the default deadline (KUSARI_MN_TIMEOUT,
+/// else 600 s). Throws CommunicatorError naming `what`, the operation and the ranks waited for.
+/// See Note [Deadline on every collective] in op_tracker.cc.
+void wait_for(MPI_Request* requests, int n, const char* what);
+
+/// In-place allreduce of `n` elements at `data` (host memory), in chunks (MPI_Iallreduce and
+/// wait_for, as every helper below).
 void allreduce_host(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm comm);
 /// Broadcast of `n` bytes at `data` (host memory), in chunks.
 void bcast_bytes(void* data, int64_t n, int root, MPI_Comm comm);
+/// Point-to-point transfer of `n` bytes, in chunks.
 void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm);
 void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm);
+/// MPI_Ibarrier and wait_for.
+void barrier(MPI_Comm comm);
 
 /// Waits until the `count` requests at `requests` have completed (each becomes MPI_REQUEST_NULL);
 /// `what` names the operation they belong to. Every wait on MPI requests goes through here.

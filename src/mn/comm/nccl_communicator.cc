@@ -11,6 +11,7 @@
 #include "kusari/core/routines.h"
 #include "mn/comm/mpi_util.h"
 #include "mn/comm/nccl_wait.h"
+#include "mn/comm/op_tracker.h"
 #include "mn/reduce/nccl_reducer.h"
 #include "mn/reduce/reducer.h"
 
@@ -72,6 +73,21 @@ int64_t round_up(int64_t n, int64_t multiple) {
   return (n + multiple - 1) / multiple * multiple;
 }
 
+/// The MPI side of a wait on NCCL (Note [Deadline on every collective]): a non-empty message when
+/// a rank that finished can never take part in the operation in progress.
+std::string finished_rank_error() {
+  OpTracker* t = active_tracker();
+  return t ? t->blocked_by_finished_rank() : std::string();
+}
+
+/// What the other ranks answer when an NCCL wait reaches its deadline after `waited` seconds:
+/// "; <the diagnosis naming the ranks waited for>", or nothing outside an operation.
+std::string peers_report(double waited) {
+  OpTracker* t = active_tracker();
+  return t ? concat("; ", t->report_deadline(waited)) : std::string();
+}
+
+
 }  // namespace
 
 bool nccl_has_avg() {
@@ -118,8 +134,9 @@ ncclRedOp_t nccl_op(ReduceOp op, Dtype dtype) {
 
 // --- the base -----------------------------------------------------------------------------------
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, const CommunicatorOptions& options)
-    : MpiCommunicator(comm, options) {
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, const CommunicatorOptions& options,
+                                   const char* kind)
+    : MpiCommunicator(comm, options, kind) {
   if (options_.allreduce_grad_dtype) {
     KUSARI_CHECK(is_floating(*options_.allreduce_grad_dtype), DtypeError,
                  "create_communicator: allreduce_grad_dtype must be float16, bfloat16, float32 or ",
@@ -167,7 +184,7 @@ void NcclCommunicator::create_nccl_comm(MPI_Comm mpi, ncclComm_t* out, const cha
     made = ncclGetUniqueId(&msg.id);
     msg.ok = made == ncclSuccess ? 1 : 0;
   }
-  KUSARI_MPI_CHECK(MPI_Bcast(&msg, sizeof(msg), MPI_BYTE, 0, mpi));
+  bcast_bytes(&msg, sizeof(msg), 0, mpi);  // with the deadline (Note [Deadline on every collective])
   KUSARI_CHECK(msg.ok, CommunicatorError, name(), ": creating the ", what,
                " NCCL communicator failed: ncclGetUniqueId on its rank 0 failed",
                r == 0 ? concat(": ", ncclGetErrorString(made)) : std::string());
@@ -207,7 +224,8 @@ void NcclCommunicator::nccl_check_within(ncclResult_t result, ncclComm_t comm, c
     if (w.outcome == WaitOutcome::kTimedOut) {
       abort_and_throw(concat(name(), ": ", what, ": ", call, " did not complete within ",
                              timeout_seconds, " s on rank ", rank_, " (cuda:", device_,
-                             "); a peer process may have died or not joined"));
+                             "); a peer process may have died or not joined",
+                             peers_report(w.waited_seconds)));
     }
     result = state;
   }
@@ -340,7 +358,10 @@ void NcclCommunicator::wait_chunks(const ChunkEvents& ev, int count, const char*
     const size_t i = static_cast<size_t>(k);
     WaitProbes probes;
     probes.done = [&] { return event_done(ev.done[i]); };
-    probes.failed = [&] { return async_error(); };
+    probes.failed = [&] {
+      std::string e = async_error();
+      return e.empty() ? finished_rank_error() : e;
+    };
     probes.started = [&] { return event_done(ev.started[i]); };
     const WaitResult w = poll_until(probes, timeout);
     if (w.outcome != WaitOutcome::kDone) {
@@ -352,7 +373,8 @@ void NcclCommunicator::wait_chunks(const ChunkEvents& ev, int count, const char*
       }
       abort_and_throw(concat(name(), ": ", op, " did not finish within the timeout of ", timeout,
                              " s on rank ", rank_, " (cuda:", device_,
-                             "); a peer process may have died or not called it"));
+                             "); a peer process may have died or not called it",
+                             peers_report(w.waited_seconds)));
     }
     warmed_up_ = true;
   }
@@ -362,7 +384,10 @@ void NcclCommunicator::wait_stream(const char* what) {
   KUSARI_CUDA_CHECK(cudaEventRecord(staged_, stream_));
   WaitProbes probes;
   probes.done = [&] { return event_done(staged_); };
-  probes.failed = [&] { return async_error(); };
+  probes.failed = [&] {
+    std::string e = async_error();
+    return e.empty() ? finished_rank_error() : e;
+  };
   cudaEvent_t started = current_started_;
   if (started) probes.started = [&] { return event_done(started); };
   const double timeout = op_timeout();
@@ -374,7 +399,8 @@ void NcclCommunicator::wait_stream(const char* what) {
   if (w.outcome == WaitOutcome::kTimedOut) {
     abort_and_throw(concat(name(), ": ", what, " did not finish within the timeout of ", timeout,
                            " s on rank ", rank_, " (cuda:", device_,
-                           "); a peer process may have died or not called it"));
+                           "); a peer process may have died or not called it",
+                           peers_report(w.waited_seconds)));
   }
 }
 
@@ -397,17 +423,16 @@ namespace {
 
 /// Waits for an MPI request against the deadline; false when it timed out.
 bool wait_request(MPI_Request* request, double timeout_seconds) {
-  if (timeout_seconds <= 0) {
-    KUSARI_MPI_CHECK(MPI_Wait(request, MPI_STATUS_IGNORE));
-    return true;
-  }
   WaitProbes probes;
   probes.done = [&] {
     int flag = 0;
     KUSARI_MPI_CHECK(MPI_Test(request, &flag, MPI_STATUS_IGNORE));
     return flag != 0;
   };
-  return poll_until(probes, timeout_seconds).outcome == WaitOutcome::kDone;
+  probes.failed = [] { return finished_rank_error(); };
+  const WaitResult w = poll_until(probes, timeout_seconds);
+  if (w.outcome == WaitOutcome::kFailed) KUSARI_THROW(CommunicatorError, w.error);
+  return w.outcome == WaitOutcome::kDone;
 }
 
 }  // namespace
@@ -504,9 +529,11 @@ void NcclCommunicator::release_nccl() noexcept {
 // --- gradients: the reducer's (Note [Gradient reducer]) ------------------------------------------
 
 void NcclCommunicator::multi_node_mean_grad(Link& model, bool zero_fill) {
+  OpScope scope(tracker(), OpKind::kCollective, "multi_node_mean_grad");
   reducer_->mean_grad(model, zero_fill);
 }
 void NcclCommunicator::start_mean_grad(Link& model, bool zero_fill) {
+  OpScope scope(tracker(), OpKind::kCollective, "multi_node_mean_grad (start)");
   reducer_->start_mean_grad(model, zero_fill);
 }
 bool NcclCommunicator::finish_mean_grad(Link& model) { return reducer_->finish_mean_grad(model); }
@@ -516,6 +543,7 @@ void NcclCommunicator::cancel_mean_grads() { reducer_->cancel_mean_grads(); }
 // --- parameters and arrays -----------------------------------------------------------------------
 
 void NcclCommunicator::bcast_data(Link& model) {
+  OpScope scope(tracker(), OpKind::kCollective, "bcast_data");
   auto params = model.namedparams(false);
   std::sort(params.begin(), params.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -568,6 +596,7 @@ void NcclCommunicator::bcast_data(Link& model) {
 }
 
 void NcclCommunicator::allreduce_inplace(Array& x, ReduceOp op) {
+  OpScope scope(tracker(), OpKind::kCollective, "allreduce");
   if (!x.device().is_cuda() || !x.is_contiguous() || x.size() == 0) {
     Communicator::allreduce_inplace(x, op);
     return;
@@ -596,6 +625,7 @@ void NcclCommunicator::allreduce_inplace(Array& x, ReduceOp op) {
 
 void NcclCommunicator::allreduce_in_pieces(Array& x, int pieces) {
   const char* what = "allreduce (in pieces)";
+  OpScope scope(tracker(), OpKind::kCollective, what);
   KUSARI_CHECK(x.device().is_cuda() && x.is_contiguous() && x.size() > 0, ValueError, name(), ": ",
                what, " needs a non-empty contiguous GPU array");
   ensure_nccl(x.device(), what);

@@ -36,7 +36,8 @@ bool nccl_has_avg();
 /// nccl_communicator.cc.
 class NcclCommunicator : public MpiCommunicator, public MeanGradPipeline {
  public:
-  NcclCommunicator(MPI_Comm comm, const CommunicatorOptions& options);
+  /// `kind`: the kind's name (see MpiCommunicator).
+  NcclCommunicator(MPI_Comm comm, const CommunicatorOptions& options, const char* kind);
   ~NcclCommunicator() override;
 
   void bcast_data(Link& model) override;

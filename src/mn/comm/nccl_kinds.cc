@@ -69,7 +69,7 @@ void PureNcclCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype, co
 }
 
 SingleNodeCommunicator::SingleNodeCommunicator(MPI_Comm comm, const CommunicatorOptions& options)
-    : PureNcclCommunicator(comm, options) {
+    : PureNcclCommunicator(comm, options, "single_node") {
   KUSARI_CHECK(inter_size_ == 1, CommunicatorError, "single_node: the job spans ", inter_size_,
                " hosts, but single_node works within one host only (use pure_nccl or hierarchical "
                "across hosts",
@@ -81,7 +81,8 @@ SingleNodeCommunicator::SingleNodeCommunicator(MPI_Comm comm, const Communicator
 
 HierarchicalCommunicator::HierarchicalCommunicator(MPI_Comm comm,
                                                    const CommunicatorOptions& options)
-    : NcclCommunicator(comm, options) {
+    : NcclCommunicator(comm, options, "hierarchical") {
+  OpScope scope(tracker(), OpKind::kCollective, "create_communicator (host sizes)");
   int64_t sizes[2] = {intra_size_, -intra_size_};
   allreduce_host(sizes, 2, Dtype::kInt64, ReduceOp::kMax, this->comm());
   even_hosts_ = sizes[0] == -sizes[1];
@@ -122,7 +123,8 @@ void HierarchicalCommunicator::bcast_buffer(void* buffer, int64_t n, Dtype dtype
 
 TwoDimensionalCommunicator::TwoDimensionalCommunicator(MPI_Comm comm,
                                                        const CommunicatorOptions& options)
-    : NcclCommunicator(comm, options) {
+    : NcclCommunicator(comm, options, "two_dimensional") {
+  OpScope scope(tracker(), OpKind::kCollective, "create_communicator (host sizes)");
   int64_t sizes[2] = {intra_size_, -intra_size_};
   allreduce_host(sizes, 2, Dtype::kInt64, ReduceOp::kMax, this->comm());
   KUSARI_CHECK(
@@ -221,8 +223,15 @@ namespace {
 
 template <typename C>
 std::shared_ptr<Communicator> split_as(const MpiCommunicator& self, int color, int key) {
+  OpTracker* t = self.tracker();
+  KUSARI_CHECK(t != nullptr, CommunicatorError, self.name(), ": split: the communicator was finalized");
+  OpScope scope(t, OpKind::kCollective, "split");
   MPI_Comm sub;
-  KUSARI_MPI_CHECK(MPI_Comm_split(self.comm(), color, key, &sub));
+  {
+    // MPI_Comm_split has no non-blocking form (Note [Blocking calls]).
+    BlockingCallWatch watch(self.options().timeout_seconds, t->blocking_call_message("MPI_Comm_split"));
+    KUSARI_MPI_CHECK(MPI_Comm_split(self.comm(), color, key, &sub));
+  }
   std::shared_ptr<Communicator> c;
   try {
     c = std::make_shared<C>(sub, self.options());

@@ -12,7 +12,9 @@ namespace kusari::mn::detail {
 /// "pure_nccl": one NCCL allreduce over all ranks.
 class PureNcclCommunicator : public NcclCommunicator {
  public:
-  using NcclCommunicator::NcclCommunicator;
+  PureNcclCommunicator(MPI_Comm comm, const CommunicatorOptions& options,
+                       const char* kind = "pure_nccl")
+      : NcclCommunicator(comm, options, kind) {}
   const char* name() const override { return "pure_nccl"; }
   std::shared_ptr<Communicator> split(int color, int key) override;
 
@@ -68,7 +70,8 @@ class TwoDimensionalCommunicator : public NcclCommunicator {
 /// pinned host memory and MPI-allreduce it, copy it back, NCCL broadcast within each host.
 class NonCudaAwareCommunicator : public NcclCommunicator {
  public:
-  using NcclCommunicator::NcclCommunicator;
+  NonCudaAwareCommunicator(MPI_Comm comm, const CommunicatorOptions& options)
+      : NcclCommunicator(comm, options, "non_cuda_aware") {}
   const char* name() const override { return "non_cuda_aware"; }
   std::shared_ptr<Communicator> split(int color, int key) override;
 
