@@ -168,7 +168,10 @@ Diagnosis diagnose(const char* kind, int rank, int size, const OpPosition& mine,
     out << " (rank " << first << " reached the deadline of " << setting_seconds(timeout_seconds)
         << " s first)";
   }
-  if (d.waited_for.empty()) {
+  if (d.waited_for.empty() && first != rank) {
+    out << "; every other rank has reached this collective, so this rank came to it late "
+           "(was it stopped, or slow?)";
+  } else if (d.waited_for.empty()) {
     out << "; every rank answered from the same collective (a slow network or a very long "
            "collective? raise the deadline)";
   } else {

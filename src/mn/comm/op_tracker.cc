@@ -116,6 +116,13 @@ std::vector<std::shared_ptr<OpTracker>>& registry() {
   return *r;
 }
 
+/// The trackers of communicators that failed: never destroyed, since MPI may still write into
+/// their posted receive and read their sends (Note [Deadline on every collective]).
+std::vector<std::shared_ptr<OpTracker>>& kept() {
+  static auto* k = new std::vector<std::shared_ptr<OpTracker>>();
+  return *k;
+}
+
 /// Releases the finished trackers whose peers have all finished too (never blocks).
 void reap() noexcept {
   std::vector<std::shared_ptr<OpTracker>> done;
@@ -125,6 +132,7 @@ void reap() noexcept {
     for (auto it = r.begin(); it != r.end();) {
       if ((*it)->done()) {
         done.push_back(*it);
+        if ((*it)->broken()) kept().push_back(*it);
         it = r.erase(it);
       } else {
         ++it;
@@ -307,6 +315,20 @@ void OpTracker::begin(OpKind kind, const char* name, int peer) {
     case OpKind::kFinished:
       break;
   }
+  // Before anything is posted: a rank that comes late to a collective the others gave up on must
+  // not complete it behind their backs (MPI would write into buffers they no longer hold).
+  poll_control();
+  const int blocker = finished_blocker();
+  if (blocker < 0 && asked_by_ < 0) return;
+  const std::string message =
+      blocker >= 0 ? finished_rank_message(kind_, rank_, size_, position(), blocker,
+                                           *finished_[static_cast<size_t>(blocker)])
+                   : exchange(0.0, asked_by_,
+                              std::min(std::max(asked_grace_, 0.0), grace_seconds(timeout_)))
+                         .text;
+  depth_ = 0;
+  kind_now_ = OpKind::kNone;
+  fail(message);
 }
 
 void OpTracker::end() noexcept {
@@ -403,9 +425,9 @@ std::string OpTracker::report_deadline(double waited) {
 }
 
 std::string OpTracker::blocking_call_message(const char* call) const {
-  return concat("rank ", rank_, " of ", size_, " on host ", host_, ": ", call, " (",
-                depth_ > 0 ? describe_position(position()) : std::string("creation"),
-                " of communicator '", kind_, "') did not return within ", timeout_,
+  return concat("rank ", rank_, " of ", size_, " on host ", host_, ": ", call, ", in ",
+                depth_ > 0 ? describe_position(position()) : std::string("the creation"),
+                " of communicator '", kind_, "', did not return within ", timeout_,
                 " s; a peer process may have died, be stopped, or not have called it "
                 "(KUSARI_MN_TIMEOUT or CommunicatorOptions::timeout_seconds sets the deadline)");
 }
@@ -483,7 +505,9 @@ std::string OpTracker::ask(const std::vector<int>& ranks, double grace) {
     } else if (heard_[s]) {
       out += concat("rank ", r, " is in ", describe_position(*heard_[s]));
     } else {
-      out += concat("rank ", r, " did not answer within ", grace,
+      char g[32];
+      std::snprintf(g, sizeof(g), "%.1f", grace);
+      out += concat("rank ", r, " did not answer within ", g,
                     " s (stopped, dead, or busy outside this communicator)");
     }
   }
@@ -674,9 +698,13 @@ void finish_all_trackers() noexcept {
     const std::vector<int> missing = t->missing_ranks();
     if (missing.empty()) continue;
     const OpPosition p = t->position();
+    char waited[32];
+    std::snprintf(waited, sizeof(waited), "%.1f", w.waited_seconds);
     message += concat(message.empty() ? "" : "; ", t->kind(), ": rank ", t->rank(), " of ",
-                      t->size(), " finished the communicator (", describe_position(p), ") and waited ",
-                      w.waited_seconds, " s for the other ranks to finish it too: ",
+                      t->size(), " finished the communicator after ",
+                      p.collective > 0 ? concat("collective #", p.collective, " (", p.name, ")")
+                                       : std::string("no collective"),
+                      " and waited ", waited, " s for the other ranks to finish it too: ",
                       t->ask(missing, grace_seconds(t->timeout_seconds())));
   }
   if (message.empty()) return;
