@@ -7,7 +7,8 @@
 //       [--needs-fashion-mnist] -- PROGRAM [ARGS...]
 //
 // The job runs in a process group of its own; whatever is left of it at the end (a stopped rank
-// that mpiexec did not end) is killed, and counts as a failure.
+// that mpiexec did not end) is killed, and counts as a failure. The rank to stop is found among
+// mpiexec's descendants by the rank in its environment (OMPI_COMM_WORLD_RANK, PMI_RANK).
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -44,16 +45,46 @@ std::vector<std::string> split_words(const std::string& s) {
   return out;
 }
 
-/// The processes of process group `pgid` whose environment says they are MPI rank `rank`.
-std::vector<pid_t> ranks_in_group(pid_t pgid, int rank) {
+/// The parent of process `pid` (0 when it cannot be read).
+pid_t parent_of(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t close = line.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 1));
+  std::string state;
+  long ppid = 0;
+  rest >> state >> ppid;
+  return static_cast<pid_t>(ppid);
+}
+
+/// Every process (of this machine) below `root`.
+std::vector<pid_t> descendants(pid_t root) {
+  std::vector<pid_t> all;
+  if (DIR* proc = opendir("/proc")) {
+    while (dirent* e = readdir(proc)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid > 0) all.push_back(pid);
+    }
+    closedir(proc);
+  }
+  std::vector<pid_t> out = {root};
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (pid_t pid : all) {
+      if (parent_of(pid) == out[i]) out.push_back(pid);
+    }
+  }
+  out.erase(out.begin());
+  return out;
+}
+
+/// The processes below `root` whose environment says they are MPI rank `rank`.
+std::vector<pid_t> ranks_below(pid_t root, int rank) {
   std::vector<pid_t> out;
-  DIR* proc = opendir("/proc");
-  if (!proc) return out;
   const std::string want[] = {"OMPI_COMM_WORLD_RANK=" + std::to_string(rank),
                               "PMI_RANK=" + std::to_string(rank), "PMIX_RANK=" + std::to_string(rank)};
-  while (dirent* e = readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0 || getpgid(pid) != pgid) continue;
+  for (pid_t pid : descendants(root)) {
     std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
     std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
     std::istringstream vars(all);
@@ -63,7 +94,6 @@ std::vector<pid_t> ranks_in_group(pid_t pgid, int rank) {
     }
     if (match) out.push_back(pid);
   }
-  closedir(proc);
   return out;
 }
 
@@ -156,6 +186,7 @@ int main(int argc, char** argv) {
   std::string out;
   const std::regex stop_pattern(stop_when.empty() ? "$^" : stop_when);
   double stopped_at = -1;
+  std::vector<pid_t> stopped;
   bool over_time = false;
   for (;;) {
     pollfd p{fds[0], POLLIN, 0};
@@ -167,9 +198,10 @@ int main(int argc, char** argv) {
       out.append(buf, static_cast<size_t>(n));
     }
     if (stop_rank >= 0 && stopped_at < 0 && std::regex_search(out, stop_pattern)) {
-      const std::vector<pid_t> pids = ranks_in_group(child, stop_rank);
+      const std::vector<pid_t> pids = ranks_below(child, stop_rank);
       if (!pids.empty()) {
         for (pid_t pid : pids) kill(pid, SIGSTOP);
+        stopped = pids;
         stopped_at = since(start);
         out += "[job_check] stopped rank " + std::to_string(stop_rank) + " (SIGSTOP) after " +
                std::to_string(stopped_at) + " s\n";
@@ -189,8 +221,20 @@ int main(int argc, char** argv) {
   const double seconds = since(start);
   // Whatever is left of the job (a stopped rank mpiexec did not end) is a failure too.
   usleep(200 * 1000);
-  const bool leftovers = group_alive(child);
-  if (leftovers) {
+  bool leftovers = group_alive(child);
+  for (pid_t pid : stopped) {
+    // Still there, and not a zombie of some other parent: mpiexec left the stopped rank behind.
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close != std::string::npos && line.compare(close + 2, 1, "Z") != 0) {
+      leftovers = true;
+      kill(pid, SIGCONT);
+      kill(pid, SIGKILL);
+    }
+  }
+  if (group_alive(child)) {
     kill(-child, SIGCONT);
     kill(-child, SIGKILL);
   }

@@ -4,7 +4,10 @@
 #include <cstdlib>
 #include <exception>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "kusari/core/half.h"
 #include "mn/comm/op_tracker.h"
@@ -170,6 +173,8 @@ namespace {
 // collective forever. Once a communicator exists, std::terminate prints which rank failed and
 // why, then calls MPI_Abort, which makes mpiexec end every process of the job with a non-zero
 // status. Set KUSARI_MN_ABORT_ON_ERROR=0 to keep the default std::terminate behaviour.
+std::atomic<double> g_abort_delay{0.0};
+
 bool abort_on_error() {
   const char* env = std::getenv("KUSARI_MN_ABORT_ON_ERROR");
   return !(env && std::string(env) == "0");
@@ -193,6 +198,8 @@ void print_failure(const std::string& what, bool abort) noexcept {
   if (abort) std::fprintf(stderr, "[kusari.mn] aborting the whole job\n");
   std::fflush(stderr);
   if (!abort) return;
+  const double delay = g_abort_delay.load();
+  if (live && delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
   if (live) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }
@@ -252,5 +259,7 @@ void ensure_mpi_initialized() {
 }
 
 void report_failure_and_abort(const std::string& what) noexcept { print_failure(what, abort_on_error()); }
+
+void delay_abort(double seconds) noexcept { g_abort_delay.store(seconds); }
 
 }  // namespace kusari::mn::detail

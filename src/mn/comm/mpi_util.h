@@ -50,6 +50,10 @@ void ensure_mpi_initialized();
 /// (MPI_Abort), as an uncaught exception does (Note [Failure of one rank ends the job]); with
 /// KUSARI_MN_ABORT_ON_ERROR=0 it only prints and returns.
 void report_failure_and_abort(const std::string& what) noexcept;
+/// Makes the failure path wait `seconds` between printing and ending the job, so that the reports
+/// of the other ranks, which fail at about the same moment, are printed too (the deadline's
+/// failures set it: Note [Deadline on every collective]).
+void delay_abort(double seconds) noexcept;
 
 /// Waits until the `n` MPI requests at `requests` have completed: every piece of code that waits
 /// on MPI requests calls this. Inside an operation of a communicator (an OpScope, which every

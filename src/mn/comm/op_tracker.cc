@@ -49,8 +49,9 @@ using ::kusari::detail::concat;
 //     CommunicatorError: "naive: collective #813 (multi_node_mean_grad) did not finish on rank 0
 //     of 3: it waited 2.0 s (the deadline is 2 s); it waits for rank 1, which did not answer
 //     within 1.0 s (stopped, dead, or busy outside this communicator); rank 2 waits in the same
-//     collective". Uncaught, the failure handler prints it and aborts the job (Note [Failure of
-//     one rank ends the job]). Caught, the communicator is unusable: its operation may still be
+//     collective". Uncaught, the failure handler prints it and, half a second later (so that the
+//     reports of the other live ranks, made at about the same moment, are printed too), aborts the
+//     job (Note [Failure of one rank ends the job]). Caught, the communicator is unusable: its operation may still be
 //     under way in MPI, writing into its buffers if the peer wakes up, so its MPI communicators
 //     are never freed (a late message could reach a new communicator that reused their context).
 //   - Nothing here needs MPI_THREAD_MULTIPLE: the waits, questions and answers happen on the
@@ -97,6 +98,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kControlTag = 29417;
+
+/// How long a rank whose communicator failed waits, after printing its report, before it ends the
+/// job: the other live ranks fail at about the same moment, and their reports must reach the
+/// output before the job is ended.
+constexpr double kAbortDelaySeconds = 0.5;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -337,6 +343,7 @@ void OpTracker::end() noexcept {
 
 void OpTracker::fail(const std::string& message) {
   broken_ = message;
+  delay_abort(kAbortDelaySeconds);
   KUSARI_THROW(CommunicatorError, message);
 }
 
