@@ -38,7 +38,8 @@ namespace kusari::mn::detail {
 // thread could hang inside an NCCL call. So every NCCL communicator is created non-blocking
 // (ncclConfig_t::blocking = 0): each call returns at once, possibly with ncclInProgress, and the
 // communicator's state is polled with ncclCommGetAsyncError until it is settled. With a timeout
-// (options.timeout_seconds, or KUSARI_MN_TIMEOUT in seconds) each operation (each chunk of a
+// (options.timeout_seconds, or KUSARI_MN_TIMEOUT in seconds; 600 by default, the deadline of
+// every communicator: Note [Deadline on every collective]) each operation (each chunk of a
 // gradient reduction: Note [Gradient pipeline]) is also waited for on the host: the done event is
 // polled together with ncclCommGetAsyncError, and the deadline clock starts when the NCCL stream
 // reaches the operation (its `started` event), so a long backward queued before it does not
@@ -50,9 +51,12 @@ namespace kusari::mn::detail {
 // NCCL work. Creating the NCCL communicators, and the first operation (NCCL connects the peers
 // lazily, on first use), are bounded by max(timeout, 60 s), since connecting many ranks can
 // legitimately take long; non_cuda_aware's MPI step uses non-blocking MPI calls polled against
-// the same deadline. Without a timeout (the default) nothing waits on the host:
-// NCCL's asynchronous errors are still checked at the start of each operation. The cost of a
-// timeout is one host wait per operation (double buffering waits only when it needs the result).
+// the same deadline, as the NCCL id's broadcast over MPI does. The waits also read the MPI
+// tracker's control messages: a rank that finished without joining the operation fails it at once
+// (Note [A rank that finishes early]), and on a deadline the message names the ranks waited for.
+// With timeout_seconds = 0 nothing waits on the host: NCCL's asynchronous errors are still
+// checked at the start of each operation. The cost of a timeout is one host wait per operation
+// (double buffering waits only when it needs the result).
 
 namespace {
 
