@@ -4,11 +4,17 @@
 
 namespace kusari::mn::detail {
 
+namespace {
+/// How long poll_until polls without pausing before it starts to sleep between polls.
+constexpr std::chrono::microseconds kSpin{200};
+}  // namespace
+
 WaitResult poll_until(const WaitProbes& probes, double timeout_seconds) {
   using Clock = std::chrono::steady_clock;
   WaitResult result;
   bool started = !probes.started;
   Clock::time_point start = Clock::now();
+  const Clock::time_point begun = start;
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   for (int polls = 0;; ++polls) {
     if (probes.done()) {
@@ -32,10 +38,16 @@ WaitResult poll_until(const WaitProbes& probes, double timeout_seconds) {
       result.outcome = probes.done() ? WaitOutcome::kDone : WaitOutcome::kTimedOut;
       break;
     }
-    if (polls < 64) {
-      std::this_thread::yield();
+    // A short spin (most collectives of a step end within it, as they would in a blocking call),
+    // then sleeps that grow with the wait: 20 us, 200 us, and after a second 1 ms, so that a rank
+    // waiting long for a peer uses about 1% of a core.
+    if (Clock::now() - begun < kSpin) {
+      --polls;  // the sleeps' schedule counts from the end of the spin
+    } else if (polls < 1024) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(polls < 1024 ? 20 : 200));
+      const bool long_wait = Clock::now() - begun > std::chrono::seconds(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(long_wait ? 1000 : 200));
     }
   }
   result.waited_seconds = started ? elapsed() : 0.0;
