@@ -172,7 +172,14 @@ namespace {
 // An exception that escapes main() on one rank would leave the others blocked in their next
 // collective forever. Once a communicator exists, std::terminate prints which rank failed and
 // why, then calls MPI_Abort, which makes mpiexec end every process of the job with a non-zero
-// status. Set KUSARI_MN_ABORT_ON_ERROR=0 to keep the default std::terminate behaviour.
+// status. Set KUSARI_MN_ABORT_ON_ERROR=0 to keep the default std::terminate behaviour. After a
+// failure of the deadline (a stopped peer, a rank that finished early), where every live rank
+// fails at about the same moment, the abort waits half a second after printing, so that the other
+// ranks' reports are printed too (Note [Deadline on every collective]). The end of MPI uses the
+// same path when a rank never finishes a communicator (Note [A rank that finishes early]); with
+// KUSARI_MN_ABORT_ON_ERROR=0 it only prints, and MPI_Finalize may then wait for that rank.
+
+/// The pause between printing a failure and ending the job (delay_abort).
 std::atomic<double> g_abort_delay{0.0};
 
 bool abort_on_error() {
