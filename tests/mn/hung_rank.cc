@@ -1,10 +1,11 @@
 // A loop of one communicator operation in which one rank, at one step, stops (SIGSTOP), sleeps
-// without entering the operation, or finishes early (returns from main), while the others go on
+// without entering the operation, or finishes early (returns from main, or calls std::exit with
+// its communicator still alive, so that only the end of MPI finishes it), while the others go on
 // into the operation. Run by kusari_mn_job_check under mpiexec (see CMakeLists.txt): the job must
 // end within a bounded time with a message naming the operation and that rank. With --how none
 // every rank runs every step and the job must end cleanly.
 //
-//   kusari_mn_hung_rank --kind naive|flat|dummy --op OP --rank R --how stop|sleep|finish|none
+//   kusari_mn_hung_rank --kind naive|flat|dummy --op OP --rank R --how stop|sleep|finish|exit|none
 //                       [--at STEP] [--steps N]
 // OP: mean_grad, barrier, bcast_obj, allreduce_obj, gather_obj, allgather_obj, bcast_data,
 // send_recv (a ring of send_obj / recv_obj), split.
@@ -30,7 +31,7 @@ namespace {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "kusari_mn_hung_rank: %s\nusage: kusari_mn_hung_rank --kind K --op OP --rank R "
-               "--how stop|sleep|finish|none [--at STEP] [--steps N]\n",
+               "--how stop|sleep|finish|exit|none [--at STEP] [--steps N]\n",
                why);
   std::exit(2);
 }
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::atoi(v.c_str());
     else usage(("unknown flag " + a).c_str());
   }
-  if (how != "stop" && how != "sleep" && how != "finish" && how != "none") usage("bad --how");
+  if (how != "stop" && how != "sleep" && how != "finish" && how != "exit" && how != "none") usage("bad --how");
 
   auto comm = mn::create_communicator(kind);
   auto model = std::make_shared<kusari::links::Linear>(4, 2);
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
       if (how == "stop") std::raise(SIGSTOP);
       if (how == "sleep") std::this_thread::sleep_for(std::chrono::hours(1));
       if (how == "finish") return 0;  // the communicator's destructor tells the others
+      if (how == "exit") std::exit(0);  // no destructor: MPI_Finalize at exit tells them
     }
     run_op(op, *comm, *model, x);
   }
