@@ -106,17 +106,27 @@ struct ControlMessage {
     /// The answer to a kQuestion: the sender's position.
     kAnswer = 3,
   };
+  /// A Type.
   int32_t type = 0;
+  /// The sender's position (OpPosition's fields; `kind` is an OpKind).
   int32_t kind = 0;
+  /// OpPosition::collective.
   int64_t collective = 0;
+  /// OpPosition::count.
   int64_t count = 0;
+  /// OpPosition::peer.
   int32_t peer = -1;
+  /// Zero (keeps the next field aligned the same way everywhere).
   int32_t reserved = 0;
+  /// kFinished: FinishedNotice's counts.
   int64_t sent_to_you = 0;
+  /// kFinished: FinishedNotice's counts.
   int64_t received_from_you = 0;
+  /// OpPosition::waited.
   double waited = 0;
   /// kQuestion: seconds the sender still waits for answers.
   double grace_left = 0;
+  /// OpPosition::name, cut to 63 bytes and terminated.
   char name[64] = {};
 };
 

@@ -167,8 +167,14 @@ std::shared_ptr<OpTracker> OpTracker::create(MPI_Comm comm, const char* kind,
   if (MPI_Get_processor_name(host, &len) == MPI_SUCCESS) t->host_.assign(host, static_cast<size_t>(len));
   MPI_Request request = MPI_REQUEST_NULL;
   KUSARI_MPI_CHECK(MPI_Comm_idup(comm, &t->control_, &request));
-  wait_untracked(&request, 1, concat(t->kind_, ": creating the communicator (MPI_Comm_idup)").c_str(),
-                 timeout_seconds);
+  try {
+    wait_untracked(&request, 1, concat(t->kind_, ": creating the communicator (MPI_Comm_idup)").c_str(),
+                   timeout_seconds);
+  } catch (...) {
+    t->control_ = MPI_COMM_NULL;  // not made: nothing to release
+    t->released_ = true;
+    throw;
+  }
   KUSARI_MPI_CHECK(MPI_Comm_set_errhandler(t->control_, MPI_ERRORS_RETURN));
   const size_t n = static_cast<size_t>(t->size_);
   t->sends_.assign(n, 0);

@@ -40,8 +40,11 @@ class OpTracker {
   OpTracker(const OpTracker&) = delete;
   OpTracker& operator=(const OpTracker&) = delete;
 
+  /// The communicator's kind ("naive", ...).
   const char* kind() const { return kind_; }
+  /// The deadline of each wait, in seconds (0: none).
   double timeout_seconds() const { return timeout_; }
+  /// This rank and the number of ranks of the communicator.
   int rank() const { return rank_; }
   int size() const { return size_; }
 
@@ -72,7 +75,11 @@ class OpTracker {
   bool broken() const { return !broken_.empty(); }
 
   // --- for OpScope ---------------------------------------------------------------------------
+  /// Enters an operation (counted when it is the outermost): reads the control messages first
+  /// and throws, before anything is posted, when a rank that finished or a rank whose deadline
+  /// passed means it can never complete.
   void begin(OpKind kind, const char* name, int peer);
+  /// Leaves it.
   void end() noexcept;
 
   // --- for the registry (op_tracker.cc) -----------------------------------------------------
