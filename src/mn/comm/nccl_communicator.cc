@@ -249,6 +249,8 @@ void NcclCommunicator::abort_and_throw(const std::string& message) {
   compute_waits_for_stream();
   reducer_->drop_in_flight();
   aborted_ = message + "; its NCCL communicators were aborted";
+  // After a deadline or a finished rank the tracker refuses every operation: it quotes this.
+  if (OpTracker* t = tracker()) t->amend_failure(aborted_);
   KUSARI_THROW(CommunicatorError, aborted_, " and it cannot be used again");
 }
 

@@ -73,6 +73,11 @@ class OpTracker {
   void finish() noexcept;
   /// True once the communicator failed (a deadline, a rank that finished early): it is unusable.
   bool broken() const { return !broken_.empty(); }
+  /// When broken(), replaces the reason later operations quote by `message` (the NCCL kinds' own,
+  /// which adds that their NCCL communicators were aborted).
+  void amend_failure(const std::string& message) {
+    if (broken()) broken_ = message;
+  }
 
   // --- for OpScope ---------------------------------------------------------------------------
   /// Enters an operation (counted when it is the outermost): reads the control messages first
