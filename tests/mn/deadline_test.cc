@@ -4,6 +4,7 @@
 // the others wait, with the error caught.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "kusari/core/error.h"
 #include "kusari/mn/communicator.h"
 #include "mn/comm/deadline.h"
+#include "mn/comm/op_tracker.h"
 #include "mn_test_util.h"
 
 namespace kusari::mn {
@@ -317,6 +319,22 @@ TEST(DeadlineTest, ARankThatSleepsOutsideTheCollectiveIsNamedAfterTheDeadline) {
   comm.reset();
   auto next = create_communicator("naive");
   next->barrier();
+}
+
+TEST(DeadlineTest, NcclInitialisationKeepsItsFloor) {
+  for (const double timeout : {2.0, 0.0, 100.0}) {
+    CommunicatorOptions o;
+    o.timeout_seconds = timeout;
+    auto comm = create_communicator("naive", o);
+    detail::OpTracker* t = detail::tracker_of(*comm);
+    ASSERT_NE(t, nullptr);
+    {
+      detail::DeadlineFloor floor(t, 60);
+      EXPECT_EQ(t->timeout_seconds(), timeout == 0 ? 0.0 : std::max(timeout, 60.0)) << timeout;
+    }
+    EXPECT_EQ(t->timeout_seconds(), timeout);
+  }
+  detail::DeadlineFloor none(nullptr, 60);  // outside any operation: nothing to raise
 }
 
 TEST(DeadlineTest, PointToPointCountsFollowEachPeer) {

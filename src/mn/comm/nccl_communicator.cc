@@ -51,7 +51,8 @@ namespace kusari::mn::detail {
 // NCCL work. Creating the NCCL communicators, and the first operation (NCCL connects the peers
 // lazily, on first use), are bounded by max(timeout, 60 s), since connecting many ranks can
 // legitimately take long; non_cuda_aware's MPI step uses non-blocking MPI calls polled against
-// the same deadline, as the NCCL id's broadcast over MPI does. The waits also read the MPI
+// the same deadline; the NCCL id's broadcast over MPI has the initialisation's floor too
+// (DeadlineFloor), since ranks may still be creating their GPU contexts. The waits also read the MPI
 // tracker's control messages: a rank that finished without joining the operation fails it at once
 // (Note [A rank that finishes early]), and on a deadline the message names the ranks waited for.
 // With timeout_seconds = 0 nothing waits on the host: NCCL's asynchronous errors are still
@@ -188,7 +189,12 @@ void NcclCommunicator::create_nccl_comm(MPI_Comm mpi, ncclComm_t* out, const cha
     made = ncclGetUniqueId(&msg.id);
     msg.ok = made == ncclSuccess ? 1 : 0;
   }
-  bcast_bytes(&msg, sizeof(msg), 0, mpi);  // with the deadline (Note [Deadline on every collective])
+  {
+    // With the deadline (Note [Deadline on every collective]), and its floor for initialisation:
+    // the ranks may still be creating their GPU contexts.
+    DeadlineFloor floor(active_tracker(), kMinInitTimeoutSeconds);
+    bcast_bytes(&msg, sizeof(msg), 0, mpi);
+  }
   KUSARI_CHECK(msg.ok, CommunicatorError, name(), ": creating the ", what,
                " NCCL communicator failed: ncclGetUniqueId on its rank 0 failed",
                r == 0 ? concat(": ", ncclGetErrorString(made)) : std::string());

@@ -44,6 +44,8 @@ class OpTracker {
   const char* kind() const { return kind_; }
   /// The deadline of each wait, in seconds (0: none).
   double timeout_seconds() const { return timeout_; }
+  /// Sets it (DeadlineFloor).
+  void set_timeout_seconds(double seconds) { timeout_ = seconds; }
   /// This rank and the number of ranks of the communicator.
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -163,6 +165,27 @@ class OpScope {
  private:
   OpTracker* tracker_;
   OpTracker* previous_;
+};
+
+/// While it lives, the waits of `tracker` (which may be null) have a deadline of at least
+/// `floor_seconds` when they have one: NCCL's initialisation, including the MPI broadcast of its
+/// id, keeps the floor of Note [NCCL timeout] while ranks create their GPU contexts.
+class DeadlineFloor {
+ public:
+  DeadlineFloor(OpTracker* tracker, double floor_seconds) : tracker_(tracker) {
+    if (!tracker_) return;
+    saved_ = tracker_->timeout_seconds();
+    if (saved_ > 0 && saved_ < floor_seconds) tracker_->set_timeout_seconds(floor_seconds);
+  }
+  ~DeadlineFloor() {
+    if (tracker_) tracker_->set_timeout_seconds(saved_);
+  }
+  DeadlineFloor(const DeadlineFloor&) = delete;
+  DeadlineFloor& operator=(const DeadlineFloor&) = delete;
+
+ private:
+  OpTracker* tracker_;
+  double saved_ = 0;
 };
 
 /// The tracker of the operation in progress on this thread (null when none).
