@@ -1,5 +1,5 @@
 // The cost of one small collective on CPUs: kusari's allreduce_obj (one double), barrier and
-// bcast_obj (8 bytes) under mpiexec, each with its deadline (non-blocking MPI polled by wait_for:
+// bcast_obj (8 bytes) under mpiexec, each with its deadline (non-blocking MPI polled by wait_requests:
 // Note [Deadline on every collective]), against the same operation as one blocking MPI call
 // (what kusari did before the deadline) timed in turns in the same processes, and against
 // PyTorch's gloo (all_reduce of one float64, barrier, broadcast of 8 bytes) with as many processes.

@@ -191,7 +191,7 @@ void Communicator::send_obj(const Bytes& obj, int dest, int tag) {
   const int64_t n = static_cast<int64_t>(obj.size());
   MPI_Request request;
   KUSARI_MPI_CHECK(MPI_Isend(&n, 1, MPI_INT64_T, dest, tag, comm_of(*this), &request));
-  detail::wait_for(&request, 1, "MPI_Isend");
+  detail::wait_requests(&request, 1, "MPI_Isend");
   detail::send_bytes(obj.data(), n, dest, tag, comm_of(*this));
 }
 
@@ -200,7 +200,7 @@ Bytes Communicator::recv_obj(int source, int tag) {
   int64_t n = 0;
   MPI_Request request;
   KUSARI_MPI_CHECK(MPI_Irecv(&n, 1, MPI_INT64_T, source, tag, comm_of(*this), &request));
-  detail::wait_for(&request, 1, "MPI_Irecv");
+  detail::wait_requests(&request, 1, "MPI_Irecv");
   Bytes b(static_cast<size_t>(n));
   detail::recv_bytes(b.data(), n, source, tag, comm_of(*this));
   return b;
@@ -211,7 +211,7 @@ Bytes Communicator::bcast_obj(const Bytes& obj, int root) {
   int64_t n = rank_ == root ? static_cast<int64_t>(obj.size()) : 0;
   MPI_Request request;
   KUSARI_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_INT64_T, root, comm_of(*this), &request));
-  detail::wait_for(&request, 1, "MPI_Ibcast");
+  detail::wait_requests(&request, 1, "MPI_Ibcast");
   Bytes b = rank_ == root ? obj : Bytes(static_cast<size_t>(n));
   detail::bcast_bytes(b.data(), n, root, comm_of(*this));
   return b;

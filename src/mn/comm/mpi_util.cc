@@ -122,7 +122,7 @@ void allreduce_host(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm co
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     MPI_Request request;
     KUSARI_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + done * item, count, t, o, comm, &request));
-    wait_for(&request, 1, "MPI_Iallreduce");
+    wait_requests(&request, 1, "MPI_Iallreduce");
     done += count;
   }
 }
@@ -133,7 +133,7 @@ void bcast_bytes(void* data, int64_t n, int root, MPI_Comm comm) {
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     MPI_Request request;
     KUSARI_MPI_CHECK(MPI_Ibcast(p + done, count, MPI_BYTE, root, comm, &request));
-    wait_for(&request, 1, "MPI_Ibcast");
+    wait_requests(&request, 1, "MPI_Ibcast");
     done += count;
   }
 }
@@ -144,7 +144,7 @@ void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm) {
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     MPI_Request request;
     KUSARI_MPI_CHECK(MPI_Isend(p + done, count, MPI_BYTE, dest, tag, comm, &request));
-    wait_for(&request, 1, "MPI_Isend");
+    wait_requests(&request, 1, "MPI_Isend");
     done += count;
   }
 }
@@ -155,7 +155,7 @@ void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm) {
     const int count = static_cast<int>(std::min(n - done, max_chunk_elements()));
     MPI_Request request;
     KUSARI_MPI_CHECK(MPI_Irecv(p + done, count, MPI_BYTE, source, tag, comm, &request));
-    wait_for(&request, 1, "MPI_Irecv");
+    wait_requests(&request, 1, "MPI_Irecv");
     done += count;
   }
 }
@@ -163,7 +163,7 @@ void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm) {
 void barrier(MPI_Comm comm) {
   MPI_Request request;
   KUSARI_MPI_CHECK(MPI_Ibarrier(comm, &request));
-  wait_for(&request, 1, "MPI_Ibarrier");
+  wait_requests(&request, 1, "MPI_Ibarrier");
 }
 
 namespace {

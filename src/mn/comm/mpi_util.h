@@ -1,5 +1,5 @@
 // MPI helpers for the communicators: error checking, dtype mapping, chunked transfers, and the
-// one entry point for waiting on MPI requests (wait_for, with the deadline).
+// one entry point for waiting on MPI requests (wait_requests, with the deadline).
 #pragma once
 
 #include <mpi.h>
@@ -55,30 +55,24 @@ void report_failure_and_abort(const std::string& what) noexcept;
 /// failures set it: Note [Deadline on every collective]).
 void delay_abort(double seconds) noexcept;
 
-/// Waits until the `n` MPI requests at `requests` have completed: every piece of code that waits
-/// on MPI requests calls this. Inside an operation of a communicator (an OpScope, which every
-/// public operation opens) the wait has that communicator's deadline and checks whether a rank
-/// that finished makes it hopeless; otherwise it has the default deadline (KUSARI_MN_TIMEOUT,
-/// else 600 s). Throws CommunicatorError naming `what`, the operation and the ranks waited for.
+/// Waits until the `count` MPI requests at `requests` have completed (each becomes
+/// MPI_REQUEST_NULL): every piece of code that waits on MPI requests calls this. Inside an
+/// operation of a communicator (an OpScope, which every public operation opens) the wait has that
+/// communicator's deadline and checks whether a rank that finished makes it hopeless; otherwise it
+/// has the default deadline (KUSARI_MN_TIMEOUT, else 600 s). Throws CommunicatorError naming `what`, the operation and the ranks waited for.
 /// See Note [Deadline on every collective] in op_tracker.cc.
-void wait_for(MPI_Request* requests, int n, const char* what);
+void wait_requests(MPI_Request* requests, int count, const char* what);
 
 /// In-place allreduce of `n` elements at `data` (host memory), in chunks (MPI_Iallreduce and
-/// wait_for, as every helper below).
+/// wait_requests, as every helper below).
 void allreduce_host(void* data, int64_t n, Dtype dtype, ReduceOp op, MPI_Comm comm);
 /// Broadcast of `n` bytes at `data` (host memory), in chunks.
 void bcast_bytes(void* data, int64_t n, int root, MPI_Comm comm);
 /// Point-to-point transfer of `n` bytes, in chunks.
 void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm);
 void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm);
-/// MPI_Ibarrier and wait_for.
+/// MPI_Ibarrier and wait_requests.
 void barrier(MPI_Comm comm);
 
-/// Waits until the `count` requests at `requests` have completed (each becomes MPI_REQUEST_NULL);
-/// `what` names the operation they belong to. Every wait on MPI requests goes through here.
-inline void wait_requests(MPI_Request* requests, int count, const char* what) {
-  (void)what;
-  if (count > 0) KUSARI_MPI_CHECK(MPI_Waitall(count, requests, MPI_STATUSES_IGNORE));
-}
 
 }  // namespace kusari::mn::detail

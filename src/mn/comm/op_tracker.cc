@@ -597,14 +597,15 @@ void wait_untracked(MPI_Request* requests, int n, const char* what, double timeo
                "deadline)");
 }
 
-void wait_for(MPI_Request* requests, int n, const char* what) {
+void wait_requests(MPI_Request* requests, int count, const char* what) {
+  if (count <= 0) return;
   int flag = 0;
-  check_mpi(MPI_Testall(n, requests, &flag, MPI_STATUSES_IGNORE), what);
+  check_mpi(MPI_Testall(count, requests, &flag, MPI_STATUSES_IGNORE), what);
   if (flag) return;
   if (OpTracker* t = t_active) {
-    t->wait(requests, n, what);
+    t->wait(requests, count, what);
   } else {
-    wait_untracked(requests, n, what, default_timeout_seconds());
+    wait_untracked(requests, count, what, default_timeout_seconds());
   }
 }
 

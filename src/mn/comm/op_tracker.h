@@ -50,7 +50,7 @@ class OpTracker {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  /// Waits until the `n` requests have completed, against the deadline; the body of wait_for.
+  /// Waits until the `n` requests have completed, against the deadline; the body of wait_requests.
   /// Throws CommunicatorError, and makes the communicator unusable, when a rank that finished
   /// can never take part in the operation in progress, or when the deadline passes (after asking
   /// every rank where it stands: the message names the ranks waited for).
@@ -153,7 +153,7 @@ class OpTracker {
 
 /// Marks an operation of a communicator for its deadline (Note [Deadline on every collective]):
 /// the outermost scope of a tracker counts one collective, or one send to / receive from `peer`;
-/// scopes within it are part of it. While it lives, wait_for on this thread uses its tracker. A
+/// scopes within it are part of it. While it lives, wait_requests on this thread uses its tracker. A
 /// null tracker makes it do nothing. Throws CommunicatorError when the communicator is unusable.
 class OpScope {
  public:
