@@ -3,12 +3,12 @@ processes on this machine: all_reduce of one float64, barrier, broadcast of 8 by
 median over 5 rounds of microseconds per call."""
 import argparse
 import os
-import socket
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from gloo_workers import leave, run_workers
 
 
 def per_call_us(f, repeats):
@@ -37,10 +37,7 @@ def run(rank, args, port, queue):
         results[name] = rounds[2]
     if rank == 0:
         queue.put(results)
-    # Leave without tearing gloo down (see ddp_mnist.py); the result is flushed first.
-    queue.close()
-    queue.join_thread()
-    os._exit(0)
+    leave(queue)
 
 
 def main():
@@ -48,16 +45,7 @@ def main():
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2000)
     args = p.parse_args()
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    workers = mp.start_processes(run, args=(args, port, queue), nprocs=args.np, start_method="spawn",
-                                 join=False)
-    results = queue.get()  # before joining (see ddp_mnist.py)
-    while not workers.join():
-        pass
+    results = run_workers(run, args, args.np)
     for name, us in results.items():
         print("RESULT {}_us {}".format(name, us))
 

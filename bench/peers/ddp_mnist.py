@@ -3,13 +3,13 @@ over --np processes on this machine (or plainly in one process with --np 1), 100
 process per step, Adam. Prints samples/s and the time of an allreduce of all gradients."""
 import argparse
 import os
-import socket
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
+
+from gloo_workers import leave, run_workers
 
 
 def make_model():
@@ -58,11 +58,7 @@ def run(rank, args, port, queue):
     if rank == 0:
         queue.put((args.iterations * 100 * args.np / elapsed, allreduce_ms))
     if args.np > 1:
-        # Leave without tearing DDP and gloo down: on a 2-core machine a worker sometimes hung for
-        # good in their destructors once its peer had gone. The result is flushed first.
-        queue.close()
-        queue.join_thread()
-        os._exit(0)
+        leave(queue)
 
 
 def main():
@@ -71,22 +67,7 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--iterations", type=int, default=200)
     args = p.parse_args()
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    if args.np == 1:
-        run(0, args, port, queue)
-        samples, allreduce_ms = queue.get()
-    else:
-        # Read the result before joining: a process that put something on a queue does not exit
-        # until it has been read, so joining first can wait forever.
-        workers = mp.start_processes(run, args=(args, port, queue), nprocs=args.np, start_method="spawn",
-                                     join=False)
-        samples, allreduce_ms = queue.get()
-        while not workers.join():
-            pass
+    samples, allreduce_ms = run_workers(run, args, args.np, in_process=True)
     print("RESULT samples_per_sec", samples)
     print("RESULT allreduce_ms", allreduce_ms)
 

@@ -8,15 +8,15 @@ against the step without communication of the same round. Prints RESULT lines.""
 import argparse
 import datetime
 import os
-import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 import torchvision
+
+from gloo_workers import leave, run_workers
 
 
 def run(rank, args, port, queue):
@@ -77,11 +77,7 @@ def run(rank, args, port, queue):
         result["shown_off_ms"] = statistics.median(a - b for a, b in zip(rows["off_ms"], rows["local_ms"]))
         result["shown_on_ms"] = statistics.median(a - b for a, b in zip(rows["on_ms"], rows["local_ms"]))
         queue.put(result)
-    # Leave without tearing DDP and gloo down (a worker sometimes hung for good in their
-    # destructors on a 2-core machine once its peer had gone); the result is flushed first.
-    queue.close()
-    queue.join_thread()
-    os._exit(0)
+    leave(queue)
 
 
 def main():
@@ -93,17 +89,7 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--bucket-mb", type=float, default=25)
     args = p.parse_args()
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    # Read the result before joining: a process that put something on a queue does not exit until
-    # it has been read.
-    workers = mp.start_processes(run, args=(args, port, queue), nprocs=args.np, start_method="spawn", join=False)
-    result = queue.get()
-    while not workers.join():
-        pass
+    result = run_workers(run, args, args.np)
     for key, value in result.items():
         print("RESULT", key, value)
 
