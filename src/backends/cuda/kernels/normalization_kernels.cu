@@ -211,38 +211,65 @@ struct StatTerms {
   }
 };
 
+/// The backward's operands: x, gy and, after a fused relu, its output y, whose sign masks gy.
+template <typename T, typename S>
+struct GradOperands {
+  const T* x;
+  const T* gy;
+  const T* relu_y;
+  /// gy masked by the relu, and x, at element i.
+  __device__ __forceinline__ S g(int64_t i) const {
+    const S v = load_as<S>(gy, i);
+    return relu_y != nullptr && !(load_as<S>(relu_y, i) > S(0)) ? S(0) : v;
+  }
+  __device__ __forceinline__ S xv(int64_t i) const { return load_as<S>(x, i); }
+
+  /// The packs of kRows rows at i, i + stride, ..., all loads issued before any is used.
+  template <int kRows>
+  struct Rows {
+    Pack<T> x[kRows], gy[kRows], y[kRows];
+    __device__ __forceinline__ S g(int u, int j, bool relu) const {
+      const S v = static_cast<S>(to_compute(gy[u].v[j]));
+      return relu && !(static_cast<S>(to_compute(y[u].v[j])) > S(0)) ? S(0) : v;
+    }
+    __device__ __forceinline__ S xv(int u, int j) const {
+      return static_cast<S>(to_compute(x[u].v[j]));
+    }
+  };
+  template <int kRows>
+  __device__ __forceinline__ Rows<kRows> load_rows(int64_t i, int64_t stride) const {
+    Rows<kRows> r;
+#pragma unroll
+    for (int u = 0; u < kRows; ++u) {
+      r.x[u] = load_pack(x, i + u * stride);
+      r.gy[u] = load_pack(gy, i + u * stride);
+      if (relu_y != nullptr) r.y[u] = load_pack(relu_y, i + u * stride);
+    }
+    return r;
+  }
+};
+
 template <typename T, typename S>
 struct GradTerms {
   using Elem = T;
   static constexpr int kRowsInFlight = 2;
-  const T* x;
-  const T* gy;
-  const T* relu_y;
+  GradOperands<T, S> in;
   __device__ __forceinline__ void add(int64_t i, S mean, S& a, S& b) const {
-    S g = load_as<S>(gy, i);
-    if (relu_y != nullptr && !(load_as<S>(relu_y, i) > S(0))) g = S(0);
+    const S g = in.g(i);
     a += g;
-    b += g * (load_as<S>(x, i) - mean);
+    b += g * (in.xv(i) - mean);
   }
   template <int kRows>
   __device__ __forceinline__ void add_packs(int64_t i, int64_t stride, const S* mean, S* a,
                                             S* b) const {
-    constexpr int V = Pack<T>::kSize;
-    Pack<T> xs[kRows], gs[kRows], ys[kRows];
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      xs[u] = load_pack(x, i + u * stride);
-      gs[u] = load_pack(gy, i + u * stride);
-      if (relu_y != nullptr) ys[u] = load_pack(relu_y, i + u * stride);
-    }
+    const auto r = in.template load_rows<kRows>(i, stride);
 #pragma unroll
     for (int u = 0; u < kRows; ++u) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        S g = static_cast<S>(to_compute(gs[u].v[j]));
-        if (relu_y != nullptr && !(static_cast<S>(to_compute(ys[u].v[j])) > S(0))) g = S(0);
+      for (int j = 0; j < Pack<T>::kSize; ++j) {
+        const S g = r.g(u, j, in.relu_y != nullptr);
         a[j] += g;
-        b[j] += g * (static_cast<S>(to_compute(xs[u].v[j])) - mean[j]);
+        b[j] += g * (r.xv(u, j) - mean[j]);
       }
     }
   }
@@ -256,7 +283,12 @@ __global__ void planar_partials(BatchNormShape s, Terms terms, const S* center_o
   const int64_t c = blockIdx.x;
   const int split = blockIdx.y;
   // The statistics' shift is the channel's first element; the backward's center its mean.
-  const S center = kMoments ? load_as<S>(terms.x, c * s.inner) : center_of[c];
+  S center;
+  if constexpr (kMoments) {
+    center = load_as<S>(terms.x, c * s.inner);
+  } else {
+    center = center_of[c];
+  }
   S a = S(0), b = S(0), n = S(0);
   const int64_t o0 = s.outer * split / splits, o1 = s.outer * (split + 1) / splits;
   if (s.inner >= kPlanarBlock / 2) {
@@ -300,7 +332,11 @@ __global__ void rows_partials(BatchNormShape s, Terms terms, const S* center_of,
   const int split = blockIdx.y;
   const bool active = c < s.channels;
   S center = S(0);
-  if (active) center = kMoments ? load_as<S>(terms.x, c) : center_of[c];
+  if constexpr (kMoments) {
+    if (active) center = load_as<S>(terms.x, c);
+  } else {
+    if (active) center = center_of[c];
+  }
   S a = S(0), b = S(0), n = S(0);
   const int64_t r0 = s.outer * split / splits, r1 = s.outer * (split + 1) / splits;
   if (active) {
@@ -349,7 +385,11 @@ __global__ void __launch_bounds__(kPackBlock, 2) pack_partials(BatchNormShape s,
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     a[j] = b[j] = S(0);
-    center[j] = !active ? S(0) : kMoments ? load_as<S>(terms.x, c0 + j) : center_of[c0 + j];
+    if constexpr (kMoments) {
+      center[j] = active ? load_as<S>(terms.x, c0 + j) : S(0);
+    } else {
+      center[j] = active ? center_of[c0 + j] : S(0);
+    }
   }
   S n = S(0);
   const int split = blockIdx.y;
@@ -554,12 +594,12 @@ bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* re
       x.dtype(), "batch_norm_backward_reduce", [&](auto tag) {
         using T = decltype(tag);
         using S = stat_t<T>;
-        GradTerms<T, S> terms{static_cast<const T*>(x.raw_data()),
+        GradTerms<T, S> terms{{static_cast<const T*>(x.raw_data()),
                               static_cast<const T*>(gy.raw_data()),
-                              relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr};
+                              relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr}};
         int splits = 1;
         Array work = reduce_partials<S, false>(x, s, terms, mean.data<S>(),
-                                               packs_apply<T>(s, {terms.x, terms.gy, terms.relu_y}),
+                                               packs_apply<T>(s, {terms.in.x, terms.in.gy, terms.in.relu_y}),
                                                &splits);
         cudaStream_t stream = compute_stream(x.device().index());
         finish_grad_sums<S><<<finish_grid(s.channels), kFinishWarps * 32, 0, stream>>>(
@@ -631,9 +671,7 @@ template <typename T, typename S>
 struct BackwardDataOp {
   using Elem = T;
   static constexpr int kRowsInFlight = 2;
-  const T* x;
-  const T* gy;
-  const T* relu_y;
+  GradOperands<T, S> in;
   T* gx;
   const S* mean;
   const S* inv_std;
@@ -649,30 +687,21 @@ struct BackwardDataOp {
     const S istd = inv_std[c];
     return {mean[c], gamma[c] * istd, gbeta[c] * inv_m, istd * ggamma[c] * inv_m};
   }
+  __device__ __forceinline__ static S value(S g, S xv, const Channel& k) {
+    return k.a * (g - k.b - (xv - k.mu) * k.d);
+  }
   __device__ __forceinline__ void apply(int64_t i, const Channel& k) const {
-    S g = load_as<S>(gy, i);
-    if (relu_y != nullptr && !(load_as<S>(relu_y, i) > S(0))) g = S(0);
-    const S v = k.a * (g - k.b - (load_as<S>(x, i) - k.mu) * k.d);
-    gx[i] = from_compute<T>(static_cast<compute_t<T>>(v));
+    gx[i] = from_compute<T>(static_cast<compute_t<T>>(value(in.g(i), in.xv(i), k)));
   }
   template <int kRows>
   __device__ __forceinline__ void apply_packs(int64_t i, int64_t stride, const Channel* k) const {
-    constexpr int V = Pack<T>::kSize;
-    Pack<T> xs[kRows], gs[kRows], ys[kRows];
-#pragma unroll
-    for (int u = 0; u < kRows; ++u) {
-      xs[u] = load_pack(x, i + u * stride);
-      gs[u] = load_pack(gy, i + u * stride);
-      if (relu_y != nullptr) ys[u] = load_pack(relu_y, i + u * stride);
-    }
+    const auto r = in.template load_rows<kRows>(i, stride);
 #pragma unroll
     for (int u = 0; u < kRows; ++u) {
       Pack<T> out;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        S g = static_cast<S>(to_compute(gs[u].v[j]));
-        if (relu_y != nullptr && !(static_cast<S>(to_compute(ys[u].v[j])) > S(0))) g = S(0);
-        const S v = k[j].a * (g - k[j].b - (static_cast<S>(to_compute(xs[u].v[j])) - k[j].mu) * k[j].d);
+      for (int j = 0; j < Pack<T>::kSize; ++j) {
+        const S v = value(r.g(u, j, in.relu_y != nullptr), r.xv(u, j), k[j]);
         out.v[j] = from_compute<T>(static_cast<compute_t<T>>(v));
       }
       store_pack(gx, i + u * stride, out);
@@ -775,9 +804,9 @@ bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu
   visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "batch_norm_backward_data", [&](auto tag) {
     using T = decltype(tag);
     using S = stat_t<T>;
-    BackwardDataOp<T, S> op{static_cast<const T*>(x.raw_data()),
+    BackwardDataOp<T, S> op{{static_cast<const T*>(x.raw_data()),
                             static_cast<const T*>(gy.raw_data()),
-                            relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr,
+                            relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr},
                             static_cast<T*>(gx.raw_data()),
                             mean.data<S>(),
                             inv_std.data<S>(),
@@ -785,7 +814,7 @@ bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu
                             gbeta.data<S>(),
                             ggamma.data<S>(),
                             static_cast<S>(inv_m)};
-    launch_elementwise(x, s, op, packs_apply<T>(s, {op.x, op.gy, op.relu_y, op.gx}));
+    launch_elementwise(x, s, op, packs_apply<T>(s, {op.in.x, op.in.gy, op.in.relu_y, op.gx}));
   });
   return true;
 }
