@@ -77,9 +77,7 @@ MultiNodeOptimizer::NoSync MultiNodeOptimizer::no_sync() { return NoSync(reducer
 
 OverlapStats MultiNodeOptimizer::overlap_stats() const {
   if (!reducer_) return {};
-  const detail::BucketStepStats& s = reducer_->stats();
-  return OverlapStats{s.buckets, s.launched_in_backward, s.seconds_in_backward, s.seconds_waiting,
-                      s.progress_thread};
+  return reducer_->stats();
 }
 
 void MultiNodeOptimizer::setup(std::shared_ptr<Link> target) {

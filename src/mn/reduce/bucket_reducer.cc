@@ -344,7 +344,7 @@ std::string BucketReducer::gradient_settings_line() const {
 
 void BucketReducer::learn(Link& model) {
   plan(model);
-  stats_ = BucketStepStats{bucket_count(), 0};
+  stats_ = OverlapStats{bucket_count(), 0};
 }
 
 void BucketReducer::mean_grad(Link& model, bool zero_fill) {
@@ -399,7 +399,7 @@ void BucketReducer::mean_grad(Link& model, bool zero_fill) {
     reset_step();
     throw;
   }
-  stats_ = BucketStepStats{bucket_count(), launched_in_backward_, seconds_in_backward_,
+  stats_ = OverlapStats{bucket_count(), launched_in_backward_, seconds_in_backward_,
                            seconds_now() - start, transport_->progress_thread()};
   // The means.
   const double scale = 1.0 / comm_.size();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kusari/mn/communicator.h"
+#include "kusari/mn/optimizer.h"
 #include "mn/reduce/gradient_buffer.h"
 
 namespace kusari::mn::detail {
@@ -165,17 +166,6 @@ class BucketTransport {
 /// The transport of a host communicator ("naive", "flat", "dummy"); null for other kinds.
 std::unique_ptr<BucketTransport> make_host_bucket_transport(Communicator& comm);
 
-/// Per-step figures of an overlapped reduction (MultiNodeOptimizer::overlap_stats).
-struct BucketStepStats {
-  int buckets = 0;
-  int launched_in_backward = 0;
-  /// Seconds the hooks spent starting and moving on the collectives (host transports: inside
-  /// MPI, doing the collectives' copies and sums), and the update spent waiting for them.
-  double seconds_in_backward = 0;
-  double seconds_waiting = 0;
-  bool progress_thread = false;
-};
-
 /// Reduces a model's gradients in buckets as backward makes them ready. See Note [Overlapped
 /// gradient reduction].
 class BucketReducer {
@@ -205,7 +195,7 @@ class BucketReducer {
   void hold() { ++holds_; }
   void release_hold() { --holds_; }
   /// The last step's figures.
-  const BucketStepStats& stats() const { return stats_; }
+  const OverlapStats& stats() const { return stats_; }
   /// Buckets of the current plan (0 before one is made).
   int bucket_count() const { return static_cast<int>(buckets_.size()); }
 
@@ -274,7 +264,7 @@ class BucketReducer {
   uint64_t plan_hash_ = 0;
 
   int holds_ = 0;
-  BucketStepStats stats_;
+  OverlapStats stats_;
   int launched_in_backward_ = 0;
   double seconds_in_backward_ = 0;
 };
