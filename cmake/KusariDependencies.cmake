@@ -115,6 +115,15 @@ find_package(JPEG QUIET)
 if(NOT JPEG_FOUND)
   message(FATAL_ERROR "kusari needs libjpeg-turbo's jpeglib API (image datasets): install libjpeg62-turbo-dev (scripts/setup.sh does)")
 endif()
+# jpeglib.h includes jconfig.h, which Debian keeps in the multiarch directory beside it. FindJPEG
+# names only jpeglib.h's directory; without its own jconfig.h the compiler falls back to the
+# system's, and a libjpeg from another prefix (a jpeg62 build against a system's jpeg8 header)
+# fails at run time with "Wrong JPEG library version" or corrupt decompressor structs.
+find_path(KUSARI_JCONFIG_DIR jconfig.h
+  PATHS "${JPEG_INCLUDE_DIR}/${CMAKE_LIBRARY_ARCHITECTURE}" "${JPEG_INCLUDE_DIR}" NO_DEFAULT_PATH)
+if(KUSARI_JCONFIG_DIR)
+  set_property(TARGET JPEG::JPEG APPEND PROPERTY INTERFACE_INCLUDE_DIRECTORIES "${KUSARI_JCONFIG_DIR}")
+endif()
 
 # --- MPI (kusari_mn) ---------------------------------------------------------
 find_package(MPI QUIET COMPONENTS CXX)

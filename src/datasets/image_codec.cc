@@ -260,7 +260,12 @@ const char* read_jpeg_window(jpeg_decompress_struct& cinfo, const uint8_t* data,
   const auto full_height = static_cast<int64_t>(cinfo.output_height);
   if (w.top + w.height > full_height || w.left + w.width > full_width) return "bad window";
   // One iMCU of margin on each side (Note [Decoding a window of a JPEG]).
-  const int64_t margin = int64_t{cinfo.max_h_samp_factor} * cinfo.min_DCT_scaled_size;
+#if JPEG_LIB_VERSION >= 70  // the libjpeg 7/8 API (a libjpeg-turbo built with --with-jpeg8) splits it by axis
+  const int64_t dct_width = cinfo.min_DCT_h_scaled_size;
+#else
+  const int64_t dct_width = cinfo.min_DCT_scaled_size;
+#endif
+  const int64_t margin = int64_t{cinfo.max_h_samp_factor} * dct_width;
   const int64_t x0 = std::max<int64_t>(0, w.left - margin);
   const int64_t x1 = std::min(full_width, w.left + w.width + margin);
   auto xoffset = static_cast<JDIMENSION>(x0);
