@@ -4,17 +4,18 @@
 # per kernel name, largest first, so that two layouts or two frameworks can be compared.
 #
 #   scripts/gpu_profile.sh [--debs DIR] [--out DIR] [--rows f32-cl,f32-nchw] [--batch 64]
-#                          [--arch resnet50] [--peer] [--top 25]
+#                          [--arch resnet50] [--peer] [--compile] [--top 25]
 #
 #   --debs DIR   unpack DIR/*.deb into a prefix and build against it (scripts/prefix_from_debs.sh)
 #   --out DIR    where the raw CSV files and the summaries go (default build-gpu/profile)
 #   --peer       also profile PyTorch (bench/peers/resnet50.py) on the same rows
+#   --compile    also profile the PyTorch peer under torch.compile (compiled in the warm-up)
 #
 # Each program runs its warm-up steps unprofiled, then one step between profiler start and stop
 # (--profile); Nsight records that step only. Clocks are left as they are.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-debs="" out="" rows="f32-cl,f32-nchw" batch=64 arch=resnet50 peer=0 top=25
+debs="" out="" rows="f32-cl,f32-nchw" batch=64 arch=resnet50 peer=0 compile=0 top=25
 while [ $# -gt 0 ]; do
   case "$1" in
     --debs) debs=$2; shift ;;
@@ -23,6 +24,7 @@ while [ $# -gt 0 ]; do
     --batch) batch=$2; shift ;;
     --arch) arch=$2; shift ;;
     --peer) peer=1 ;;
+    --compile) compile=1 ;;
     --top) top=$2; shift ;;
     *) echo "gpu_profile.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -78,10 +80,14 @@ for row in "${row_list[@]}"; do
     "$build/bench/bench_resnet50" --child "$row" --profile --arch "$arch" --device cuda \
     --batch "$batch" --warmup 2 >"$out/kusari_$row.csv" 2>"$out/kusari_$row.err" || { tail "$out/kusari_$row.err"; exit 1; }
   echo "=== kusari $row (batch $batch)"; summarize "$out/kusari_$row.csv" | tee "$out/kusari_$row.txt" || true
-  if [ "$peer" = 1 ]; then
+  modes=()
+  [ "$peer" = 1 ] && modes+=(eager)
+  [ "$compile" = 1 ] && modes+=(compile)
+  for mode in "${modes[@]}"; do
+    name=torch_${mode}_$row
     ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw --print-units base \
-      python3 "$here/bench/peers/resnet50.py" --row "$row" --profile --arch "$arch" \
-      --batch "$batch" --warmup 2 >"$out/torch_$row.csv" 2>"$out/torch_$row.err" || { tail "$out/torch_$row.err"; exit 1; }
-    echo "=== PyTorch $row (batch $batch)"; summarize "$out/torch_$row.csv" | tee "$out/torch_$row.txt" || true
-  fi
+      python3 "$here/bench/peers/resnet50.py" --row "$row" --mode "$mode" --profile --arch "$arch" \
+      --batch "$batch" --warmup 3 >"$out/$name.csv" 2>"$out/$name.err" || { tail "$out/$name.err"; exit 1; }
+    echo "=== PyTorch $mode $row (batch $batch)"; summarize "$out/$name.csv" | tee "$out/$name.txt" || true
+  done
 done

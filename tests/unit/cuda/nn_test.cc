@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -213,6 +214,55 @@ TEST_F(CudaPooling, MaxPoolingPropagatesNan) {
   const Array gy = Array::ones(y.shape(), float32, Device::cpu());
   EXPECT_TRUE(GpuMatchesCpu(pool2d_backward(xg, pool2d(xg, p), gy.to_device(gpu()), p),
                             pool2d_backward(x, y, gy, p)));
+}
+
+// Channels-last max pooling with the channel count a multiple of the 16-byte pack runs the pack
+// kernels (Note [Channels-last max pooling on packs]); counts off the pack run the one-element
+// kernels. Both must equal the CPU bit for bit: ties (integer values), NaNs, empty windows.
+TEST_F(CudaPooling, ChannelsLastMaxPoolingOnPacksMatchesTheCpu) {
+  std::vector<std::pair<Shape, Pool2dParams>> cases;
+  Pool2dParams resnet;  // ResNet's stem: 3x3, stride 2, pad 1
+  resnet.ksize[0] = resnet.ksize[1] = 3;
+  resnet.pad[0] = resnet.pad[1] = 1;
+  Pool2dParams halve;  // 2x2, stride 2
+  Pool2dParams dense = resnet;  // 3x3, stride 1: every input in up to 9 windows
+  dense.stride[0] = dense.stride[1] = 1;
+  Pool2dParams empty;  // cover_all with stride 3 > ksize 2: the last row and column of windows are empty
+  empty.stride[0] = empty.stride[1] = 3;
+  empty.pad[0] = empty.pad[1] = 1;
+  empty.cover_all = true;
+  uint64_t seed = 70;
+  for (int64_t c : {8, 12, 16, 24}) {
+    cases.push_back({{2, c, 9, 10}, resnet});
+    cases.push_back({{1, c, 8, 6}, halve});
+    cases.push_back({{2, c, 5, 7}, dense});
+    cases.push_back({{1, c, 5, 5}, empty});
+  }
+  for (Dtype dtype : floating_dtypes()) {
+    for (const auto& [shape, p] : cases) {
+      const std::string what = detail::concat(shape, " ksize ", p.ksize[0], " stride ", p.stride[0], " pad ",
+                                              p.pad[0], " cover_all ", p.cover_all, " ", dtype_name(dtype));
+      // Integer values in [0, 4) for ties, and a few NaNs, which win their windows.
+      std::vector<double> values =
+          floor(testing::random_array(shape, float64, 0, 4, seed++)).to_vector<double>();
+      for (size_t i = 5; i < values.size(); i += 37) values[i] = NAN;
+      const Array x = Array::from_vector(values, shape, Device::cpu())
+                          .astype(dtype)
+                          .to_memory_format(MemoryFormat::kChannelsLast);
+      const Array xg = x.to_device(gpu());
+      ASSERT_EQ(xg.memory_format(), MemoryFormat::kChannelsLast) << what;
+      const Array y = pool2d(x, p);
+      const Array yg = pool2d(xg, p);
+      EXPECT_EQ(yg.memory_format(), MemoryFormat::kChannelsLast) << what;
+      EXPECT_EQ(testing::bytes_of(yg), testing::bytes_of(y)) << what << " forward";
+      const Array gy = testing::random_array(y.shape(), dtype, -1, 1, seed++)
+                           .to_memory_format(MemoryFormat::kChannelsLast);
+      const Array gx = pool2d_backward(x, y, gy, p);
+      const Array gxg = pool2d_backward(xg, yg, gy.to_device(gpu()), p);
+      EXPECT_EQ(gxg.memory_format(), MemoryFormat::kChannelsLast) << what;
+      EXPECT_EQ(testing::bytes_of(gxg), testing::bytes_of(gx)) << what << " backward";
+    }
+  }
 }
 
 class CudaIndexing : public CudaTest {};

@@ -23,6 +23,25 @@
 // propagation nor Chainer's cover_all divisor, which these kernels must match on every backend,
 // and pooling is memory-bound (each output reads kh * kw taps that neighbouring outputs reuse
 // from cache), so a coalesced hand-written kernel already runs at the speed the memory allows.
+//
+// Note [Channels-last max pooling on packs]
+// In NHWC with the channel count a multiple of the 16-byte pack (8 bfloat16 or float16, 4
+// float32, 2 float64), max pooling runs on packs instead: a thread takes one pack of channels of
+// one pixel, so the window and index arithmetic, which dominated the one-element kernels above,
+// is done once per 8 (or 4, 2) elements, and each tap is one 16-byte load. The backward pass
+// first stores each window's argmax as the tap's index inside the window (one byte per output,
+// 255 for an empty window) instead of the plane index in 64 bits, an eighth of the bytes, and the
+// gather loads a window's gradient pack only when one of its channels picked this tap. The
+// arithmetic is the one-element kernels' (same tap order, first maximum, NaN wins, the gathered
+// sum in the same (oy, ox) order), so the results are identical; positions are 32-bit (the
+// launchers fall back to the one-element kernels for larger arrays, misaligned views, channel
+// counts off the pack, average pooling, and windows of more than 254 taps). In ResNet-50's
+// bfloat16 step at batch 256 on an H200 the max pooling forward, argmax and backward kernels
+// took 1.36, 1.43 and 3.49 ms before this.
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/primitives/kernel_util.cuh"
 
@@ -209,6 +228,125 @@ __global__ void pool_backward_kernel(PoolGeometry g, bool is_max, const int64_t*
   }
 }
 
+// --- channels-last max pooling on packs (Note [Channels-last max pooling on packs]) ------------
+
+/// The elements of T in one 16-byte pack.
+template <typename T>
+constexpr int kPack = static_cast<int>(16 / sizeof(T));
+
+template <typename T, int V>
+struct alignas(sizeof(T) * V) PackOf {
+  T v[V];
+};
+
+template <int V>
+struct alignas(V) TapsOf {
+  uint8_t t[V];
+};
+
+/// A window's argmax tap index when the window is empty.
+constexpr uint8_t kNoTap = 255;
+
+/// 32-bit copies of the geometry for the pack kernels.
+struct PackGeometry {
+  int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+};
+
+// Over outputs (n, oy, ox, pack of channels), NHWC: the window maximum into y and/or the tap
+// index of the first maximum into taps (either may be null).
+template <typename T, int V>
+__global__ void max_pool_pack_kernel(PackGeometry g, const T* x, T* y, uint8_t* taps) {
+  using C = compute_t<T>;
+  const int groups = g.c / V;
+  const int total = g.n * g.oh * g.ow * groups;
+  for (int e = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); e < total;
+       e += static_cast<int>(gridDim.x * blockDim.x)) {
+    const int group = e % groups;
+    int pixel = e / groups;
+    const int ox = pixel % g.ow;
+    pixel /= g.ow;
+    const int oy = pixel % g.oh;
+    const int n = pixel / g.oh;
+    const int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
+    const int y_lo = max(y0, 0), y_hi = min(y0 + g.kh, g.h);
+    const int x_lo = max(x0, 0), x_hi = min(x0 + g.kw, g.w);
+    PackOf<T, V> best;
+    TapsOf<V> at;
+    C best_value[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      best.v[j] = from_compute<T>(-static_cast<C>(INFINITY));
+      at.t[j] = kNoTap;
+      best_value[j] = C(0);
+    }
+    for (int iy = y_lo; iy < y_hi; ++iy) {
+      const T* row = x + (static_cast<size_t>(n * g.h + iy) * g.w) * g.c + group * V;
+      for (int ix = x_lo; ix < x_hi; ++ix) {
+        const PackOf<T, V> p = *reinterpret_cast<const PackOf<T, V>*>(row + static_cast<size_t>(ix) * g.c);
+        const auto tap = static_cast<uint8_t>((iy - y0) * g.kw + (ix - x0));
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const C v = to_compute(p.v[j]);
+          if (at.t[j] == kNoTap || v > best_value[j] ||
+              (v != v && !(best_value[j] != best_value[j]))) {
+            best_value[j] = v;
+            best.v[j] = p.v[j];
+            at.t[j] = tap;
+          }
+        }
+      }
+    }
+    if (y != nullptr) *reinterpret_cast<PackOf<T, V>*>(y + static_cast<size_t>(e) * V) = best;
+    if (taps != nullptr) *reinterpret_cast<TapsOf<V>*>(taps + static_cast<size_t>(e) * V) = at;
+  }
+}
+
+// Over inputs (n, iy, ix, pack of channels), NHWC: gx = the sum of gy over the windows whose
+// first maximum is this tap, in the windows' (oy, ox) order.
+template <typename T, int V>
+__global__ void max_pool_backward_pack_kernel(PackGeometry g, const uint8_t* taps, const T* gy,
+                                              T* gx) {
+  using C = compute_t<T>;
+  const int groups = g.c / V;
+  const int total = g.n * g.h * g.w * groups;
+  for (int e = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); e < total;
+       e += static_cast<int>(gridDim.x * blockDim.x)) {
+    const int group = e % groups;
+    int pixel = e / groups;
+    const int ix = pixel % g.w;
+    pixel /= g.w;
+    const int iy = pixel % g.h;
+    const int n = pixel / g.h;
+    const int oy_lo = max(static_cast<int>(ceil_div(iy + g.ph - g.kh + 1, g.sh)), 0);
+    const int oy_hi = min((iy + g.ph) / g.sh, g.oh - 1);
+    const int ox_lo = max(static_cast<int>(ceil_div(ix + g.pw - g.kw + 1, g.sw)), 0);
+    const int ox_hi = min((ix + g.pw) / g.sw, g.ow - 1);
+    C sum[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) sum[j] = C(0);
+    for (int oy = oy_lo; oy <= oy_hi; ++oy) {
+      for (int ox = ox_lo; ox <= ox_hi; ++ox) {
+        const size_t o = (static_cast<size_t>(n * g.oh + oy) * g.ow + ox) * g.c + group * V;
+        const TapsOf<V> at = *reinterpret_cast<const TapsOf<V>*>(taps + o);
+        const auto tap = static_cast<uint8_t>((iy - (oy * g.sh - g.ph)) * g.kw + (ix - (ox * g.sw - g.pw)));
+        bool any = false;
+#pragma unroll
+        for (int j = 0; j < V; ++j) any |= at.t[j] == tap;
+        if (!any) continue;
+        const PackOf<T, V> grad = *reinterpret_cast<const PackOf<T, V>*>(gy + o);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          if (at.t[j] == tap) sum[j] += to_compute(grad.v[j]);
+        }
+      }
+    }
+    PackOf<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = from_compute<T>(sum[j]);
+    *reinterpret_cast<PackOf<T, V>*>(gx + static_cast<size_t>(e) * V) = out;
+  }
+}
+
 // --- launchers -----------------------------------------------------------------------------------
 
 PoolGeometry geometry(const Shape& x, const Shape& y, const Pool2dParams& p) {
@@ -232,6 +370,25 @@ bool small_indices(const Array& a, const Array& b) {
   return a.size() < kLimit && b.size() < kLimit;
 }
 
+/// True when max pooling of x into y (both NHWC) can run the pack kernels (Note [Channels-last
+/// max pooling on packs]) with elements of `bytes` bytes.
+bool use_packs(bool nhwc, bool is_max, const PoolGeometry& g, size_t bytes,
+               std::initializer_list<const void*> pointers, int64_t largest) {
+  const auto pack = static_cast<int64_t>(16 / bytes);
+  if (!nhwc || !is_max || g.c % pack != 0 || g.kh * g.kw > 254) return false;
+  if (largest >= (int64_t{1} << 31)) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
+PackGeometry pack_geometry(const PoolGeometry& g) {
+  auto i = [](int64_t v) { return static_cast<int>(v); };
+  return PackGeometry{i(g.planes / g.c), i(g.c),  i(g.h),  i(g.w),  i(g.oh), i(g.ow),
+                      i(g.kh),           i(g.kw), i(g.sh), i(g.sw), i(g.ph), i(g.pw)};
+}
+
 }  // namespace
 
 void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
@@ -251,6 +408,12 @@ void pool2d_forward(const Array& x_in, const Pool2dParams& p, Array& y) {
   cudaStream_t stream = prepare(x);
   visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "pooling_2d", [&](auto tag) {
     using T = decltype(tag);
+    if (use_packs(nhwc, p.kind == PoolKind::kMax, g, sizeof(T), {x.raw_data(), y.raw_data()},
+                  std::max(x.size(), y.size()))) {
+      max_pool_pack_kernel<T, kPack<T>><<<grid_for(y.size() / kPack<T>, device), kBlockSize, 0, stream>>>(
+          pack_geometry(g), static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), nullptr);
+      return;
+    }
     auto kernel = small_indices(x, y)
                       ? (nhwc ? pool_forward_kernel<T, true, uint32_t> : pool_forward_kernel<T, false, uint32_t>)
                       : (nhwc ? pool_forward_kernel<T, true, int64_t> : pool_forward_kernel<T, false, int64_t>);
@@ -281,6 +444,19 @@ void pool2d_backward(const Array& x_in, const Array& y, const Array& gy_in, cons
   cudaStream_t stream = prepare(gx);
   visit_device_dtype<common::kFloatingDtypes>(gy.dtype(), "pooling_2d (gradient)", [&](auto tag) {
     using T = decltype(tag);
+    if (is_max && use_packs(nhwc, is_max, g, sizeof(T), {x.raw_data(), gy.raw_data(), gx.raw_data()},
+                            std::max(gx.size(), gy.size()))) {
+      // One byte per window: the tap of its first maximum (the pool's blocks are 512-byte aligned).
+      Array taps = Array::empty({gy.size()}, Dtype::kUInt8, gy.device());
+      const PackGeometry pg = pack_geometry(g);
+      max_pool_pack_kernel<T, kPack<T>><<<grid_for(gy.size() / kPack<T>, device), kBlockSize, 0, stream>>>(
+          pg, static_cast<const T*>(x.raw_data()), nullptr, static_cast<uint8_t*>(taps.raw_data()));
+      KUSARI_CUDA_CHECK_LAUNCH();
+      max_pool_backward_pack_kernel<T, kPack<T>><<<grid_for(gx.size() / kPack<T>, device), kBlockSize, 0, stream>>>(
+          pg, static_cast<const uint8_t*>(taps.raw_data()), static_cast<const T*>(gy.raw_data()),
+          static_cast<T*>(gx.raw_data()));
+      return;
+    }
     Array argmax;
     if (is_max) {
       // In gy's layout, like the windows it indexes.
