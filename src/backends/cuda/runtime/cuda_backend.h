@@ -72,7 +72,10 @@ struct ErrorWords {
 ErrorWords error_words(int device);
 
 /// The implementations behind kusari/core/cuda.h, handed to the core by the library's entry
-/// point (plugin.cc; Note [The CUDA library is loaded]).
+/// point (plugin.cc; Note [The CUDA library is loaded]). Their names differ from the public
+/// functions they implement: both live in kusari::cuda, and a function of the public one's name
+/// and signature here would be resolved to libkusari's definition (the dynamic linker's
+/// interposition), which calls back into this library, forever.
 std::unique_ptr<Graph::Impl> make_graph();
 std::unique_ptr<ScalarReader::Impl> make_scalar_reader();
 MemoryStats pool_memory_stats(int device);
@@ -81,7 +84,7 @@ void pool_empty_cache();
 void* allocate_pinned(int device, size_t nbytes);
 void free_pinned(int device, void* ptr) noexcept;
 bool is_pinned(const void* ptr);
-PinnedMemoryStats pinned_memory_stats();
+PinnedMemoryStats pinned_stats();
 std::unique_ptr<Event::Impl> make_event();
 std::unique_ptr<UploadStream::Impl> make_upload_stream(int device);
 

@@ -61,7 +61,7 @@ class CudaRuntime final : public Runtime {
   }
   void free_pinned(int device, void* ptr) noexcept override { cuda::free_pinned(device, ptr); }
   bool is_pinned(const void* ptr) override { return cuda::is_pinned(ptr); }
-  PinnedMemoryStats pinned_memory_stats() override { return cuda::pinned_memory_stats(); }
+  PinnedMemoryStats pinned_memory_stats() override { return cuda::pinned_stats(); }
   std::unique_ptr<Event::Impl> make_event() override { return cuda::make_event(); }
   std::unique_ptr<UploadStream::Impl> make_upload_stream(int device) override {
     return cuda::make_upload_stream(device);

@@ -140,7 +140,7 @@ void* allocate_pinned(int device, size_t nbytes) {
   const cudaError_t status = cudaHostAlloc(&ptr, nbytes, cudaHostAllocPortable);
   if (status != cudaSuccess) {
     cudaGetLastError();
-    PinnedMemoryStats s = pinned_memory_stats();
+    PinnedMemoryStats s = pinned_stats();
     KUSARI_THROW(DeviceError, "cuda::pinned_empty: cannot allocate ", nbytes,
                  " bytes of page-locked host memory (", cudaGetErrorName(status), ": ",
                  cudaGetErrorString(status), "); ", s.in_use_bytes,
@@ -181,7 +181,7 @@ bool is_pinned(const void* ptr) {
   return false;
 }
 
-PinnedMemoryStats pinned_memory_stats() {
+PinnedMemoryStats pinned_stats() {
   PinnedCounters& c = pinned_counters();
   std::lock_guard<std::mutex> lock(c.mutex);
   return c.stats;
