@@ -252,6 +252,22 @@ struct PackGeometry {
   int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
 };
 
+/// Where pack e of an NHWC (n, rows, cols, groups packs) array lies.
+struct PackPosition {
+  int n, row, col, group;
+};
+
+__device__ __forceinline__ PackPosition pack_position(int e, int groups, int rows, int cols) {
+  PackPosition at;
+  at.group = e % groups;
+  int pixel = e / groups;
+  at.col = pixel % cols;
+  pixel /= cols;
+  at.row = pixel % rows;
+  at.n = pixel / rows;
+  return at;
+}
+
 // Over outputs (n, oy, ox, pack of channels), NHWC: the window maximum into y and/or the tap
 // index of the first maximum into taps (either may be null).
 template <typename T, int V>
@@ -261,12 +277,8 @@ __global__ void max_pool_pack_kernel(PackGeometry g, const T* x, T* y, uint8_t* 
   const int total = g.n * g.oh * g.ow * groups;
   for (int e = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); e < total;
        e += static_cast<int>(gridDim.x * blockDim.x)) {
-    const int group = e % groups;
-    int pixel = e / groups;
-    const int ox = pixel % g.ow;
-    pixel /= g.ow;
-    const int oy = pixel % g.oh;
-    const int n = pixel / g.oh;
+    const PackPosition at_out = pack_position(e, groups, g.oh, g.ow);
+    const int n = at_out.n, oy = at_out.row, ox = at_out.col, group = at_out.group;
     const int y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
     const int y_lo = max(y0, 0), y_hi = min(y0 + g.kh, g.h);
     const int x_lo = max(x0, 0), x_hi = min(x0 + g.kw, g.w);
@@ -311,12 +323,8 @@ __global__ void max_pool_backward_pack_kernel(PackGeometry g, const uint8_t* tap
   const int total = g.n * g.h * g.w * groups;
   for (int e = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); e < total;
        e += static_cast<int>(gridDim.x * blockDim.x)) {
-    const int group = e % groups;
-    int pixel = e / groups;
-    const int ix = pixel % g.w;
-    pixel /= g.w;
-    const int iy = pixel % g.h;
-    const int n = pixel / g.h;
+    const PackPosition at_in = pack_position(e, groups, g.h, g.w);
+    const int n = at_in.n, iy = at_in.row, ix = at_in.col, group = at_in.group;
     const int oy_lo = max(static_cast<int>(ceil_div(iy + g.ph - g.kh + 1, g.sh)), 0);
     const int oy_hi = min((iy + g.ph) / g.sh, g.oh - 1);
     const int ox_lo = max(static_cast<int>(ceil_div(ix + g.pw - g.kw + 1, g.sw)), 0);
