@@ -644,8 +644,11 @@ class Watchdog {
       auto first = std::min_element(calls_.begin(), calls_.end(), [](const auto& a, const auto& b) {
         return a.second.deadline < b.second.deadline;
       });
-      if (Clock::now() < first->second.deadline) {
-        wake_.wait_until(lock, first->second.deadline);
+      // A copy: wait_until reads its time point again after waking, and while it waits (the
+      // lock released) the call may be removed and its map node freed.
+      const Clock::time_point deadline = first->second.deadline;
+      if (Clock::now() < deadline) {
+        wake_.wait_until(lock, deadline);
         continue;
       }
       std::fprintf(stderr, "\n[kusari.mn] %s\n[kusari.mn] ending this process, which ends the whole job\n",
