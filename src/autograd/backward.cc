@@ -17,7 +17,7 @@ std::atomic<uint64_t> g_visit_counter{0};
 // Where gradients go while the engine runs. In the normal mode (Variable::backward) they live in
 // each VariableImpl's grad slot and leaves keep theirs; in the functional mode (kusari::grad)
 // they live in a map and no variable's grad slot is touched.
-class GradStore {
+class GradStore final : public GradAccumulators {
  public:
   explicit GradStore(bool functional) : functional_(functional) {}
 
@@ -67,6 +67,45 @@ class GradStore {
   }
 
   bool functional() const { return functional_; }
+
+  // Note [Accumulating into an input's gradient]
+  // A variable used by two functions (a residual block's input feeds the shortcut and the first
+  // convolution) gets two gradients, which the engine sums with add(): a third pass over
+  // memory and a new array, for each block of a ResNet 4 ms of a 39 ms bfloat16 step. A rule
+  // that can add its result into an existing array for free (cuDNN's backward-data with
+  // beta = 1 reads the old gradient and writes the sum in one pass) asks its context for
+  // input_grad_accumulator(i) and, when given one, adds into it and calls
+  // set_input_grad_accumulated(i); the engine then skips its own sum. An array is offered only
+  // when writing into it cannot be seen by anyone else:
+  //   - not while the rule is recorded (double backprop differentiates the sum; a recorded
+  //     gradient must keep its value) and never for a leaf (a leaf's gradient may be adopted
+  //     from, or be, a persistent buffer: Note [Gradients in a persistent buffer]);
+  //   - the gradient variable is held by the store alone and its array is the only reference to
+  //     its memory: backward rules pass gradients through unchanged (add gives the same array
+  //     to both inputs), so the sum would otherwise also change another variable's gradient,
+  //     or the output gradient the rule is reading. With retain_grad the outputs keep their
+  //     gradients, which such shared arrays then are, and nothing is offered;
+  //   - it is dense in its memory format and has the input's shape, dtype and device.
+  // The sum is the same as the engine's (cur + g), up to where the rule rounds.
+  Array find(VariableImpl& input) override {
+    if (!input.creator) return Array();
+    const VariableImpl* g = nullptr;
+    if (functional_) {
+      auto it = map_.find(&input);
+      if (it == map_.end() || it->second.impl_ptr().use_count() != 1) return Array();
+      g = &it->second.impl();
+    } else {
+      if (!input.grad || input.grad.use_count() != 1) return Array();
+      g = input.grad.get();
+    }
+    if (g->requires_grad || g->creator) return Array();
+    const Array& a = g->data;
+    if (!a.defined() || a.storage().use_count() != 1 || !a.is_contiguous(a.memory_format())) return Array();
+    if (a.shape() != input.data.shape() || a.dtype() != input.data.dtype() || a.device() != input.data.device()) {
+      return Array();
+    }
+    return a;
+  }
 
   // Note [Leaf gradients own their memory]
   // Backward rules may pass a gradient through unchanged (add, reshape, broadcast views), so the
@@ -278,6 +317,7 @@ void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, boo
   // backward]).
   std::unordered_map<FunctionNode*, std::vector<std::shared_ptr<VariableImpl>>> held;
   std::vector<Variable> gys, gxs;
+  std::vector<uint8_t> accumulated;
   while (!queue.empty()) {
     FunctionNode* node = queue.top().node;
     queue.pop();
@@ -300,8 +340,9 @@ void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, boo
                  "' was freed by an earlier backward with BackwardOptions::retain_graph = false; "
                  "keep it (retain_graph = true) to differentiate it again");
     gxs.assign(inputs.size(), Variable());
+    accumulated.assign(inputs.size(), 0);
     {
-      BackwardContext ctx(*node, gys, gxs, double_backprop);
+      BackwardContext ctx(*node, gys, gxs, double_backprop, &store, &accumulated);
       if (double_backprop) {
         ForceBackpropMode mode;
         GraphAccess::rule(*node)(ctx);
@@ -318,10 +359,10 @@ void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, boo
       }
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!gxs[i].defined()) continue;
+      if (!gxs[i].defined() && !accumulated[i]) continue;
       VariableImpl* in = inputs[i].get();
       if (!in->requires_grad) continue;
-      store.accumulate(in, gxs[i]);
+      if (!accumulated[i]) store.accumulate(in, gxs[i]);  // else the rule added it in place
       if (in->creator) {
         push(in->creator.get());
       } else if (!store.functional()) {

@@ -73,6 +73,20 @@ void BackwardContext::set_input_grad(int i, Variable grad) {
   (*grad_inputs_)[i] = std::move(grad);
 }
 
+Array BackwardContext::input_grad_accumulator(int i) const {
+  KUSARI_ASSERT(i >= 0 && i < num_inputs(), "backward of ", node_.name(), ": input index ", i, " out of range");
+  if (double_backprop_ || !accumulators_ || !node_.inputs_[i]->requires_grad) return Array();
+  return accumulators_->find(*node_.inputs_[i]);
+}
+
+void BackwardContext::set_input_grad_accumulated(int i) {
+  KUSARI_ASSERT(i >= 0 && i < num_inputs(), "backward of ", node_.name(), ": input index ", i, " out of range");
+  KUSARI_ASSERT(accumulators_ && accumulated_ && !double_backprop_, "backward of ", node_.name(),
+                ": set_input_grad_accumulated without an accumulator");
+  (*accumulated_)[static_cast<size_t>(i)] = 1;
+  (*grad_inputs_)[i] = Variable();
+}
+
 bool needs_recording(std::initializer_list<const Variable*> inputs) {
   if (!is_backprop_enabled()) return false;
   for (const Variable* v : inputs) {

@@ -98,7 +98,16 @@ Variable conv_impl(const Variable& x, const Variable& W, const Variable& b, cons
     const Variable& gy = ctx.output_grad();
     Variable x = ctx.input(0), W = ctx.input(1);
     if (ctx.needs_input_grad(0)) {
-      ctx.set_input_grad(0, deconv_impl(gy, W, Variable(), p, IntPair(x.shape()[2], x.shape()[3])));
+      // x's gradient added into the one x already has, in the same pass (Note [Accumulating into
+      // an input's gradient]), when the engine offers it in gy's layout.
+      Array acc = ctx.input_grad_accumulator(0);
+      if (acc.defined() && acc.memory_format() == gy.data().memory_format()) {
+        kusari::conv2d_backward_data_accumulate(W.data(), gy.data(), p, acc);
+        ctx.set_input_grad_accumulated(0);
+      } else {
+        ctx.set_input_grad(0,
+                           deconv_impl(gy, W, Variable(), p, IntPair(x.shape()[2], x.shape()[3])));
+      }
     }
     if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, conv_grad_w(x, gy, W.shape(), p));
     if (ctx.num_inputs() > 2 && ctx.needs_input_grad(2)) ctx.set_input_grad(2, bias_grad(gy));

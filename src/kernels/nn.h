@@ -10,8 +10,9 @@ namespace kusari::kernels {
 /// y = conv(x, w) + b (b may be undefined); y is contiguous.
 inline constinit Kernel<void(const Array& x, const Array& w, const Array& b, const Conv2dParams& p, Array& y)>
     conv2d_forward{"conv2d_forward"};
-/// gx = conv_transpose(gy, w): the gradient of conv2d with respect to x.
-inline constinit Kernel<void(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx)>
+/// gx = conv_transpose(gy, w), the gradient of conv2d with respect to x; with `accumulate`,
+/// gx += conv_transpose(gy, w) (gx is then read, and written whatever its layout).
+inline constinit Kernel<void(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx, bool accumulate)>
     conv2d_backward_data{"conv2d_backward_data"};
 /// gw = the gradient of conv2d with respect to w.
 inline constinit Kernel<void(const Array& x, const Array& gy, const Conv2dParams& p, Array& gw)>

@@ -84,8 +84,22 @@ Array conv2d_backward_data(const Array& w, const Array& gy, const Shape& x_shape
                x_shape, ", gy ", gy.shape(), ", W ", w.shape());
   check_conv_shapes(fn, x_shape, w.shape(), gy.shape(), p);
   Array gx = Array::empty(x_shape, gy.dtype(), gy.device(), gy.memory_format());
-  if (gx.size() > 0) kernels::conv2d_backward_data(gy.device(), w, gy, p, gx);
+  if (gx.size() > 0) kernels::conv2d_backward_data(gy.device(), w, gy, p, gx, false);
   return gx;
+}
+
+void conv2d_backward_data_accumulate(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx) {
+  const char* fn = "convolution_2d (gradient of x, accumulated)";
+  check_conv_params(fn, p);
+  KUSARI_CHECK(gx.defined(), ValueError, fn, ": gx must be defined");
+  check_same_device(fn, {&w, &gy, &gx});
+  check_same_dtype(fn, {&w, &gy, &gx});
+  KUSARI_CHECK(gx.ndim() == 4 && gy.ndim() == 4 && w.ndim() == 4, ShapeError, fn, ": expected 4-d shapes, got gx ",
+               gx.shape(), ", gy ", gy.shape(), ", W ", w.shape());
+  check_conv_shapes(fn, gx.shape(), w.shape(), gy.shape(), p);
+  KUSARI_CHECK(!gx.shares_memory_with(w) && !gx.shares_memory_with(gy), ValueError, fn,
+               ": gx overlaps W or gy; accumulate into a separate array");
+  if (gx.size() > 0 && gy.size() > 0) kernels::conv2d_backward_data(gy.device(), w, gy, p, gx, true);
 }
 
 Array conv2d_backward_filter(const Array& x, const Array& gy, const Shape& w_shape, const Conv2dParams& p) {

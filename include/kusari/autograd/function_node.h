@@ -18,6 +18,7 @@
 // gradient can be differentiated again.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -33,6 +34,18 @@ namespace kusari {
 class BackwardContext;
 namespace detail {
 struct GraphAccess;
+
+/// The engine's side of BackwardContext::input_grad_accumulator (Note [Accumulating into an
+/// input's gradient] in src/autograd/backward.cc).
+class GradAccumulators {
+ public:
+  /// The gradient `input` has received so far in this backward, when a rule may add into it in
+  /// place; undefined otherwise.
+  virtual Array find(VariableImpl& input) = 0;
+
+ protected:
+  ~GradAccumulators() = default;
+};
 }  // namespace detail
 
 /// A backward rule: reads output gradients from the context, writes input gradients into it.
@@ -94,20 +107,38 @@ class BackwardContext {
   Variable output(int i = 0);
   /// Sets the gradient of input i; its shape and dtype must match the input's.
   void set_input_grad(int i, Variable grad);
+  /// The gradient input i has already received in this backward, when the rule may add its own
+  /// gradient into it in place instead of setting one (Note [Accumulating into an input's
+  /// gradient]): never while recording (double backprop), never for a leaf, and only when
+  /// nothing else refers to it and it is dense, of the input's shape, dtype and device.
+  /// Undefined otherwise. A rule that adds into it calls set_input_grad_accumulated(i) and does
+  /// not call set_input_grad(i, ...).
+  Array input_grad_accumulator(int i) const;
+  /// Says that the rule added input i's gradient into input_grad_accumulator(i).
+  void set_input_grad_accumulated(int i);
   /// True when the rule's own operations are being recorded (double backprop).
   bool is_double_backprop() const { return double_backprop_; }
   const char* function_name() const { return node_.name(); }
 
-  // For the engine.
+  // For the engine. `accumulators` may be null (no rule may accumulate); `accumulated` (one
+  // flag per input) must be given with it.
   BackwardContext(FunctionNode& node, std::vector<Variable>& grad_outputs, std::vector<Variable>& grad_inputs,
-                  bool double_backprop)
-      : node_(node), grad_outputs_(&grad_outputs), grad_inputs_(&grad_inputs), double_backprop_(double_backprop) {}
+                  bool double_backprop, detail::GradAccumulators* accumulators = nullptr,
+                  std::vector<uint8_t>* accumulated = nullptr)
+      : node_(node),
+        grad_outputs_(&grad_outputs),
+        grad_inputs_(&grad_inputs),
+        double_backprop_(double_backprop),
+        accumulators_(accumulators),
+        accumulated_(accumulated) {}
 
  private:
   FunctionNode& node_;
   std::vector<Variable>* grad_outputs_;
   std::vector<Variable>* grad_inputs_;
   bool double_backprop_;
+  detail::GradAccumulators* accumulators_;
+  std::vector<uint8_t>* accumulated_;
 };
 
 /// Which outputs a recorded function keeps for its backward rule.

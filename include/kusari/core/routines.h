@@ -145,6 +145,9 @@ int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_
 Array conv2d(const Array& x, const Array& w, const Array& b, const Conv2dParams& p);
 /// The gradient of conv2d with respect to x, for an x of shape `x_shape`.
 Array conv2d_backward_data(const Array& w, const Array& gy, const Shape& x_shape, const Conv2dParams& p);
+/// gx += the gradient of conv2d with respect to x, in place (cuDNN adds in the same pass); gx
+/// must not overlap w or gy.
+void conv2d_backward_data_accumulate(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx);
 /// The gradient of conv2d with respect to w, for a w of shape `w_shape`.
 Array conv2d_backward_filter(const Array& x, const Array& gy, const Shape& w_shape, const Conv2dParams& p);
 Array pool2d(const Array& x, const Pool2dParams& p);

@@ -36,6 +36,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/loops.h"
+#include "kernels/elementwise.h"
 #include "kernels/nn.h"
 #include "kusari/config.h"
 #include "kusari/core/error.h"
@@ -667,7 +668,15 @@ void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2d
   }
 }
 
-void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx) {
+void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx,
+                          bool accumulate) {
+  if (accumulate) {
+    // Computed apart, then added in place (one array fewer than the engine's sum).
+    Array part = Array::empty(gx.shape(), gx.dtype(), gx.device(), gx.memory_format());
+    conv2d_backward_data(w, gy, p, part, false);
+    kernels::binary(gx.device(), BinaryOp::kAdd, gx, part, gx);
+    return;
+  }
   const bool try_dnnl = use_dnnl();
   switch (gy.dtype()) {
     case Dtype::kFloat32:

@@ -220,6 +220,94 @@ TEST_P(AutogradTest, WrongGradientShapeIsReported) {
   EXPECT_THROW(F::sum(y).backward(), GradientError);
 }
 
+// --- Note [Accumulating into an input's gradient] ----------------------------------------------
+
+class AccumulatorTest : public testing::DeviceTest {
+ protected:
+  Variable leaf(std::initializer_list<double> v) { return Variable(Array::from(v, std::nullopt, float64, device()), true); }
+
+  /// y = 2x, whose rule adds 2 gy into x's gradient when the engine offers it; counts the
+  /// offers in `offered`.
+  Variable twice(const Variable& x) {
+    return record("twice", {x}, x.data() * 2.0, [this](BackwardContext& ctx) {
+      Array acc = ctx.input_grad_accumulator(0);
+      if (acc.defined()) {
+        ++offered;
+        add_to(acc, ctx.output_grad().data() * 2.0);
+        ctx.set_input_grad_accumulated(0);
+      } else {
+        ctx.set_input_grad(0, ctx.output_grad() * 2.0);
+      }
+    });
+  }
+
+  /// exp(exp(exp(z))): a variable of a higher generation than anything made from one leaf in a
+  /// step, so that functions of it and h run before twice(h) (the engine runs the newest first).
+  static Variable deep(const Variable& z) { return F::exp(F::exp(F::exp(z))); }
+
+  int offered = 0;
+};
+
+TEST_P(AccumulatorTest, AnUnsharedGradientIsAddedIntoInPlace) {
+  Variable x = leaf({0.1, -0.2, 0.3}), z = leaf({0.05, 0.1, -0.1});
+  Variable h = x * 3.0;
+  Variable w = deep(z);
+  // mul(h, w) runs first and gives h a fresh gradient (w); twice(h) then adds 2 into it.
+  Variable loss = F::sum(twice(h)) + F::sum(h * w);
+  loss.backward();
+  EXPECT_EQ(offered, 1);
+  EXPECT_TRUE(ArraysClose(x.grad(), (w.data() + 2.0) * 3.0, 1e-12, 1e-12));
+  // The same in the functional mode, which keeps gradients in a map.
+  offered = 0;
+  Variable h2 = x * 3.0;
+  Variable loss2 = F::sum(twice(h2)) + F::sum(h2 * w);
+  const auto g = grad({loss2}, {x, h2});
+  EXPECT_EQ(offered, 1);
+  EXPECT_TRUE(ArraysClose(g[0].data(), (w.data() + 2.0) * 3.0, 1e-12, 1e-12));
+  EXPECT_TRUE(ArraysClose(g[1].data(), w.data() + 2.0, 1e-12, 1e-12));
+}
+
+TEST_P(AccumulatorTest, AGradientSharedWithAnotherVariableIsNotWrittenTo) {
+  for (const bool retain_grad : {false, true}) {
+    SCOPED_TRACE(retain_grad ? "retain_grad" : "default");
+    offered = 0;
+    Variable x = leaf({0.1, -0.2, 0.3}), z = leaf({0.05, 0.1, -0.1});
+    Variable h = x * 3.0;
+    Variable w = deep(z);
+    // add gives q's gradient to h and w as the same array. w's creator runs before twice(h):
+    // without retain_grad w's gradient is dropped then and h's is h's alone; with it, q and w
+    // keep theirs, which twice must not change.
+    Variable q = h + w;
+    Variable loss = F::sum(twice(h)) + F::sum(F::exp(q));
+    loss.backward({.retain_grad = retain_grad});
+    EXPECT_EQ(offered, retain_grad ? 0 : 1);
+    const Array eq = kusari::exp(q.data());
+    EXPECT_TRUE(ArraysClose(x.grad(), (eq + 2.0) * 3.0, 1e-12, 1e-12));
+    if (retain_grad) {
+      EXPECT_TRUE(ArraysClose(q.grad(), eq, 0, 0));
+      EXPECT_TRUE(ArraysClose(w.grad(), eq, 0, 0));
+      EXPECT_TRUE(ArraysClose(h.grad(), eq + 2.0, 1e-12, 1e-12));
+    }
+  }
+}
+
+TEST_P(AccumulatorTest, NeverOfferedToLeavesOrWhileRecording) {
+  Variable x = leaf({0.1, -0.2, 0.3}), z = leaf({0.05, 0.1, -0.1});
+  Variable w = deep(z);
+  // x is a leaf: its gradient may be adopted by a persistent buffer, so it is never offered.
+  F::sum(F::sum(twice(x)) + F::sum(x * w)).backward();
+  EXPECT_EQ(offered, 0);
+  EXPECT_TRUE(ArraysClose(x.grad(), w.data() + 2.0, 1e-12, 1e-12));
+  // With double backprop the sum is recorded, never written in place.
+  x.cleargrad();
+  Variable h = x * 3.0;
+  (F::sum(twice(h)) + F::sum(h * w)).backward({.enable_double_backprop = true});
+  EXPECT_EQ(offered, 0);
+  EXPECT_TRUE(ArraysClose(x.grad(), (w.data() + 2.0) * 3.0, 1e-12, 1e-12));
+}
+
+KUSARI_INSTANTIATE_DEVICE_TEST(AccumulatorTest);
+
 // --- Note [Gradients in a persistent buffer] ---------------------------------------------------
 
 class GradBufferTest : public testing::DeviceTest {

@@ -141,6 +141,44 @@ TEST_F(CudaConvolution, ChannelsLastAndMisalignedViewsMatchTheCpu) {
   }
 }
 
+// gx += the gradient of x (Note [Accumulating convolution gradients]): through a graph-API plan
+// with beta = 1 for an aligned output in either layout, computed apart and added for a misaligned
+// one; both against the CPU's sum, with the old gx left intact where it should be.
+TEST_F(CudaConvolution, AccumulatedGradientOfXMatchesTheCpu) {
+  uint64_t seed = 200;
+  for (Dtype dtype : floating_dtypes()) {
+    for (const ConvCase& c : conv_cases()) {
+      const std::string what = detail::concat("x ", c.x, " w ", c.w, " groups ", c.p.groups, " ",
+                                              dtype_name(dtype));
+      const Array w = testing::random_array(c.w, dtype, -1, 1, seed++);
+      const Array y = conv2d(testing::random_array(c.x, dtype, -1, 1, seed++), w, Array(), c.p);
+      const Array gy = testing::random_array(y.shape(), dtype, -1, 1, seed++);
+      const Array g0 = testing::random_array(c.x, dtype, -1, 1, seed++);
+      Array expected = g0.copy();
+      conv2d_backward_data_accumulate(w, gy, c.p, expected);
+      for (const MemoryFormat format : {MemoryFormat::kContiguous, MemoryFormat::kChannelsLast}) {
+        const char* layout = format == MemoryFormat::kChannelsLast ? " channels-last" : " NCHW";
+        const Array wg = w.to_device(gpu()).to_memory_format(format);
+        const Array gyg = gy.to_device(gpu()).to_memory_format(format);
+        Array gx = g0.to_device(gpu()).to_memory_format(format);
+        conv2d_backward_data_accumulate(wg, gyg, c.p, gx);
+        EXPECT_TRUE(GpuMatchesCpu(gx, expected, conv_tolerance(dtype))) << what << layout;
+        // Twice: the cached plan adds again.
+        conv2d_backward_data_accumulate(wg, gyg, c.p, gx);
+        Array twice = expected.copy();
+        conv2d_backward_data_accumulate(w, gy, c.p, twice);
+        EXPECT_TRUE(GpuMatchesCpu(gx, twice, conv_tolerance(dtype))) << what << layout << " twice";
+      }
+      // A gx one element into a larger buffer: misaligned, added apart.
+      const Array flat = Array::empty({g0.size() + 1}, dtype, gpu());
+      Array shifted = flat.as_strided(g0.shape(), Array::empty(g0.shape(), dtype).strides(), 1);
+      shifted.assign(g0.to_device(gpu()));
+      conv2d_backward_data_accumulate(w.to_device(gpu()), gy.to_device(gpu()), c.p, shifted);
+      EXPECT_TRUE(GpuMatchesCpu(shifted, expected, conv_tolerance(dtype))) << what << " misaligned";
+    }
+  }
+}
+
 TEST_F(CudaConvolution, RepeatedCallsReuseThePlanAndAgree) {
   const Array x = testing::random_array({4, 8, 16, 16}, float32, -1, 1, 3).to_device(gpu());
   const Array w = testing::random_array({8, 8, 3, 3}, float32, -1, 1, 4).to_device(gpu());

@@ -11,6 +11,7 @@
 #include "kusari/autograd/gradient_check.h"
 #include "kusari/autograd/mode.h"
 #include "kusari/functions/convolution.h"
+#include "kusari/functions/math.h"
 #include "function_test_util.h"
 #include "test_util.h"
 
@@ -461,6 +462,54 @@ TEST_P(ConvolutionTest, GradientRoutinesCheckShapes) {
   EXPECT_THROW(kusari::conv2d_backward_filter(x, gy, {6, 4, 2, 2}, p), ShapeError);
   EXPECT_THROW(kusari::conv2d_backward_filter(x, uniform({3, 6, 3, 3}, float32), w.shape(), p),
                ShapeError);
+}
+
+// An input used by two convolutions and a residual join: the second convolution's gradient of
+// x is added into the one x already has (Note [Accumulating into an input's gradient]; on CUDA
+// by cuDNN with beta = 1, Note [Accumulating convolution gradients]). The first convolution
+// finds x's gradient shared with the join's and must not write into it.
+TEST_P(ConvolutionTest, AnInputUsedByTwoConvolutionsGetsTheSumOfTheirGradients) {
+  const auto block = [](const std::vector<Variable>& v) {
+    const Variable h = v[0] * 1.0;  // not a leaf: leaves are never added into
+    return std::vector<Variable>{F::convolution_2d(h, v[1], Variable(), 1, 1) +
+                                 F::convolution_2d(h, v[2], Variable(), 1, 0) * 0.5 + h};
+  };
+  check_backward(block, {uniform({2, 4, 5, 5}, float64), uniform({4, 4, 3, 3}, float64), uniform({4, 4, 1, 1}, float64)},
+                 {}, tol(float64));
+  // In float32, channels-last and NCHW: the same gradients as with double backprop, which records
+  // every sum and so never adds in place.
+  for (const MemoryFormat format : {MemoryFormat::kContiguous, MemoryFormat::kChannelsLast}) {
+    SCOPED_TRACE(format == MemoryFormat::kChannelsLast ? "channels-last" : "NCHW");
+    const Array x = uniform({2, 8, 6, 6}, float32).to_memory_format(format);
+    const Array w1 = uniform({8, 8, 3, 3}, float32).to_memory_format(format);
+    const Array w2 = uniform({8, 8, 1, 1}, float32).to_memory_format(format);
+    std::vector<Array> grads[2];
+    for (const bool recorded : {false, true}) {
+      std::vector<Variable> in{Variable(x, true), Variable(w1, true), Variable(w2, true)};
+      const Variable y = block(in)[0];
+      F::sum(y * y).backward({.enable_double_backprop = recorded});
+      for (const Variable& v : in) grads[recorded ? 1 : 0].push_back(v.grad());
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_TRUE(testing::ArraysClose(grads[0][i], grads[1][i], 1e-4, 1e-4)) << "input " << i;
+    }
+  }
+}
+
+TEST_P(ConvolutionTest, AccumulatingGradientRoutineAddsAndChecksItsArguments) {
+  Conv2dParams p;
+  p.pad[0] = p.pad[1] = 1;
+  const Array w = uniform({6, 4, 3, 3}, float32), gy = uniform({2, 6, 5, 5}, float32);
+  const Array g0 = uniform({2, 4, 5, 5}, float32);
+  Array gx = g0.copy();
+  kusari::conv2d_backward_data_accumulate(w, gy, p, gx);
+  EXPECT_TRUE(testing::ArraysClose(gx, g0 + kusari::conv2d_backward_data(w, gy, g0.shape(), p), 1e-6, 1e-6));
+  Array wrong = uniform({2, 4, 6, 6}, float32);
+  EXPECT_THROW(kusari::conv2d_backward_data_accumulate(w, gy, p, wrong), ShapeError);
+  Array wrong_dtype = g0.astype(float64);
+  EXPECT_THROW(kusari::conv2d_backward_data_accumulate(w, gy, p, wrong_dtype), DtypeError);
+  Array aliased = gy.at({Slice(), Slice(0, 4)});
+  EXPECT_THROW(kusari::conv2d_backward_data_accumulate(w, gy, p, aliased), ValueError);
 }
 
 KUSARI_INSTANTIATE_DEVICE_TEST(ConvolutionTest);

@@ -37,6 +37,18 @@
 // add kernel, so a 16-bit output is rounded twice (after the convolution and after the bias)
 // where the CPU rounds once. A 16-bit convolution for which cuDNN offers no algorithm (some
 // bfloat16 geometries of the legacy API) runs in float32 and is rounded once, like the CPU.
+//
+// Note [Accumulating convolution gradients]
+// The gradient of x may be added into an existing gradient (conv2d_backward_data with
+// `accumulate`, used by the backward engine: Note [Accumulating into an input's gradient] in
+// src/autograd/backward.cc). cuDNN's graph API takes beta = 1: the engine reads the old dx in
+// its epilogue and writes alpha * conv + beta * dx in one pass, summing in float32 and rounding a
+// 16-bit result once. Such plans are keyed apart (beta is part of the operation) and come only
+// from the graph API; when it has none (or KUSARI_CUDNN_API=legacy, an NCHW-run output that is
+// not contiguous, an output pointer aligned to less than 16 bytes) the convolution is computed
+// into a new array and added with the elementwise kernel, which is what the engine did. Timing
+// candidates (KUSARI_CUDNN_BENCHMARK=1) would add into the output on every trial, so they run on
+// a zeroed scratch array of the output's layout.
 #include <cudnn.h>
 
 #include <array>
@@ -133,7 +145,7 @@ struct LegacyPlan {
   }
 };
 
-using PlanKey = std::array<int64_t, 26>;
+using PlanKey = std::array<int64_t, 27>;
 
 int to_int(int64_t v, const char* what) {
   KUSARI_CHECK(v <= std::numeric_limits<int>::max(), NotImplementedError,
@@ -407,7 +419,8 @@ std::shared_ptr<const cudnn_graph::ConvPlan> fastest(
 template <Direction D>
 std::shared_ptr<const cudnn_graph::ConvPlan> graph_plan(int device, Dtype dtype,
                                                         const ConvShape& s, const Conv2dParams& p,
-                                                        bool nhwc, bool tf32, const Buffers& buf) {
+                                                        bool nhwc, bool tf32, bool accumulate,
+                                                        const Buffers& buf) {
   cudnn_graph::ConvProblem problem;
   problem.direction = graph_direction(D);
   problem.data_type = data_type(dtype);
@@ -420,6 +433,7 @@ std::shared_ptr<const cudnn_graph::ConvPlan> graph_plan(int device, Dtype dtype,
   problem.dilation = {p.dilation[0], p.dilation[1]};
   problem.allow_tf32 = tf32;
   problem.deterministic = deterministic_mode();
+  problem.accumulate = accumulate;
   std::vector<std::shared_ptr<const cudnn_graph::ConvPlan>> candidates;
   {
     WorkspaceLease guard = cudnn_workspace(device, 0);  // the handle's lock
@@ -440,11 +454,22 @@ std::array<void*, 3> legacy_operands(const Buffers& buf) {
   return {buf.x, buf.y, buf.w};
 }
 
+/// The output buffer of direction D in Buffers (y, dx or dw).
+template <Direction D>
+void*& output_of(Buffers& buf) {
+  if constexpr (D == Direction::kForward) return buf.y;
+  if constexpr (D == Direction::kBackwardData) return buf.x;
+  return buf.w;
+}
+
 /// The plan of a convolution, created on first use (the call's buffers are used for the
-/// pointers' alignments and for timing candidates).
+/// pointers' alignments and for timing candidates). A plan that accumulates into its output
+/// (beta = 1, Note [Accumulating convolution gradients]) is a graph-API plan or none: its
+/// candidates are timed on a zeroed scratch output like `out`, never on `out` itself.
 template <Direction D>
 std::shared_ptr<const Plan> get_plan(int device, Dtype dtype, const ConvShape& s,
-                                     const Conv2dParams& p, bool nhwc, const Buffers& buf) {
+                                     const Conv2dParams& p, bool nhwc, bool accumulate,
+                                     const Buffers& buf, const Array& out) {
   const bool tf32 = dtype == Dtype::kFloat32 && allow_tf32_convolution();
   const bool fma_only = dtype == Dtype::kFloat32 && !tf32;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
@@ -475,7 +500,8 @@ std::shared_ptr<const Plan> get_plan(int device, Dtype dtype, const ConvShape& s
                     legacy_api_only() ? 1 : 0,
                     alignment(buf.x),
                     alignment(buf.w),
-                    alignment(buf.y)};
+                    alignment(buf.y),
+                    accumulate ? 1 : 0};
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mutex);
@@ -488,8 +514,16 @@ std::shared_ptr<const Plan> get_plan(int device, Dtype dtype, const ConvShape& s
   }
   // Created outside the lock (benchmarking runs kernels); a concurrent duplicate is harmless.
   auto plan = std::make_shared<Plan>();
-  if (!legacy_api_only()) plan->graph = graph_plan<D>(device, dtype, s, p, nhwc, tf32, buf);
-  if (!plan->graph) {
+  if (accumulate) {
+    // (Freed in stream order after the trials, like any array.)
+    const Array scratch = Array::zeros_like(out);
+    Buffers trial = buf;
+    output_of<D>(trial) = scratch.raw_data();
+    plan->graph = graph_plan<D>(device, dtype, s, p, nhwc, tf32, true, trial);
+  } else if (!legacy_api_only()) {
+    plan->graph = graph_plan<D>(device, dtype, s, p, nhwc, tf32, false, buf);
+  }
+  if (!plan->graph && !accumulate) {
     cudnnHandle_t handle = cudnn_handle(device);
     try {
       plan->legacy = describe(dtype, s, p, math, nhwc);
@@ -580,9 +614,20 @@ void run_legacy(int device, const LegacyPlan& plan, Dtype dtype, const void* a, 
 /// convolution without a cuDNN plan runs in float32.
 template <Direction D>
 void convolve(const Array& in0, const Array& in1, const Conv2dParams& p, Array& out,
-              const Array& layout_source) {
+              const Array& layout_source, bool accumulate = false) {
   data_type(out.dtype());
   const bool nhwc = runs_nhwc(out, layout_source);
+  // Note [Accumulating convolution gradients]: out += the convolution, in one pass through a
+  // graph-API plan with beta = 1 where there is one, else computed apart and added.
+  const auto apart = [&] {
+    Array part = Array::empty(out.shape(), out.dtype(), out.device(), out.memory_format());
+    convolve<D>(in0, in1, p, part, layout_source);
+    binary(BinaryOp::kAdd, out, part, out);
+  };
+  if (accumulate && (legacy_api_only() || (!nhwc && !out.is_contiguous()) ||
+                     alignment(out.raw_data()) < 16)) {
+    return apart();
+  }
   const auto rerun_nchw = [&] {
     Array out_nchw = nchw_like(out);
     convolve<D>(in0, in1, p, out_nchw, layout_source);
@@ -607,11 +652,13 @@ void convolve(const Array& in0, const Array& in1, const Conv2dParams& p, Array& 
   }
   std::shared_ptr<const Plan> plan;
   try {
-    plan = get_plan<D>(device, out.dtype(), s, p, nhwc, buf);
+    plan = get_plan<D>(device, out.dtype(), s, p, nhwc, accumulate, buf, out);
   } catch (const Error&) {
+    if (accumulate) return apart();
     if (!nhwc) throw;
     return rerun_nchw();  // no NHWC algorithm for this geometry
   }
+  if (accumulate && !plan->graph) return apart();
   if (plan->in_float32()) {
     Array out32 = Array::empty(out.shape(), Dtype::kFloat32, out.device(), out.memory_format());
     convolve<D>(to_float32(a), to_float32(b), p, out32, layout_source);
@@ -638,8 +685,9 @@ void conv2d_forward(const Array& x, const Array& w, const Array& b, const Conv2d
   }
 }
 
-void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx) {
-  convolve<Direction::kBackwardData>(w, gy, p, gx, gy);
+void conv2d_backward_data(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx,
+                          bool accumulate) {
+  convolve<Direction::kBackwardData>(w, gy, p, gx, gy, accumulate);
 }
 
 void conv2d_backward_filter(const Array& x, const Array& gy, const Conv2dParams& p, Array& gw) {

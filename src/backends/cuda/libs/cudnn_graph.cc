@@ -70,7 +70,8 @@ Descriptor convolution(const ConvProblem& p) {
   return c;
 }
 
-/// The one operation of the graph; alpha = 1 and beta = 0 in the compute type's precision.
+/// The one operation of the graph; alpha = 1 and beta = 0 (1 to accumulate) in the compute
+/// type's precision.
 Descriptor operation(const ConvProblem& p, const Descriptor& x, const Descriptor& w,
                      const Descriptor& y, const Descriptor& conv) {
   struct Names {
@@ -111,11 +112,11 @@ Descriptor operation(const ConvProblem& p, const Descriptor& x, const Descriptor
   op.set_descriptor(n.x, x).set_descriptor(n.w, w).set_descriptor(n.y, y).set_descriptor(n.conv,
                                                                                          conv);
   if (p.compute_type == CUDNN_DATA_DOUBLE) {
-    const double one = 1.0, zero = 0.0;
-    op.set(n.alpha, CUDNN_TYPE_DOUBLE, 1, &one).set(n.beta, CUDNN_TYPE_DOUBLE, 1, &zero);
+    const double one = 1.0, beta = p.accumulate ? 1.0 : 0.0;
+    op.set(n.alpha, CUDNN_TYPE_DOUBLE, 1, &one).set(n.beta, CUDNN_TYPE_DOUBLE, 1, &beta);
   } else {
-    const float one = 1.0f, zero = 0.0f;
-    op.set(n.alpha, CUDNN_TYPE_FLOAT, 1, &one).set(n.beta, CUDNN_TYPE_FLOAT, 1, &zero);
+    const float one = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
+    op.set(n.alpha, CUDNN_TYPE_FLOAT, 1, &one).set(n.beta, CUDNN_TYPE_FLOAT, 1, &beta);
   }
   op.finalize("the convolution operation");
   return op;

@@ -62,6 +62,8 @@ struct ConvProblem {
   bool allow_tf32 = true;
   /// Only engines cuDNN does not mark non-deterministic.
   bool deterministic = false;
+  /// The output is added to (beta = 1) instead of overwritten.
+  bool accumulate = false;
 };
 
 /// A finalized execution plan of one convolution.
