@@ -209,6 +209,33 @@ TEST_P(MixedPrecisionTest, HooksSeeFloat32GradientsAndMasterWeights) {
   EXPECT_EQ(link->p.grad().dtype(), bfloat16);
 }
 
+TEST_P(MixedPrecisionTest, AnUnchangedGradientKeepsItsArrayAfterTheUpdate) {
+  // Widened to float32 for the step and not changed (no loss scale, no hooks), a 16-bit gradient
+  // is given back as it was rather than rounded again; changed, it is the rounding of the float32
+  // gradient the step used.
+  for (const bool hook : {false, true}) {
+    SCOPED_TRACE(hook ? "with WeightDecay" : "no hooks");
+    auto link = std::make_shared<OneParam>(Array::full({3}, 2.0, bfloat16, device()));
+    optimizers::SGD opt(0.5);
+    opt.setup(link);
+    opt.use_fp32_update();
+    if (hook) opt.add_hook(std::make_shared<optimizers::WeightDecay>(0.25));
+    const Array g = Array::from({0.1, -0.3, 1.7}, std::nullopt, float64, device()).astype(bfloat16);
+    link->p.set_grad(g);
+    opt.update();
+    const Array after = link->p.grad();
+    EXPECT_EQ(after.dtype(), bfloat16);
+    EXPECT_EQ(after.same_view(g), !hook);
+    // The gradient the step used: g, plus 0.25 w with the hook.
+    const Array used = hook ? (g.astype(float32) + 0.5).astype(bfloat16) : g;
+    EXPECT_TRUE(testing::ArraysClose(after, used, 0, 0));
+    const Array used32 = hook ? g.astype(float32) + 0.5 : g.astype(float32);
+    const Array expected_master = Array::full({3}, 2.0, float32, device()) - used32 * 0.5;
+    EXPECT_TRUE(testing::ArraysClose(opt.param_states()[0].get("master"), expected_master, 1e-6, 1e-6));
+    EXPECT_TRUE(testing::ArraysClose(link->p.data(), expected_master.astype(bfloat16), 0, 0));
+  }
+}
+
 KUSARI_INSTANTIATE_DEVICE_TEST(MixedPrecisionTest);
 
 }  // namespace
