@@ -262,7 +262,8 @@ void reduce_fused_statistics(BatchStatisticsReducer& reducer, int64_t m_local, d
 // With relu_y (the output of a fused relu), gy is masked by relu_y > 0 inside the kernels.
 bool fused_batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g,
                                const FusedStatistics& fs, BatchStatisticsReducer* reducer,
-                               double total, const Array& gy, const Array* relu_y) {
+                               double total, const Array& gy, const Array* relu_y,
+                               Array* masked_gy = nullptr) {
   const Array& x = ctx.input(0).data();
   Array gbeta, ggamma;
   if (!routines::batch_norm_backward_reduce(x, gy, relu_y, fs.shape, fs.mean, fs.inv_std, gbeta,
@@ -281,7 +282,8 @@ bool fused_batch_norm_backward(BackwardContext& ctx, const BatchNormGeometry& g,
     }
     Array gx =
         routines::batch_norm_backward_data(x, gy, relu_y, fs.shape, fs.mean, fs.inv_std,
-                                           ctx.input(1).data(), sum_beta, sum_gamma, 1.0 / total);
+                                           ctx.input(1).data(), sum_beta, sum_gamma, 1.0 / total,
+                                           masked_gy);
     if (!gx.defined()) return false;
     ctx.set_input_grad(0, Variable(std::move(gx)));
   }
@@ -373,10 +375,15 @@ Variable fused_batch_normalization(const char* fn, const Variable& x, const Vari
     const bool with_residual = ctx.num_inputs() == 4;
     if (!ctx.is_double_backprop()) {
       const Array& gy = ctx.output_grad().data();
-      if (fused_batch_norm_backward(ctx, g, fs, reducer, total, gy,
-                                    with_relu ? &relu_y : nullptr)) {
-        if (with_residual && ctx.needs_input_grad(3)) {
-          ctx.set_input_grad(3, Variable(with_relu ? kusari::relu_grad(gy, relu_y) : gy));
+      // The residual's gradient is gy masked by the relu: written by the gradient pass of x
+      // when it runs (no pass of its own), else by relu_grad.
+      const bool residual_grad = with_residual && ctx.needs_input_grad(3);
+      Array masked;
+      if (fused_batch_norm_backward(ctx, g, fs, reducer, total, gy, with_relu ? &relu_y : nullptr,
+                                    residual_grad && with_relu ? &masked : nullptr)) {
+        if (residual_grad) {
+          if (!masked.defined()) masked = with_relu ? kusari::relu_grad(gy, relu_y) : gy;
+          ctx.set_input_grad(3, Variable(std::move(masked)));
         }
         return;
       }

@@ -67,10 +67,12 @@ inline constinit Kernel<bool(const Array& x, const Array& gy, const Array* relu_
 
 /// gx = gamma * inv_std * (g - gbeta * inv_m - (x - mean) * inv_std * ggamma * inv_m), g as in
 /// batch_norm_backward_reduce; inv_m is 1 / (the number of values each statistic was taken over).
+/// With `gm` (laid out like gx), g itself is written there too: the gradient of the residual
+/// added before the relu, which then costs no pass of its own.
 inline constinit Kernel<bool(const Array& x, const Array& gy, const Array* relu_y,
                              const BatchNormShape& s, const Array& mean, const Array& inv_std,
                              const Array& gamma, const Array& gbeta, const Array& ggamma,
-                             double inv_m, Array& gx)>
+                             double inv_m, Array& gx, Array* gm)>
     batch_norm_backward_data{"batch_norm_backward_data"};
 
 }  // namespace kusari::kernels

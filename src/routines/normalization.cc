@@ -152,7 +152,7 @@ bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* re
 Array batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu_y,
                                const kernels::BatchNormShape& s, const Array& mean,
                                const Array& inv_std, const Array& gamma, const Array& gbeta,
-                               const Array& ggamma, double inv_m) {
+                               const Array& ggamma, double inv_m, Array* masked_gy) {
   const char* fn = "batch_normalization (gradient)";
   const Dtype stat = batch_norm_stat_dtype(x.dtype());
   const BackwardOperands o = backward_operands(fn, x, gy, relu_y, s, mean, inv_std);
@@ -160,10 +160,13 @@ Array batch_norm_backward_data(const Array& x, const Array& gy, const Array* rel
   Array gb = channel_vector(fn, gbeta, s, stat, x, "gbeta");
   Array gg = channel_vector(fn, ggamma, s, stat, x, "ggamma");
   Array gx = Array::empty(x.shape(), x.dtype(), x.device(), fused_format(x));
+  Array gm = masked_gy ? Array::empty(x.shape(), x.dtype(), x.device(), fused_format(x)) : Array();
   if (!kernels::batch_norm_backward_data.try_run(x.device(), x, o.gy, relu_y ? &o.relu_y : nullptr,
-                                                 s, o.mean, o.inv_std, ga, gb, gg, inv_m, gx)) {
+                                                 s, o.mean, o.inv_std, ga, gb, gg, inv_m, gx,
+                                                 masked_gy ? &gm : nullptr)) {
     return Array();
   }
+  if (masked_gy) *masked_gy = std::move(gm);
   return gx;
 }
 

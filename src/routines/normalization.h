@@ -42,10 +42,11 @@ bool batch_norm_backward_reduce(const Array& x, const Array& gy, const Array* re
                                 const Array& inv_std, Array& gbeta, Array& ggamma);
 
 /// gx of the batch normalization from the sums above; inv_m = 1 / (values per statistic).
-/// Undefined when the backend declined.
+/// Undefined when the backend declined. With `masked_gy`, it also receives gy masked by relu_y
+/// (gy itself without relu_y), written in the same pass.
 Array batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu_y,
                                const kernels::BatchNormShape& s, const Array& mean,
                                const Array& inv_std, const Array& gamma, const Array& gbeta,
-                               const Array& ggamma, double inv_m);
+                               const Array& ggamma, double inv_m, Array* masked_gy = nullptr);
 
 }  // namespace kusari::routines

@@ -216,7 +216,7 @@ template <typename T>
 void backward_data_typed(const Array& x, const Array& gy, const Array* relu_y,
                          const BatchNormShape& s, const Array& mean, const Array& inv_std,
                          const Array& gamma, const Array& gbeta, const Array& ggamma, double inv_m,
-                         Array& gx) {
+                         Array& gx, Array* gm) {
   using S = stat_t<T>;
   const int64_t c_count = s.channels;
   // gx = a * (g - b - (x - mean) * d) per channel.
@@ -233,10 +233,13 @@ void backward_data_typed(const Array& x, const Array& gy, const Array* relu_y,
   const T* gp = gy.data<T>();
   const T* yp = relu_y ? relu_y->data<T>() : nullptr;
   T* op = gx.data<T>();
+  T* mp = gm ? gm->data<T>() : nullptr;
   for_each_element(s, [&](int64_t i, int64_t c) {
     const size_t k = static_cast<size_t>(c);
     S g = static_cast<S>(static_cast<compute_t<T>>(gp[i]));
-    if (yp && !(static_cast<S>(static_cast<compute_t<T>>(yp[i])) > S(0))) g = S(0);
+    const bool off = yp && !(static_cast<S>(static_cast<compute_t<T>>(yp[i])) > S(0));
+    if (off) g = S(0);
+    if (mp) mp[i] = off ? static_cast<T>(compute_t<T>(0)) : gp[i];
     const S xc = static_cast<S>(static_cast<compute_t<T>>(xp[i])) - mu[k];
     op[i] = static_cast<T>(static_cast<compute_t<T>>(a[k] * (g - b[k] - xc * d[k])));
   });
@@ -245,10 +248,10 @@ void backward_data_typed(const Array& x, const Array& gy, const Array* relu_y,
 bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu_y,
                               const BatchNormShape& s, const Array& mean, const Array& inv_std,
                               const Array& gamma, const Array& gbeta, const Array& ggamma,
-                              double inv_m, Array& gx) {
+                              double inv_m, Array& gx, Array* gm) {
   common::visit_floating_dtype(x.dtype(), "batch_norm_backward_data", [&](auto tag) {
     backward_data_typed<decltype(tag)>(x, gy, relu_y, s, mean, inv_std, gamma, gbeta, ggamma, inv_m,
-                                       gx);
+                                       gx, gm);
   });
   return true;
 }

@@ -171,12 +171,15 @@ TEST_P(BatchNormFusedTest, Float32ParametersOf16BitInputFallBackToo) {
 // composed float64 formula. The relu's mask is taken from the fused output, so that an element
 // rounded to the other side of 0 in a 16-bit dtype is compared with the same mask.
 TEST_P(BatchNormFusedTest, ReluEpilogueMatchesComposed) {
+  // 16 channels: the CUDA kernels' 16-byte packs in channels-last (10: one element at a time).
+  for (const int64_t channels : {10, 16})
   for (Dtype d : {float64, float32, bfloat16, float16}) {
     for (bool cl : {false, true}) {
       for (bool with_residual : {false, true}) {
         SCOPED_TRACE(::testing::Message() << dtype_name(d) << (cl ? " channels-last" : "")
-                                          << (with_residual ? " + residual" : ""));
-        const Shape shape{6, 10, 7, 5};
+                                          << (with_residual ? " + residual" : "") << ", "
+                                          << channels << " channels");
+        const Shape shape{6, channels, 7, 5};
         const Dtype pd = is_half_precision(d) ? float32 : d;
         auto layout = [cl](Array a) {
           return cl ? a.to_memory_format(MemoryFormat::kChannelsLast) : a;
@@ -184,8 +187,8 @@ TEST_P(BatchNormFusedTest, ReluEpilogueMatchesComposed) {
         Array x = layout(uniform(shape, float64, -2, 3).astype(d));
         Array r = layout(uniform(shape, float64, -1, 1).astype(d));
         Array gy = layout(uniform(shape, float64).astype(d));
-        Array gamma = uniform({10}, pd, 0.5, 1.5), beta = uniform({10}, pd);
-        Array rm = Array::zeros({10}, pd, device()), rv = Array::ones({10}, pd, device());
+        Array gamma = uniform({channels}, pd, 0.5, 1.5), beta = uniform({channels}, pd);
+        Array rm = Array::zeros({channels}, pd, device()), rv = Array::ones({channels}, pd, device());
 
         Variable vx(x, true), vg(gamma, true), vb(beta, true), vr(r, true);
         Variable y = F::batch_normalization_relu(vx, vg, vb, with_residual ? vr : Variable(), 1e-3,

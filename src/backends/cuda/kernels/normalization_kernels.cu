@@ -673,6 +673,7 @@ struct BackwardDataOp {
   static constexpr int kRowsInFlight = 2;
   GradOperands<T, S> in;
   T* gx;
+  T* gm;  // the masked gy (may be null)
   const S* mean;
   const S* inv_std;
   const S* gamma;
@@ -692,6 +693,10 @@ struct BackwardDataOp {
   }
   __device__ __forceinline__ void apply(int64_t i, const Channel& k) const {
     gx[i] = from_compute<T>(static_cast<compute_t<T>>(value(in.g(i), in.xv(i), k)));
+    if (gm != nullptr) {
+      const bool off = in.relu_y != nullptr && !(load_as<S>(in.relu_y, i) > S(0));
+      gm[i] = off ? from_compute<T>(compute_t<T>(0)) : in.gy[i];
+    }
   }
   template <int kRows>
   __device__ __forceinline__ void apply_packs(int64_t i, int64_t stride, const Channel* k) const {
@@ -705,6 +710,15 @@ struct BackwardDataOp {
         out.v[j] = from_compute<T>(static_cast<compute_t<T>>(v));
       }
       store_pack(gx, i + u * stride, out);
+      if (gm != nullptr) {
+        Pack<T> masked;
+#pragma unroll
+        for (int j = 0; j < Pack<T>::kSize; ++j) {
+          const bool off = in.relu_y != nullptr && !(static_cast<S>(to_compute(r.y[u].v[j])) > S(0));
+          masked.v[j] = off ? from_compute<T>(compute_t<T>(0)) : r.gy[u].v[j];
+        }
+        store_pack(gm, i + u * stride, masked);
+      }
     }
   }
 };
@@ -799,7 +813,7 @@ bool batch_norm_normalize(const Array& x, const BatchNormShape& s, const Array& 
 bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu_y,
                               const BatchNormShape& s, const Array& mean, const Array& inv_std,
                               const Array& gamma, const Array& gbeta, const Array& ggamma,
-                              double inv_m, Array& gx) {
+                              double inv_m, Array& gx, Array* gm) {
   if (!fits_kernels(s) || s.outer * s.channels >= (int64_t{1} << 31)) return false;
   visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "batch_norm_backward_data", [&](auto tag) {
     using T = decltype(tag);
@@ -808,13 +822,14 @@ bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu
                             static_cast<const T*>(gy.raw_data()),
                             relu_y ? static_cast<const T*>(relu_y->raw_data()) : nullptr},
                             static_cast<T*>(gx.raw_data()),
+                            gm ? static_cast<T*>(gm->raw_data()) : nullptr,
                             mean.data<S>(),
                             inv_std.data<S>(),
                             gamma.data<S>(),
                             gbeta.data<S>(),
                             ggamma.data<S>(),
                             static_cast<S>(inv_m)};
-    launch_elementwise(x, s, op, packs_apply<T>(s, {op.in.x, op.in.gy, op.in.relu_y, op.gx}));
+    launch_elementwise(x, s, op, packs_apply<T>(s, {op.in.x, op.in.gy, op.in.relu_y, op.gx, op.gm}));
   });
   return true;
 }
