@@ -11,7 +11,9 @@
 // script), so each peak memory is that row's: the peak of the bytes kusari's arrays asked the
 // CUDA memory pool for (cuda::memory_stats().peak_requested_bytes; the pool's blocks round them
 // up) against torch.cuda.max_memory_allocated, or the peak resident set of
-// the process on a CPU. Ratios are of throughput (images per second): above 1, kusari is faster.
+// the process on a CPU. On a GPU both sides start their peaks over after the warm-up steps (the
+// graph row's peak also spans its capture). Ratios are of throughput (images per second): above
+// 1, kusari is faster.
 //
 //   bench_resnet50 [--arch resnet50] [--device cuda|cpu] [--batch 64] [--size 224] [--steps 20]
 //                  [--warmup 5] [--rows f32-nchw,f32-cl,bf16-nchw,bf16-cl] [--tf32 default|on|off]
@@ -51,10 +53,14 @@ int depth_of(const std::string& arch) {
 }
 
 /// Milliseconds per call of `step` after `warmup` calls, with one synchronisation at the end.
+/// Milliseconds per step after `warmup` untimed steps. With `reset_peak` the GPU's peak memory
+/// starts over after the warm-up, as the peer's torch.cuda.reset_peak_memory_stats() does: the
+/// first steps choose cuDNN's algorithms by timing them, which is not what a step needs.
 double time_steps(const kusari::Device& device, int warmup, int steps,
-                  const std::function<void()>& step) {
+                  const std::function<void()>& step, bool reset_peak = false) {
   for (int i = 0; i < warmup; ++i) step();
   device.synchronize();
+  if (reset_peak && device.is_cuda()) kusari::cuda::reset_peak_memory_stats(device.index());
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   device.synchronize();
@@ -117,7 +123,7 @@ int run_child(const Config& c, const std::string& row) {
     kusari::cuda::profiler_stop();
     return 0;
   }
-  const double eager_ms = time_steps(device, c.warmup, c.steps, step);
+  const double eager_ms = time_steps(device, c.warmup, c.steps, step, /*reset_peak=*/true);
   std::printf("RESULT params %lld\n", static_cast<long long>(model->count_params()));
   std::printf("RESULT eager_ms %.6f\n", eager_ms);
   std::printf("RESULT peak_bytes %.0f\n",

@@ -90,6 +90,10 @@ MemoryStats memory_stats(int device) {
   return require_runtime("cuda::memory_stats").memory_stats(device);
 }
 
+void reset_peak_memory_stats(int device) {
+  require_runtime("cuda::reset_peak_memory_stats").reset_peak_memory_stats(device);
+}
+
 void empty_cache() {
   if (Runtime* r = runtime()) r->empty_cache();
 }

@@ -103,6 +103,7 @@ class Runtime {
   /// Usable GPUs (0 when there is no driver or no device; never throws).
   virtual int device_count() = 0;
   virtual MemoryStats memory_stats(int device) = 0;
+  virtual void reset_peak_memory_stats(int device) = 0;
   virtual void empty_cache() = 0;
   /// cudaProfilerStart (on) or cudaProfilerStop.
   virtual void profiler_collect(bool on) = 0;

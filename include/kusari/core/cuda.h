@@ -32,6 +32,10 @@ struct MemoryStats {
 
 /// The pool statistics of GPU `device`.
 MemoryStats memory_stats(int device = 0);
+/// Makes the peaks of GPU `device` (peak_in_use_bytes, peak_requested_bytes) the current values,
+/// so that later peaks are those of what runs next (PyTorch's reset_peak_memory_stats): a
+/// benchmark resets after its warm-up steps.
+void reset_peak_memory_stats(int device = 0);
 /// Returns every cached free block of every device to the driver (never done in the hot loop).
 void empty_cache();
 /// Starts and stops the collection of a profiler that was told to wait for it (Nsight's

@@ -96,6 +96,21 @@ TEST_F(CudaMemoryPool, StatisticsFollowAllocations) {
   EXPECT_GT(emptied.device_frees, released.device_frees);
 }
 
+TEST_F(CudaMemoryPool, ResettingThePeaksForgetsEarlierAllocations) {
+  constexpr int64_t kBytes = int64_t{96} << 20;
+  { Array big = Array::empty({kBytes}, uint8, gpu()); }
+  const cuda::MemoryStats before = cuda::memory_stats(0);
+  EXPECT_GE(before.peak_requested_bytes, before.requested_bytes + static_cast<size_t>(kBytes));
+  cuda::reset_peak_memory_stats(0);
+  const cuda::MemoryStats reset = cuda::memory_stats(0);
+  EXPECT_EQ(reset.peak_requested_bytes, reset.requested_bytes);
+  EXPECT_EQ(reset.peak_in_use_bytes, reset.in_use_bytes);
+  Array small = Array::empty({int64_t{1} << 20}, uint8, gpu());
+  const cuda::MemoryStats after = cuda::memory_stats(0);
+  EXPECT_EQ(after.peak_requested_bytes, reset.requested_bytes + (size_t{1} << 20));
+  EXPECT_THROW(cuda::reset_peak_memory_stats(99), DeviceError);
+}
+
 TEST_F(CudaMemoryPool, SlightlyDifferentLargeSizesShareBlocks) {
   void* first = nullptr;
   {

@@ -111,7 +111,10 @@ struct DeviceState {
   // holds the mutex until its call is queued, so that no thread grows (and so releases) the
   // buffer between another thread's lookup and its launch. The same lock serialises every use
   // of the device's cuDNN handle, which cuDNN does not allow two threads to use at once.
-  // Algorithms are only chosen when their workspace fits kMaxCudnnWorkspaceBytes.
+  // Algorithms are only chosen when their workspace fits kMaxCudnnWorkspaceBytes. Timing
+  // candidates (KUSARI_CUDNN_BENCHMARK=1) uses scratch of its own, freed after the trials, not
+  // this buffer: it would otherwise grow to the largest candidate's need (often the 1 GiB limit)
+  // and hold it for the process's life, though the chosen plans need far less.
   std::mutex workspace_mutex;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -566,6 +569,11 @@ Backend& cuda_backend() {
 MemoryStats pool_memory_stats(int device) {
   check_device_index(device, "cuda::memory_stats");
   return memory_pool().stats(device);
+}
+
+void pool_reset_peaks(int device) {
+  check_device_index(device, "cuda::reset_peak_memory_stats");
+  memory_pool().reset_peaks(device);
 }
 
 void pool_empty_cache() {

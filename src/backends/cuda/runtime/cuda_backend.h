@@ -79,6 +79,7 @@ ErrorWords error_words(int device);
 std::unique_ptr<Graph::Impl> make_graph();
 std::unique_ptr<ScalarReader::Impl> make_scalar_reader();
 MemoryStats pool_memory_stats(int device);
+void pool_reset_peaks(int device);
 void pool_empty_cache();
 // Pinned host memory, events and upload streams (upload.cc; Note [Upload stream]).
 void* allocate_pinned(int device, size_t nbytes);

@@ -167,6 +167,13 @@ MemoryStats MemoryPool::stats(int device) const {
   return p.stats;
 }
 
+void MemoryPool::reset_peaks(int device) {
+  DevicePool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.stats.peak_in_use_bytes = p.stats.in_use_bytes;
+  p.stats.peak_requested_bytes = p.stats.requested_bytes;
+}
+
 void MemoryPool::release_cached(int device) {
   DevicePool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mutex);

@@ -72,6 +72,8 @@ class MemoryPool {
   void deallocate(int device, void* ptr);
   /// Statistics of one device's pool.
   MemoryStats stats(int device) const;
+  /// Sets the device's peaks to the current values.
+  void reset_peaks(int device);
   /// Synchronises `device` and returns its cached free blocks to the driver.
   void release_cached(int device);
 

@@ -46,6 +46,7 @@ class CudaRuntime final : public Runtime {
   Backend& backend() override { return cuda_backend(); }
   int device_count() override { return cuda_device_count(); }
   MemoryStats memory_stats(int device) override { return pool_memory_stats(device); }
+  void reset_peak_memory_stats(int device) override { pool_reset_peaks(device); }
   void empty_cache() override { pool_empty_cache(); }
   void profiler_collect(bool on) override {
     KUSARI_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
