@@ -179,6 +179,29 @@ TEST_F(CudaConvolution, AccumulatedGradientOfXMatchesTheCpu) {
   }
 }
 
+// Note [cuDNN workspace]: each call's scratch goes back to the pool once the call is queued, so
+// after a convolution's arrays are gone the pool's requested bytes are what they were before.
+TEST_F(CudaConvolution, TheWorkspaceIsNotHeldBetweenCalls) {
+  const Array x = testing::random_array({8, 32, 28, 28}, float32, -1, 1, 5).to_device(gpu());
+  const Array w = testing::random_array({64, 32, 3, 3}, float32, -1, 1, 6).to_device(gpu());
+  Conv2dParams p;
+  p.pad[0] = p.pad[1] = 1;
+  conv2d(x, w, Array(), p);  // plans made (and any timing done) before measuring
+  gpu().synchronize();
+  const size_t base = cuda::memory_stats(0).requested_bytes;
+  cuda::reset_peak_memory_stats(0);
+  {
+    const Array y = conv2d(x, w, Array(), p);
+    const Array gx = conv2d_backward_data(w, y, x.shape(), p);
+    const Array gw = conv2d_backward_filter(x, y, w.shape(), p);
+    gpu().synchronize();
+  }
+  const cuda::MemoryStats after = cuda::memory_stats(0);
+  EXPECT_EQ(after.requested_bytes, base);
+  // The peak saw the outputs (and whatever workspace the calls took), nothing held since.
+  EXPECT_GE(after.peak_requested_bytes, base + static_cast<size_t>(x.nbytes() + w.nbytes()));
+}
+
 TEST_F(CudaConvolution, RepeatedCallsReuseThePlanAndAgree) {
   const Array x = testing::random_array({4, 8, 16, 16}, float32, -1, 1, 3).to_device(gpu());
   const Array w = testing::random_array({8, 8, 3, 3}, float32, -1, 1, 4).to_device(gpu());

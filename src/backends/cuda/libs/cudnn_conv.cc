@@ -18,9 +18,9 @@
 //     kMaxTimedCandidates of them), the legacy API's through cudnnFind*Ex. Timing synchronises
 //     the device, so it is refused while a CUDA graph records: run one eager step first.
 //   - Candidates whose workspace exceeds kMaxCudnnWorkspaceBytes are skipped; the workspace is the
-//     device's shared, growing buffer (Note [cuDNN workspace]), so it is allocated once per size
-//     reached, not per call. Timing runs in scratch of its own (trial_workspace), freed after
-//     the trials, so that the shared buffer grows only to what the chosen plans need.
+//     pool's, taken for each call and given back once it is queued (Note [cuDNN workspace]), so
+//     it counts in the memory statistics only while a call runs, however large a candidate
+//     timed once needed.
 //   - KUSARI_CUDNN_DETERMINISTIC=1 keeps only algorithms cuDNN marks deterministic (some
 //     gradient algorithms add with atomics).
 //   - float32 uses TF32 tensor cores only when allow_tf32_convolution() (the default;
@@ -269,13 +269,6 @@ std::unique_ptr<LegacyPlan> describe(Dtype dtype, const ConvShape& s, const Conv
   return plan;
 }
 
-/// Scratch of `bytes` for timing candidates, apart from the shared workspace (Note [cuDNN
-/// workspace]); freed in stream order when the array goes.
-Array trial_workspace(int device, size_t bytes) {
-  return Array::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, Dtype::kUInt8,
-                      Device::cuda(device));
-}
-
 template <Direction D>
 void choose_algorithm(cudnnHandle_t handle, int device, LegacyPlan& plan, bool fma_only,
                       const void* a, const void* b, void* out) {
@@ -295,10 +288,8 @@ void choose_algorithm(cudnnHandle_t handle, int device, LegacyPlan& plan, bool f
     for (int i = 0; i < got; ++i) {
       if (acceptable(perf[i], fma_only)) ws_bytes = std::max(ws_bytes, perf[i].memory);
     }
-    const Array scratch = trial_workspace(device, ws_bytes);
-    WorkspaceLease lock = cudnn_workspace(device, 0);  // the handle's lock
-    Api<D>::find(handle, plan, a, b, out, max_count, &got, perf.data(), scratch.raw_data(),
-                 static_cast<size_t>(scratch.size()));
+    WorkspaceLease ws = cudnn_workspace(device, std::max<size_t>(ws_bytes, 1));
+    Api<D>::find(handle, plan, a, b, out, max_count, &got, perf.data(), ws.ptr, ws.bytes);
   }
   // cuDNN's order, except that without TF32 the candidates reporting FMA math come first.
   std::vector<const Perf*> order;
@@ -395,9 +386,8 @@ std::shared_ptr<const cudnn_graph::ConvPlan> fastest(
                       "timing waits for the device; run one step eagerly before capturing");
   int64_t ws_bytes = 1;
   for (const auto& c : candidates) ws_bytes = std::max(ws_bytes, c->workspace());
-  const Array scratch = trial_workspace(device, static_cast<size_t>(ws_bytes));
-  WorkspaceLease lock = cudnn_workspace(device, 0);  // the handle's lock
-  void* const ws = scratch.raw_data();
+  WorkspaceLease lease = cudnn_workspace(device, static_cast<size_t>(ws_bytes));
+  void* const ws = lease.ptr;
   cudnnHandle_t handle = cudnn_handle(device);
   cudaStream_t stream = compute_stream(device);
   cudaEvent_t start = nullptr, stop = nullptr;

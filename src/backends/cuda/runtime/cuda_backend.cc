@@ -106,18 +106,17 @@ struct DeviceState {
   cudnnHandle_t cudnn = nullptr;
 
   // Note [cuDNN workspace]
-  // One growing buffer per device from the memory pool, shared by all cuDNN calls: they run on
-  // the compute stream one after another, so one call's scratch can be the next one's. A lease
-  // holds the mutex until its call is queued, so that no thread grows (and so releases) the
-  // buffer between another thread's lookup and its launch. The same lock serialises every use
-  // of the device's cuDNN handle, which cuDNN does not allow two threads to use at once.
-  // Algorithms are only chosen when their workspace fits kMaxCudnnWorkspaceBytes. Timing
-  // candidates (KUSARI_CUDNN_BENCHMARK=1) uses scratch of its own, freed after the trials, not
-  // this buffer: it would otherwise grow to the largest candidate's need (often the 1 GiB limit)
-  // and hold it for the process's life, though the chosen plans need far less.
+  // Each cuDNN call takes its scratch from the memory pool and gives it back once the call is
+  // queued (cudnn_workspace's lease): the pool is stream-ordered, so the next call on the
+  // compute stream may get the same block, and a cached block of the size costs no cudaMalloc.
+  // So the workspace counts in the pool's statistics only while a call needs it, as PyTorch's
+  // caching allocator counts cuDNN's. (A growing buffer kept for the process's life, as before,
+  // held the largest size any call ever asked for, up to the 1 GiB limit, through every peak
+  // of activations: ResNet-50 peaked about a gigabyte above PyTorch with it.) The lease also
+  // holds the device's mutex until its call is queued, which serialises every use of the
+  // device's cuDNN handle (cuDNN does not allow two threads to use one at once). Algorithms are
+  // only chosen when their workspace fits kMaxCudnnWorkspaceBytes.
   std::mutex workspace_mutex;
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
 
   std::mutex error_mutex;
   int64_t* error_device = nullptr;  // {flag, value} on the GPU
@@ -502,19 +501,15 @@ cudnnHandle_t cudnn_handle(int device) {
   return s.cudnn;
 }
 
+void WorkspaceFree::operator()(void* p) const { memory_pool().deallocate(device, p); }
+
 WorkspaceLease cudnn_workspace(int device, size_t bytes) {
   DeviceState& s = state(device);
-  WorkspaceLease lease{std::unique_lock<std::mutex>(s.workspace_mutex), nullptr, 0};
-  if (bytes > s.workspace_bytes) {
-    // The old buffer goes back to the pool in stream order (calls queued on it still finish).
-    if (s.workspace) memory_pool().deallocate(device, s.workspace);
-    s.workspace = nullptr;
-    s.workspace_bytes = 0;
-    s.workspace = memory_pool().allocate(device, bytes);
-    s.workspace_bytes = bytes;
-  }
-  lease.ptr = s.workspace;
-  lease.bytes = s.workspace_bytes;
+  WorkspaceLease lease{std::unique_lock<std::mutex>(s.workspace_mutex), nullptr, 0, {nullptr, WorkspaceFree{device}}};
+  if (bytes == 0) return lease;
+  lease.block.reset(memory_pool().allocate(device, bytes));
+  lease.ptr = lease.block.get();
+  lease.bytes = bytes;
   return lease;
 }
 

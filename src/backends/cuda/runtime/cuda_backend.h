@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 
 #include "core/cuda_runtime.h"
@@ -45,15 +46,21 @@ void check_device_index(int device, const char* what);
 /// Streaming multiprocessors of GPU `device` (sizes the grids of the kernels).
 int sm_count(int device);
 
+/// Returns a workspace block to the memory pool (in stream order).
+struct WorkspaceFree {
+  int device = 0;
+  void operator()(void* p) const;
+};
 /// Device scratch memory for one cuDNN call, held (with the device's cuDNN lock, which also
 /// guards the handle) until the lease is destroyed. See Note [cuDNN workspace].
 struct WorkspaceLease {
   std::unique_lock<std::mutex> lock;
   void* ptr = nullptr;
   size_t bytes = 0;
+  std::unique_ptr<void, WorkspaceFree> block;  // (freed before the lock is released)
 };
-/// At least `bytes` of the cuDNN workspace of GPU `device` (grown from the memory pool when
-/// needed; at most kMaxCudnnWorkspaceBytes are ever asked for).
+/// `bytes` of scratch for one cuDNN call on GPU `device`, from the memory pool (null for 0; at
+/// most kMaxCudnnWorkspaceBytes are ever asked for), with the device's cuDNN lock.
 WorkspaceLease cudnn_workspace(int device, size_t bytes);
 /// The largest cuDNN workspace an algorithm may use.
 inline constexpr size_t kMaxCudnnWorkspaceBytes = size_t{1} << 30;
