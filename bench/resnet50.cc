@@ -46,13 +46,15 @@ struct Config {
   /// A child with --profile runs its warm-up steps, then one step between profiler_start and
   /// profiler_stop (for `ncu --profile-from-start off`, see scripts/gpu_profile.sh), and ends.
   bool profile = false;
+  /// After the timed steps, one more step in its phases (forward, backward, update), with the
+  /// peak memory of each printed (GPU only), beside the peer's.
+  bool memory_phases = false;
 };
 
 int depth_of(const std::string& arch) {
   return std::stoi(arch.substr(std::string("resnet").size()));
 }
 
-/// Milliseconds per call of `step` after `warmup` calls, with one synchronisation at the end.
 /// Milliseconds per step after `warmup` untimed steps. With `reset_peak` the GPU's peak memory
 /// starts over after the warm-up, as the peer's torch.cuda.reset_peak_memory_stats() does: the
 /// first steps choose cuDNN's algorithms by timing them, which is not what a step needs.
@@ -129,6 +131,31 @@ int run_child(const Config& c, const std::string& row) {
   std::printf("RESULT peak_bytes %.0f\n",
               cuda ? static_cast<double>(kusari::cuda::memory_stats(0).peak_requested_bytes)
                    : peak_rss_bytes());
+  if (cuda && c.memory_phases) {
+    // The step of `step` above, phase by phase: each phase's peak, and what is live after it.
+    const auto phase = [&](const char* name, const std::function<void()>& run) {
+      device.synchronize();
+      kusari::cuda::reset_peak_memory_stats(0);
+      run();
+      device.synchronize();
+      const kusari::cuda::MemoryStats s = kusari::cuda::memory_stats(0);
+      std::printf("RESULT mem_%s_peak %.0f\nRESULT mem_%s_end %.0f\n", name,
+                  static_cast<double>(s.peak_requested_bytes), name,
+                  static_cast<double>(s.requested_bytes));
+    };
+    kusari::Variable loss;
+    phase("forward", [&] {
+      model->cleargrads();
+      loss = F::softmax_cross_entropy((*model)(kusari::Variable(x)), t);
+    });
+    phase("backward", [&] {
+      kusari::BackwardOptions options;
+      options.retain_graph = false;
+      loss.backward(options);
+      loss = kusari::Variable();
+    });
+    phase("update", [&] { opt.update(); });
+  }
   if (!cuda) return 0;
   // The whole step recorded once (the learning rate is constant, so freezing it is right) and
   // replayed; the eager steps above made the momentum buffers and cuDNN's plans.
@@ -150,7 +177,7 @@ std::string child_command(const std::string& self, const Config& c, const std::s
   std::ostringstream s;
   s << self << " --child " << row << " --arch " << c.arch << " --device " << c.device << " --batch "
     << c.batch << " --size " << c.size << " --steps " << c.steps << " --warmup " << c.warmup
-    << " --tf32 " << c.tf32;
+    << " --tf32 " << c.tf32 << (c.memory_phases ? " --memory-phases" : "");
   return s.str();
 }
 
@@ -158,7 +185,7 @@ std::string peer_args(const Config& c, const std::string& row, const std::string
   std::ostringstream s;
   s << "--arch " << c.arch << " --device " << c.device << " --batch " << c.batch << " --size "
     << c.size << " --steps " << c.steps << " --warmup " << c.warmup << " --row " << row
-    << " --mode " << mode << " --tf32 " << c.tf32;
+    << " --mode " << mode << " --tf32 " << c.tf32 << (c.memory_phases ? " --memory-phases" : "");
   return s.str();
 }
 
@@ -223,6 +250,9 @@ int main(int argc, char** argv) {
   app.add_option("--python", c.python, "Interpreter that runs the PyTorch peer")
       ->capture_default_str();
   app.add_flag("--no-peer", c.no_peer, "Time kusari only");
+  app.add_flag("--memory-phases", c.memory_phases,
+               "Also print each side's peak GPU memory in the forward, the backward and the "
+               "update of one step");
   app.add_option("--child", child, "(internal) run one row of kusari in this process")->group("");
   app.add_flag("--profile", c.profile, "(with --child) one step between profiler start and stop")
       ->group("");
@@ -270,9 +300,11 @@ int main(int argc, char** argv) {
     m[dt] = std::max(m[dt], img_per_s(ms));
   };
   bool torchvision = true, compile_missing = false;
+  std::vector<std::pair<std::string, std::map<std::string, double>>> phases;  // who, RESULTs
   for (const std::string& row : rows) {
     if (auto k = kusari::bench::try_run(child_command(argv[0], c, row), "kusari " + row)) {
       figures.push_back({row, "kusari eager", k->at("eager_ms"), k->at("peak_bytes")});
+      if (k->count("mem_forward_peak")) phases.push_back({row + " kusari", *k});
       keep_best(best_kusari, row, k->at("eager_ms"));
       if (k->count("graph_ms")) {
         figures.push_back(
@@ -284,6 +316,7 @@ int main(int argc, char** argv) {
     if (auto p = kusari::bench::try_run(c.python + " " + peer_script() + " " + peer_args(c, row, "eager"),
                              "pytorch " + row)) {
       figures.push_back({row, "pytorch eager", p->at("ms"), p->at("peak_bytes")});
+      if (p->count("mem_forward_peak")) phases.push_back({row + " pytorch eager", *p});
       keep_best(best_torch, row, p->at("ms"));
       torchvision = torchvision && p->count("torchvision") && p->at("torchvision") == 1;
     }
@@ -309,6 +342,20 @@ int main(int argc, char** argv) {
   for (const Figure& f : figures) {
     std::printf("%-10s %-32s %10.1f %10.2f %10.0f\n", f.row.c_str(), f.what.c_str(),
                 img_per_s(f.ms), f.ms, f.peak_bytes / (1024.0 * 1024.0));
+  }
+  if (!phases.empty()) {
+    std::printf("\nGPU memory of one step by phase (MiB): the phase's peak / what is live after it\n");
+    std::printf("%-22s %20s %20s %20s\n", "", "forward", "backward", "update");
+    const auto mib = [](double b) { return b / (1024.0 * 1024.0); };
+    for (const auto& [who, r] : phases) {
+      std::printf("%-22s", who.c_str());
+      for (const char* p : {"forward", "backward", "update"}) {
+        const std::string k = std::string("mem_") + p;
+        std::printf(" %9.0f / %8.0f", mib(r.at(k + "_peak")), mib(r.at(k + "_end")));
+      }
+      std::printf("\n");
+    }
+    std::printf("\n");
   }
   for (const auto& [dt, k] : best_kusari) {
     if (best_torch.count(dt)) {

@@ -109,6 +109,8 @@ def main():
     p.add_argument("--tf32", default="default", choices=["default", "on", "off"])
     p.add_argument("--profile", action="store_true",
                    help="after the warm-up, one step between profiler start and stop, then end")
+    p.add_argument("--memory-phases", action="store_true",
+                   help="after the timed steps, the peak GPU memory of each phase of one more step")
     args = p.parse_args()
 
     cuda = args.device == "cuda"
@@ -163,6 +165,29 @@ def main():
     peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print("RESULT ms", ms)
     print("RESULT peak_bytes", peak)
+    if cuda and args.memory_phases:
+        # The step above, phase by phase: each phase's peak and what is live after it.
+        state = {}
+
+        def phase(name, run):
+            sync()
+            torch.cuda.reset_peak_memory_stats()
+            run()
+            sync()
+            print(f"RESULT mem_{name}_peak", torch.cuda.max_memory_allocated())
+            print(f"RESULT mem_{name}_end", torch.cuda.memory_allocated())
+
+        def forward_phase():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+                state["loss"] = F.cross_entropy(forward(x), t)
+
+        def backward_phase():
+            state.pop("loss").backward()
+
+        phase("forward", forward_phase)
+        phase("backward", backward_phase)
+        phase("update", opt.step)
     print("RESULT params", params)
     print("RESULT torchvision", 1 if SOURCE == "torchvision" else 0)
 
