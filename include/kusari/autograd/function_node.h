@@ -15,7 +15,9 @@
 // retained. When no input requires a gradient, or inside NoBackpropMode, record() just wraps the
 // arrays and the rule is dropped unseen. The rule runs in NoBackpropMode unless backward was
 // asked for enable_double_backprop, in which case its own operations are recorded and the
-// gradient can be differentiated again.
+// gradient can be differentiated again. A rule whose kernel can add its result into an existing
+// array for free (cuDNN's beta = 1) may ask for input_grad_accumulator(i) and add into it
+// instead of setting a gradient (Note [Accumulating into an input's gradient]).
 #pragma once
 
 #include <cstdint>
