@@ -13,4 +13,9 @@ struct GraphAccess {
   static uint64_t& visit_mark(FunctionNode& n) { return n.visit_mark_; }
 };
 
+/// Says that the backward rule of `output`'s creator never reads the data of its input `i`, so
+/// that the data may be freed once only such nodes refer to the input (Note [Inputs whose data
+/// no rule reads] in function_node.cc). Does nothing when `output` was not recorded.
+void input_data_unread(const Variable& output, int i);
+
 }  // namespace kusari::detail

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/graph_access.h"
 #include "functions/function_util.h"
 #include "kusari/core/routines.h"
 #include "kusari/functions/activation.h"
@@ -400,7 +401,13 @@ Variable fused_batch_normalization(const char* fn, const Variable& x, const Vari
     }
     composed_backward_from_fused(ctx, g, eps, fs, gy);
   };
-  if (has_residual) return record(fn, {x, gamma, beta, residual}, std::move(y), std::move(rule));
+  if (has_residual) {
+    Variable out = record(fn, {x, gamma, beta, residual}, std::move(y), std::move(rule));
+    // The rule passes the residual a gradient and never reads it (Note [Inputs whose data no
+    // rule reads]): a downsampling block's shortcut output need not live until backward.
+    kusari::detail::input_data_unread(out, 3);
+    return out;
+  }
   return record(fn, {x, gamma, beta}, std::move(y), std::move(rule));
 }
 

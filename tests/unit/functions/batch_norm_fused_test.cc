@@ -239,6 +239,40 @@ TEST_P(BatchNormFusedTest, ReluEpilogueGradientChecks) {
   check(without, {uniform({2, 5, 3, 3}, d), uniform({5}, d, 0.5, 1.5), uniform({5}, d)});
 }
 
+// Note [Inputs whose data no rule reads]: a residual that only the graph holds is freed at the
+// next record(), and still gets its gradient; one the program holds keeps its data.
+TEST_P(BatchNormFusedTest, AResidualOnlyTheGraphHoldsIsFreedBeforeBackward) {
+  const Shape shape{4, 8, 5, 3};
+  const Array x = uniform(shape, float32), r0 = uniform(shape, float32);
+  Variable vx(x, true), vg(uniform({8}, float32, 0.5, 1.5), true), vb(uniform({8}, float32), true);
+  Variable vr0(r0, true);
+  std::weak_ptr<void> residual_memory;
+  Variable y;
+  {
+    const Variable r = vr0 * 2.0;  // not a leaf: after this scope only the node holds it
+    residual_memory = r.data().storage();
+    y = F::batch_normalization_relu(vx, vg, vb, r);
+  }
+  EXPECT_FALSE(residual_memory.expired()) << "released at the next record(), not before";
+  Variable loss = F::sum(y * y);
+  EXPECT_TRUE(residual_memory.expired());
+  loss.backward();
+  // d loss / d r0 = 2 * (2 y where y > 0) = 4 y (y is 0 elsewhere).
+  EXPECT_TRUE(ArraysClose(vr0.grad(), y.data() * 4.0, 1e-6, 1e-6));
+  // Held by the program, the residual keeps its values.
+  const Variable kept = vr0 * 2.0;
+  const Variable y2 = F::batch_normalization_relu(vx, vg, vb, kept);
+  const Variable loss2 = F::sum(y2 * y2);
+  EXPECT_TRUE(ArraysClose(kept.data(), r0 * 2.0, 0, 0));
+  // A residual that is also the normalised input is read as that input: never released.
+  Variable h = vr0 * 1.0;
+  std::weak_ptr<void> h_memory = h.data().storage();
+  const Variable y3 = F::batch_normalization_relu(h, vg, vb, h);
+  h = Variable();
+  const Variable loss3 = F::sum(y3 * y3);
+  EXPECT_FALSE(h_memory.expired());
+}
+
 TEST_P(BatchNormFusedTest, ReluEpilogueFallsBackAndChecksTheResidual) {
   // A layout the kernels decline gives the composed result; a residual of another shape or
   // dtype is refused by name.
