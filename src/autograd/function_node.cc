@@ -128,45 +128,41 @@ struct UnreadInput {
 };
 thread_local std::vector<UnreadInput> t_unread_inputs;
 
+/// True when entry `e` still names a live node holding `impl` at its slot.
+bool holds(const UnreadInput& e, const std::shared_ptr<VariableImpl>& impl) {
+  std::shared_ptr<FunctionNode> node = e.node.lock();
+  if (!node) return false;
+  const auto& in = GraphAccess::inputs(*node);
+  return static_cast<size_t>(e.index) < in.size() && in[static_cast<size_t>(e.index)] == impl;
+}
+
 void release_unread_inputs() {
   auto& list = t_unread_inputs;
-  if (list.empty()) return;
-  std::vector<UnreadInput> keep;
-  keep.reserve(list.size());
-  std::vector<bool> done(list.size(), false);
+  size_t kept = 0;
   for (size_t a = 0; a < list.size(); ++a) {
-    if (done[a]) continue;
     std::shared_ptr<VariableImpl> impl = list[a].impl.lock();
-    if (!impl) continue;
-    // The live declared slots that hold this input.
-    long slots = 0;
-    std::vector<size_t> same;
-    for (size_t b = a; b < list.size(); ++b) {
-      if (done[b] || list[b].impl.lock() != impl) continue;
-      done[b] = true;
-      std::shared_ptr<FunctionNode> node = list[b].node.lock();
-      if (!node) continue;
-      const auto& in = GraphAccess::inputs(*node);
-      if (static_cast<size_t>(list[b].index) >= in.size() || in[static_cast<size_t>(list[b].index)] != impl) {
-        continue;
+    if (!impl || !holds(list[a], impl)) continue;  // gone, or its node let it go
+    // References besides `impl` itself: this slot, and any other declared slot holding it (a
+    // variable used as the residual of two blocks), or something that may read the data.
+    const long others = impl.use_count() - 1;
+    long slots = 1;
+    if (others > 1) {
+      for (size_t b = 0; b < list.size() && slots < others; ++b) {
+        if (b != a && list[b].impl.lock() == impl && holds(list[b], impl)) ++slots;
       }
-      ++slots;
-      same.push_back(b);
     }
-    if (same.empty()) continue;
-    // (`impl` itself is one reference.)
-    if (impl.use_count() - 1 == slots) {
+    if (others == slots) {
       const Array& d = impl->data;
       impl->data = Array::empty({1}, d.dtype(), d.device()).broadcast_to(d.shape());
       continue;
     }
-    for (size_t b : same) keep.push_back(list[b]);
+    list[kept++] = list[a];
   }
-  list = std::move(keep);
+  list.resize(kept);
 }
 
 std::shared_ptr<FunctionNode> make_node(const char* name, const Variable* inputs, size_t n, BackwardRule rule) {
-  release_unread_inputs();
+  if (!t_unread_inputs.empty()) release_unread_inputs();
   FunctionNode::Inputs in;
   in.reserve(n);
   int64_t gen = 0;
