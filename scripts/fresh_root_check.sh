@@ -83,6 +83,14 @@ for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.l
   [ -f "$f" ] && cp "$f" "$root$f"
 done
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# Debian's installer (and every cloud image) writes /etc/hosts with localhost and the machine's
+# name; debootstrap writes none. Without it, Open MPI's start-up of three or more ranks waits
+# 5 s for the resolver on every launch (dozens of the tests: minutes of CI), which no real
+# machine shows. The root shares this machine's name (same UTS namespace).
+if [ ! -e "$root/etc/hosts" ]; then
+  printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+    "$(hostname)" >"$root/etc/hosts"
+fi
 for f in /etc/apt/apt.conf.d/*proxy* /etc/apt/apt.conf.d/*Proxy*; do
   [ -f "$f" ] && cp "$f" "$root$f"
 done
