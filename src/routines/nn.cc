@@ -41,6 +41,18 @@ void check_conv_shapes(const char* fn, const Shape& x, const Shape& w, const Sha
                ") and x with ", w[1] * p.groups, " channels)");
 }
 
+/// The checks of a gradient-of-x computation: W and gy on one device with one dtype, and 4-d
+/// shapes that describe one convolution with an x of `x_shape`.
+void check_backward_data_args(const char* fn, const Array& w, const Array& gy, const Shape& x_shape,
+                              const Conv2dParams& p) {
+  check_conv_params(fn, p);
+  check_same_device(fn, {&w, &gy});
+  check_same_dtype(fn, {&w, &gy});
+  KUSARI_CHECK(x_shape.size() == 4 && gy.ndim() == 4 && w.ndim() == 4, ShapeError, fn, ": expected 4-d shapes, got x ",
+               x_shape, ", gy ", gy.shape(), ", W ", w.shape());
+  check_conv_shapes(fn, x_shape, w.shape(), gy.shape(), p);
+}
+
 /// kChannelsLast when a or b is channels-last, else kContiguous.
 MemoryFormat channels_last_if_any(const Array& a, const Array& b) {
   constexpr MemoryFormat kCL = MemoryFormat::kChannelsLast;
@@ -77,12 +89,7 @@ Array conv2d(const Array& x, const Array& w, const Array& b, const Conv2dParams&
 
 Array conv2d_backward_data(const Array& w, const Array& gy, const Shape& x_shape, const Conv2dParams& p) {
   const char* fn = "convolution_2d (gradient of x)";
-  check_conv_params(fn, p);
-  check_same_device(fn, {&w, &gy});
-  check_same_dtype(fn, {&w, &gy});
-  KUSARI_CHECK(x_shape.size() == 4 && gy.ndim() == 4 && w.ndim() == 4, ShapeError, fn, ": expected 4-d shapes, got x ",
-               x_shape, ", gy ", gy.shape(), ", W ", w.shape());
-  check_conv_shapes(fn, x_shape, w.shape(), gy.shape(), p);
+  check_backward_data_args(fn, w, gy, x_shape, p);
   Array gx = Array::empty(x_shape, gy.dtype(), gy.device(), gy.memory_format());
   if (gx.size() > 0) kernels::conv2d_backward_data(gy.device(), w, gy, p, gx, false);
   return gx;
@@ -90,13 +97,10 @@ Array conv2d_backward_data(const Array& w, const Array& gy, const Shape& x_shape
 
 void conv2d_backward_data_accumulate(const Array& w, const Array& gy, const Conv2dParams& p, Array& gx) {
   const char* fn = "convolution_2d (gradient of x, accumulated)";
-  check_conv_params(fn, p);
   KUSARI_CHECK(gx.defined(), ValueError, fn, ": gx must be defined");
-  check_same_device(fn, {&w, &gy, &gx});
-  check_same_dtype(fn, {&w, &gy, &gx});
-  KUSARI_CHECK(gx.ndim() == 4 && gy.ndim() == 4 && w.ndim() == 4, ShapeError, fn, ": expected 4-d shapes, got gx ",
-               gx.shape(), ", gy ", gy.shape(), ", W ", w.shape());
-  check_conv_shapes(fn, gx.shape(), w.shape(), gy.shape(), p);
+  check_backward_data_args(fn, w, gy, gx.shape(), p);
+  check_same_device(fn, {&gy, &gx});
+  check_same_dtype(fn, {&gy, &gx});
   KUSARI_CHECK(!gx.shares_memory_with(w) && !gx.shares_memory_with(gy), ValueError, fn,
                ": gx overlaps W or gy; accumulate into a separate array");
   if (gx.size() > 0 && gy.size() > 0) kernels::conv2d_backward_data(gy.device(), w, gy, p, gx, true);

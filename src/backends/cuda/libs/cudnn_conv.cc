@@ -417,12 +417,14 @@ std::shared_ptr<const cudnn_graph::ConvPlan> fastest(
   return best;
 }
 
-/// The graph-API plan of a convolution, or null when the graph API has none.
+/// The graph-API plan of a convolution, or null when the graph API has none. The tensors'
+/// alignments come from `buf` (the call's pointers); candidates are timed on `trial` (the same
+/// pointers, or a scratch output for an accumulating plan).
 template <Direction D>
 std::shared_ptr<const cudnn_graph::ConvPlan> graph_plan(int device, Dtype dtype,
                                                         const ConvShape& s, const Conv2dParams& p,
                                                         bool nhwc, bool tf32, bool accumulate,
-                                                        const Buffers& buf) {
+                                                        const Buffers& buf, const Buffers& trial) {
   cudnn_graph::ConvProblem problem;
   problem.direction = graph_direction(D);
   problem.data_type = data_type(dtype);
@@ -445,7 +447,7 @@ std::shared_ptr<const cudnn_graph::ConvPlan> graph_plan(int device, Dtype dtype,
   }
   if (candidates.empty()) return nullptr;
   if (candidates.size() == 1) return candidates.front();
-  return fastest(device, candidates, buf);
+  return fastest(device, candidates, trial);
 }
 
 /// The legacy API's arguments of a direction (a, b, out) from the forward's names.
@@ -517,13 +519,17 @@ std::shared_ptr<const Plan> get_plan(int device, Dtype dtype, const ConvShape& s
   // Created outside the lock (benchmarking runs kernels); a concurrent duplicate is harmless.
   auto plan = std::make_shared<Plan>();
   if (accumulate) {
-    // (Freed in stream order after the trials, like any array.)
-    const Array scratch = Array::zeros_like(out);
+    // Only benchmark mode runs candidates; the scratch is freed in stream order after the
+    // trials, like any array. Its alignment (the pool's) is not the plan's: that is `out`'s.
+    Array scratch;
     Buffers trial = buf;
-    output_of<D>(trial) = scratch.raw_data();
-    plan->graph = graph_plan<D>(device, dtype, s, p, nhwc, tf32, true, trial);
+    if (benchmark_mode()) {
+      scratch = Array::zeros_like(out);
+      output_of<D>(trial) = scratch.raw_data();
+    }
+    plan->graph = graph_plan<D>(device, dtype, s, p, nhwc, tf32, true, buf, trial);
   } else if (!legacy_api_only()) {
-    plan->graph = graph_plan<D>(device, dtype, s, p, nhwc, tf32, false, buf);
+    plan->graph = graph_plan<D>(device, dtype, s, p, nhwc, tf32, false, buf, buf);
   }
   if (!plan->graph && !accumulate) {
     cudnnHandle_t handle = cudnn_handle(device);
