@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -64,6 +65,11 @@ inline double median_seconds(const std::function<void()>& f, int repeats, int wa
 //    after the "reproduce" line (finish()).
 // Standard output is line-buffered (setup()), so rows appear as they are measured even when the
 // output goes to a file or a pipe.
+//  - the command may use every CPU the machine gives this process's group: under mpiexec a rank is
+//    bound to one core (Open MPI's default for two ranks), and a child inherits the binding, so
+//    rank 0's PyTorch peer ran all of its workers on rank 0's core (half the speed it has under a
+//    launcher of its own). The peers' worker processes bind themselves as mpiexec bound the rank
+//    that started them: as many CPUs each as it had (bench/peers/gloo_workers.py).
 
 /// How a command run by run_command ended.
 struct RunOutcome {
@@ -147,7 +153,19 @@ inline RunOutcome run_command(const std::string& command, double timeout_seconds
   char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
   pid_t pid = -1;
   const Clock::time_point start = Clock::now();
+  // The child inherits the spawning thread's CPUs: widen them for the spawn (the kernel keeps
+  // only those the process's cpuset allows), then restore.
+  // The peers' workers take as many CPUs each as this process had (KUSARI_BENCH_CPUS_PER_WORKER).
+  cpu_set_t bound, every;
+  const bool widened = ::sched_getaffinity(0, sizeof(bound), &bound) == 0;
+  if (widened) {
+    ::setenv("KUSARI_BENCH_CPUS_PER_WORKER", std::to_string(CPU_COUNT(&bound)).c_str(), 1);
+    CPU_ZERO(&every);
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) CPU_SET(cpu, &every);
+    ::sched_setaffinity(0, sizeof(every), &every);
+  }
   const int spawned = ::posix_spawn(&pid, sh.c_str(), &actions, &attr, argv, environ);
+  if (widened) ::sched_setaffinity(0, sizeof(bound), &bound);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(pipe_fds[1]);

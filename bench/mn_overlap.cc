@@ -8,7 +8,8 @@
 //       [--communicator flat] [--bucket-mb 25] [--first-bucket-mb 1] [--python python3]
 //       [--timeout 600] [--no-peer] [--mpi-threads multiple|serialized]
 //
-// Each process trains on one thread. The three kusari steps are timed in turns (one of each per
+// Each process trains on one thread, on the CPUs mpiexec binds it to (one core by default; with
+// `--map-by slot:PE=2` two, the second free for MPI's progress thread). The three kusari steps are timed in turns (one of each per
 // round, every rank starting together after a barrier; a step's time is the slowest rank's), so
 // that they share the same minutes of a busy machine, and the figure is the median over the
 // rounds. The communication a step shows is its time minus the step without communication of the
@@ -19,6 +20,7 @@
 // the same rows for DDP (its default overlapped buckets of 25 MB; "after backward" is one allreduce
 // of all gradients flattened, after backward).
 #include <mpi.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -97,6 +99,9 @@ int run(int argc, char** argv, bool multiple) {
 
   kusari::set_num_threads(1);
   kusari::set_blas_num_threads(1);
+  // The CPUs mpiexec bound this process to (the progress thread shares them).
+  cpu_set_t bound;
+  const int cpus = ::sched_getaffinity(0, sizeof(bound), &bound) == 0 ? CPU_COUNT(&bound) : 0;
   auto comm_off = mn::create_communicator(name);
   auto comm_on = mn::create_communicator(name);
   const int rank = comm_off->rank(), nproc = comm_off->size();
@@ -185,10 +190,11 @@ int run(int argc, char** argv, bool multiple) {
   }
   const double shown_off = median(d_off) * 1e3, shown_on = median(d_on) * 1e3;
   std::printf(
-      "ResNet-18, %d processes, batch %d per process, 3x%dx%d, 1 thread each; %s communicator, "
+      "ResNet-18, %d processes, batch %d per process, 3x%dx%d, 1 compute thread each on %d "
+      "CPU(s) (the peer's workers bound alike); %s communicator, "
       "buckets of %.3g MiB (first %.3g MiB): %d buckets, %d sent during backward; MPI_THREAD_%s, "
       "%s\n",
-      nproc, batch, size, size, name.c_str(), bucket_mb, first_bucket_mb, stats.buckets,
+      nproc, batch, size, size, cpus, name.c_str(), bucket_mb, first_bucket_mb, stats.buckets,
       stats.launched_in_backward, multiple ? "MULTIPLE" : "SERIALIZED",
       stats.progress_thread ? "a progress thread moves the collectives on"
                             : "the hooks move the collectives on");

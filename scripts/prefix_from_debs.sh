@@ -15,11 +15,13 @@
 # CMAKE_PREFIX_PATH, the include and library paths, and the run-time search path point there.
 set -euo pipefail
 
-# Headers and libraries for the build (BLAS, GoogleTest, CLI11, nlohmann-json, libpng, libzip,
-# libjpeg-turbo), with
-# the run-time libraries those -dev packages point to.
+# Headers and libraries for the build (BLAS, oneDNN, GoogleTest, CLI11, nlohmann-json, libpng,
+# libzip, libjpeg-turbo), with the run-time libraries those -dev packages point to. (oneDNN's
+# CMake configuration asks for OpenCL: its loader and headers come too. Without oneDNN the CPU
+# backend builds, but its float32 convolutions run as im2col + GEMM, several times slower.)
 packages=(
   libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libgfortran5
+  libdnnl-dev libdnnl2 ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers opencl-clhpp-headers
   libgtest-dev googletest
   libcli11-dev nlohmann-json3-dev
   libpng-dev libpng16-16 zlib1g-dev zlib1g

@@ -1,9 +1,9 @@
 """Worker processes for the benchmarks' PyTorch gloo peers (ddp_mnist, ddp_overlap, collectives).
 
-run_workers(run, args, np) starts `np` spawned processes run(rank, args, port, queue) with a free
-rendezvous port and returns what rank 0 put on the queue; each spawned worker ends with
-leave(queue). With in_process=True and np == 1, run is called in this process instead (it must
-not call leave then).
+run_workers(run, args, np) starts `np` spawned processes run(rank, args, port, queue), each bound
+to as many CPUs as the benchmark's rank had (_bound), with a free rendezvous port, and returns
+what rank 0 put on the queue; each spawned worker ends with leave(queue). With in_process=True
+and np == 1, run is called in this process instead (it must not call leave then).
 """
 import os
 import socket
@@ -18,6 +18,17 @@ def free_port():
         return sock.getsockname()[1]
 
 
+def _bound(rank, run, args, port, queue):
+    """run(rank, ...) bound as mpiexec bound the benchmark's rank that started the peer: to
+    KUSARI_BENCH_CPUS_PER_WORKER CPUs (1 when unset), the rank-th such group of those this
+    process may use."""
+    cpus = sorted(os.sched_getaffinity(0))
+    n = max(1, min(len(cpus), int(os.environ.get("KUSARI_BENCH_CPUS_PER_WORKER", "1"))))
+    first = (rank * n) % len(cpus)
+    os.sched_setaffinity(0, {cpus[(first + k) % len(cpus)] for k in range(n)})
+    run(rank, args, port, queue)
+
+
 def run_workers(run, args, np, in_process=False):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -27,8 +38,8 @@ def run_workers(run, args, np, in_process=False):
         return queue.get()
     # Read the result before joining: a process that put something on a queue does not exit
     # until it has been read, so joining first can wait forever.
-    workers = mp.start_processes(run, args=(args, port, queue), nprocs=np, start_method="spawn",
-                                 join=False)
+    workers = mp.start_processes(_bound, args=(run, args, port, queue), nprocs=np,
+                                 start_method="spawn", join=False)
     result = queue.get()
     while not workers.join():
         pass

@@ -10,6 +10,7 @@
 #include "kusari/functions.h"
 #include "kusari/links/linear.h"
 #include "kusari/mn.h"
+#include "mn/comm/mpi_util.h"
 #include "mn_test_util.h"
 #include "test_util.h"
 
@@ -184,6 +185,47 @@ TEST(CommunicatorTest, LargeMessagesGoInChunks) {
   Bytes got = comm->bcast_obj(obj, 0);
   EXPECT_EQ(got, Bytes(12345, 9));
   unsetenv("KUSARI_MN_MAX_MESSAGE_ELEMENTS");
+}
+
+// Note [Allreduce algorithm]: nearly equal pieces, and Open MPI's non-blocking allreduce set to
+// reduce-scatter + allgather once a communicator exists (unless the environment chose).
+TEST(CommunicatorTest, AllreducePiecesAreNearlyEqual) {
+  setenv("KUSARI_MN_MAX_MESSAGE_ELEMENTS", "7", 1);
+  EXPECT_EQ(detail::allreduce_piece_elements(1), 1);
+  EXPECT_EQ(detail::allreduce_piece_elements(7), 7);
+  EXPECT_EQ(detail::allreduce_piece_elements(8), 4);    // 4 + 4, not 7 + 1
+  EXPECT_EQ(detail::allreduce_piece_elements(15), 5);   // 5 + 5 + 5
+  EXPECT_EQ(detail::allreduce_piece_elements(22), 6);   // 6 + 6 + 6 + 4
+  unsetenv("KUSARI_MN_MAX_MESSAGE_ELEMENTS");
+  EXPECT_EQ(detail::allreduce_piece_elements(int64_t{3} << 30), int64_t{1} << 30);
+}
+
+TEST(CommunicatorTest, OpenMpiReducesWithReduceScatterAndAllgather) {
+  auto comm = create_communicator("flat");
+  int level = MPI_THREAD_SINGLE, provided = 0;
+  MPI_Query_thread(&level);
+  ASSERT_EQ(MPI_T_init_thread(level, &provided), MPI_SUCCESS);
+  int index = -1;
+  const bool open_mpi = MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS;
+  int value = -1;
+  if (open_mpi) {
+    MPI_T_cvar_handle handle;
+    int count = 0;
+    ASSERT_EQ(MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count), MPI_SUCCESS);
+    ASSERT_EQ(MPI_T_cvar_read(handle, &value), MPI_SUCCESS);
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+#ifdef OPEN_MPI
+  ASSERT_TRUE(open_mpi) << "Open MPI without libnbc's iallreduce algorithm variable";
+  if (std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm") == nullptr) EXPECT_EQ(value, 3);
+#endif
+  // Whatever the algorithm, every rank gets the same sums, bit for bit.
+  manual_seed(11 + static_cast<uint64_t>(comm->rank()));
+  const Array mine = Array::normal({1003}, 0.0, 1.0, float32);
+  const Array sum = comm->allreduce(mine, ReduceOp::kSum);
+  const Array first = comm->bcast(sum, 0);
+  EXPECT_TRUE(array_equal(sum, first));
 }
 
 TEST(CommunicatorTest, SplitMakesSubgroups) {

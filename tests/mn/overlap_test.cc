@@ -16,6 +16,11 @@
 #include "mn_test_util.h"
 #include "test_util.h"
 
+// The thread level the test executable initialised MPI with (mpi_test_main.cc).
+#ifndef KUSARI_MN_TEST_THREAD_LEVEL
+#define KUSARI_MN_TEST_THREAD_LEVEL MPI_THREAD_SERIALIZED
+#endif
+
 namespace kusari::mn {
 namespace {
 
@@ -163,9 +168,12 @@ TEST_P(OverlapTest, BucketsAreSentDuringBackward) {
   EXPECT_GE(stats.buckets, 3);
   // The last one too: the hook of the last gradient backward finishes launches it.
   EXPECT_EQ(stats.launched_in_backward, stats.buckets);
-  // A progress thread works where MPI allows it (the threaded test executable), and only there.
+  // A progress thread works where MPI allows it (the threaded test executable), and only there;
+  // kusari keeps the thread level the program initialised MPI with (Note [Allreduce algorithm]:
+  // initialising the tools interface must not lower it).
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
+  EXPECT_EQ(level, KUSARI_MN_TEST_THREAD_LEVEL);
   EXPECT_EQ(stats.progress_thread, GetParam() != "dummy" && level == MPI_THREAD_MULTIPLE);
   expect_same(*pair.a, *pair.b, "after three steps");
 }

@@ -23,6 +23,11 @@ void check_mpi(int code, const char* call);
 /// Largest element count sent in one MPI call: 2^30 (well under INT_MAX), or the value of
 /// KUSARI_MN_MAX_MESSAGE_ELEMENTS (tests use small values to exercise the chunked paths).
 int64_t max_chunk_elements();
+/// The element count of each piece when an allreduce of `n` elements is cut into as few pieces of
+/// at most max_chunk_elements() as it takes: all of this size but the last, which is shorter by
+/// less than the number of pieces, never a remainder of a few elements (Note [Allreduce
+/// algorithm]).
+int64_t allreduce_piece_elements(int64_t n);
 
 /// The MPI datatype of a kusari dtype (16-bit floats travel as 16-bit integers).
 MPI_Datatype mpi_datatype(Dtype dtype);

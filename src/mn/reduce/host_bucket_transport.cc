@@ -82,8 +82,9 @@ class HostBucketTransport : public BucketTransport {
     const int64_t item = static_cast<int64_t>(itemsize(dtype));
     // In pieces that fit an MPI count, as allreduce_host cuts them.
     std::vector<Piece> pieces;
+    const int64_t size = allreduce_piece_elements(flat.size());
     for (int64_t done = 0; done < flat.size();) {
-      piece.count = static_cast<int>(std::min(flat.size() - done, max_chunk_elements()));
+      piece.count = static_cast<int>(std::min(flat.size() - done, size));
       pieces.push_back(piece);
       piece.data += piece.count * item;
       done += piece.count;
