@@ -72,9 +72,10 @@ namespace kusari::mn::detail {
 //     multiply_to by 1/size, or for "naive"'s 16-bit gradients a float32 product), so overlap
 //     changes the step's timing and not its numbers: the tests compare the two bit for bit under
 //     2 and 3 processes. With two ranks every summation order gives the same sums; with more,
-//     MPI may pick its algorithm (and so the order of the additions) by message size, and a
-//     bucket is not the whole buffer, so large buckets may differ from the path without overlap
-//     in the last bits.
+//     the order of the additions must not depend on where a gradient sits in a message, which
+//     the algorithm kusari selects for Open MPI guarantees (Note [Allreduce algorithm] in
+//     mpi_util.cc; another MPI may choose by message size, and then large buckets may differ
+//     from the path without overlap in the last bits).
 //   Broadcast steps. A step whose update broadcasts (the first, or a changed parameter set)
 //     reduces nothing, but its backward may already have sent buckets of the previous plan: the
 //     gradients then hold those sums. The update discards them either way.
