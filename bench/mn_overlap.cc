@@ -196,8 +196,10 @@ int run(int argc, char** argv, bool multiple) {
       "%s\n",
       nproc, batch, size, size, cpus, name.c_str(), bucket_mb, first_bucket_mb, stats.buckets,
       stats.launched_in_backward, multiple ? "MULTIPLE" : "SERIALIZED",
-      stats.progress_thread ? "a progress thread moves the collectives on"
-                            : "the hooks move the collectives on");
+      !stats.progress_thread ? "the hooks move the collectives on"
+      : stats.progress_yields
+          ? "a progress thread moves the collectives on, yielding between tests"
+          : "a progress thread moves the collectives on, sleeping between tests");
   std::printf("%-44s %12s %12s\n", "median of the rounds, ms", "kusari", "pytorch");
   auto row = [&](const char* what, double k, const char* key) {
     if (peer.count(key)) {

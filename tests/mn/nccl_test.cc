@@ -1110,6 +1110,31 @@ TEST(NcclWaitTest, TheClockStartsWhenTheOperationStarts) {
   EXPECT_EQ(late.outcome, detail::WaitOutcome::kTimedOut);
 }
 
+TEST(NcclWaitTest, AWaitThatMovesTheOperationYieldsInsteadOfSleeping) {
+  // Note [Waits that move the operation]: an MPI transfer advances only inside the polls, so
+  // those are not spaced by sleeps during the first second. Counted over the 100 ms after the
+  // first millisecond (past the initial spin): with sleeps of at least 20 us between polls there
+  // can be at most 5000 (sleep_for never returns early); with yields there are many more.
+  auto polls_in_100_ms = [](bool moved_by_polls) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    int64_t polls = 0;
+    detail::WaitProbes p;
+    p.done = [&] {
+      const auto since = Clock::now() - t0;
+      if (since >= std::chrono::milliseconds(101)) return true;
+      if (since >= std::chrono::milliseconds(1)) ++polls;
+      return false;
+    };
+    p.moved_by_polls = moved_by_polls;
+    const detail::WaitResult w = detail::poll_until(p, 30.0);
+    EXPECT_EQ(w.outcome, detail::WaitOutcome::kDone);
+    return polls;
+  };
+  EXPECT_GT(polls_in_100_ms(true), 20000);
+  EXPECT_LE(polls_in_100_ms(false), 5000);
+}
+
 TEST(NcclTest, PipelinedReductionWithATimeout) {
   // Every chunk is waited for on the host, each with its own deadline.
   KUSARI_REQUIRE_GPUS();

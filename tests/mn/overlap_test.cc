@@ -178,6 +178,33 @@ TEST_P(OverlapTest, BucketsAreSentDuringBackward) {
   expect_same(*pair.a, *pair.b, "after three steps");
 }
 
+TEST_P(OverlapTest, TheProgressThreadYieldsOrSleepsAsAsked) {
+  // KUSARI_MN_PROGRESS chooses how the progress thread waits between tests (Note [Progress
+  // thread]); either way the numbers are those without overlap.
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  const bool threaded = GetParam() != "dummy" && level == MPI_THREAD_MULTIPLE;
+  for (const std::string mode : {"yield", "sleep"}) {
+    SCOPED_TRACE(mode);
+    ::setenv("KUSARI_MN_PROGRESS", mode.c_str(), 1);
+    Pair pair(GetParam(), {});
+    for (int t = 0; t < 3; ++t) pair.step(t, Step{});
+    const OverlapStats stats = pair.overlapped->overlap_stats();
+    EXPECT_EQ(stats.progress_thread, threaded);
+    EXPECT_EQ(stats.progress_yields, threaded && mode == "yield");
+    EXPECT_EQ(stats.launched_in_backward, stats.buckets);
+  }
+  // Any other value is refused when the optimizer is made, on every rank alike.
+  ::setenv("KUSARI_MN_PROGRESS", "spin", 1);
+  auto comm = create_communicator(GetParam());
+  MultiNodeOptimizerOptions o;
+  o.overlap = true;
+  EXPECT_TRUE(ThrowsWith<ValueError>(
+      [&] { create_multi_node_optimizer(std::make_shared<Plain>(), comm, o); },
+      {"KUSARI_MN_PROGRESS is 'spin'; expected 'yield' or 'sleep'"}));
+  ::unsetenv("KUSARI_MN_PROGRESS");
+}
+
 TEST_P(OverlapTest, UpdateWithALossFunctionFreesTheGraphAndStillOverlaps) {
   // update(lossfun) runs backward with retain_graph = false (Note [Freeing the graph during
   // backward]): the hooks must still see every gradient finished.

@@ -45,6 +45,9 @@ struct OverlapStats {
   /// True when a thread moved the CPU collectives on (MPI initialised with
   /// MPI_THREAD_MULTIPLE by the program); false when the hooks did.
   bool progress_thread = false;
+  /// True when that thread yields its core between tests of the collectives instead of
+  /// sleeping (a core to spare, or KUSARI_MN_PROGRESS=yield; see docs/data_parallel.md).
+  bool progress_yields = false;
 };
 
 /// Wraps an optimizer so that every update first averages the gradients over the ranks.

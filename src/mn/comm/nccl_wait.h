@@ -38,12 +38,18 @@ struct WaitProbes {
   /// clock starts at the first poll that sees it begun, so time spent queued behind earlier work
   /// is not counted.
   std::function<bool()> started;
+  /// True when the operation advances only while it is polled, as MPI's non-blocking calls do
+  /// (Note [Waits that move the operation]): poll_until then gives the core back between polls
+  /// (a yield) instead of sleeping, for the first second of the wait.
+  bool moved_by_polls = false;
 };
 
 /// Polls `probes` until the operation is done, fails, or runs `timeout_seconds` past its start
 /// (<= 0: no deadline). Spins briefly, then sleeps between polls (20 us, then 200 us, and 1 ms once
 /// it has waited a second), so a collective that takes milliseconds is noticed promptly without
-/// burning a core, and a long wait for a stopped peer costs about 1% of one.
+/// burning a core, and a long wait for a stopped peer costs about 1% of one. With
+/// probes.moved_by_polls it yields between polls instead of sleeping until the wait is a second
+/// old, then sleeps 1 ms (Note [Waits that move the operation]).
 WaitResult poll_until(const WaitProbes& probes, double timeout_seconds);
 
 }  // namespace kusari::mn::detail

@@ -27,8 +27,9 @@ using ::kusari::detail::concat;
 //     MPI_Isend / MPI_Irecv, MPI_Ibarrier, MPI_Comm_idup) and is waited for by wait_for
 //     (mpi_util.h), which tests the requests at once (most collectives of a training step are done
 //     by then, and cost nothing more) and otherwise polls them with poll_until (nccl_wait.h),
-//     which sleeps between polls after a short spin, so a rank that waits for a straggler no
-//     longer burns a core. The deadline counts from the start of each wait, so a long operation
+//     which yields the core between polls for a second (MPI moves a transfer only inside a
+//     poll: Note [Waits that move the operation]) and then sleeps between them, so a rank that
+//     waits for a straggler no longer burns a core. The deadline counts from the start of each wait, so a long operation
 //     made of many chunks fails only when one chunk makes no progress for the whole deadline.
 //   - Each communicator has an OpTracker. Every public operation opens an OpScope: the outermost
 //     one counts a collective (its sequence number on the communicator: the same on every rank,
@@ -362,6 +363,7 @@ void OpTracker::wait(MPI_Request* requests, int n, const char* what) {
     check_mpi(MPI_Testall(n, requests, &flag, MPI_STATUSES_IGNORE), what);
     return flag != 0;
   };
+  probes.moved_by_polls = true;  // (Note [Waits that move the operation])
   probes.failed = [&]() -> std::string {
     poll_control();
     blocker = finished_blocker();
@@ -585,6 +587,7 @@ void wait_untracked(MPI_Request* requests, int n, const char* what, double timeo
     check_mpi(MPI_Testall(n, requests, &flag, MPI_STATUSES_IGNORE), what);
     return flag != 0;
   };
+  probes.moved_by_polls = true;
   const WaitResult w = poll_until(probes, timeout_seconds);
   if (w.outcome == WaitOutcome::kDone) return;
   int rank = -1, size = 0;

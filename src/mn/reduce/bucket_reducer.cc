@@ -186,8 +186,8 @@ void BucketReducer::fill_segment(Bucket& b, size_t i) {
     if (has && p.impl().grad_in_buffer()) return;  // backward added into the segment itself
     Array view = b.in_place->view(i);
     if (has) {
-      view.assign(grad->data);
-      b.in_place->use_segment(b.params, i);
+      // (a copy left to the transport's thread: the update makes the segment the gradient)
+      if (transport_->fill(view, grad->data)) b.in_place->use_segment(b.params, i);
     } else {
       view.fill(0);
     }
@@ -400,7 +400,8 @@ void BucketReducer::mean_grad(Link& model, bool zero_fill) {
     throw;
   }
   stats_ = OverlapStats{bucket_count(), launched_in_backward_, seconds_in_backward_,
-                           seconds_now() - start, transport_->progress_thread()};
+                           seconds_now() - start, transport_->progress_thread(),
+                           transport_->progress_yields()};
   // The means.
   const double scale = 1.0 / comm_.size();
   std::string disagreement;

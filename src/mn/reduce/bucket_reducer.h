@@ -38,6 +38,9 @@ namespace kusari::mn::detail {
 //     gradients_in_buffer is on) the segments are the gradients, as there: a hook copies a new
 //     gradient into its segment and makes the segment the gradient, later backward calls
 //     add into it in place, and the update reads the means where the reduction left them.
+//     (Where the transport has a thread of its own, the hook only hands it the copy, and the
+//     update makes the segment the gradient: Note [Progress thread] in
+//     host_bucket_transport.cc.)
 //   Order. A bucket is launched when its last gradient is ready, but only after every bucket
 //     before it: buckets go out strictly in plan order on every rank, so the collectives match
 //     even where a later step's backward reaches the parameters in another order (a rank then
@@ -53,7 +56,9 @@ namespace kusari::mn::detail {
 //     every rank plan again), then fills each bucket not yet launched: a parameter whose gradient
 //     was not ready in this backward sends its current gradient, or zeros when it has none
 //     (unused in this step); launches those buckets in order; waits for all of them; divides by
-//     the number of ranks where the collective summed; and gives every parameter its mean.
+//     the number of ranks where the collective summed (the CPU transports average float32 and
+//     float64 buckets themselves, each as soon as its collective has finished); and gives every
+//     parameter its mean.
 //   Unused parameters. A bucket's layout is fixed, so a rank cannot skip a parameter as
 //     ChainerMN's zero_fill=false does: a parameter without a gradient sends zeros, always.
 //     With zero_fill (the default) it then gets the mean like the others (zeros counted, as
@@ -145,6 +150,13 @@ class BucketTransport {
   /// Called on every rank together once a plan of `count` buckets on `device` is agreed, before
   /// the first launch (the NCCL transport creates its communicators and events here).
   virtual void prepare(int count, Device device) = 0;
+  /// Copies `gradient` into `segment` (its parameter's part of a bucket's buffer, same shape and
+  /// dtype), either now (returns true) or later but before that bucket's reduction starts
+  /// (returns false; the caller must not read the segment before wait()).
+  virtual bool fill(Array& segment, const Array& gradient) {
+    segment.assign(gradient);
+    return true;
+  }
   /// Starts the in-place reduction of bucket `k`'s buffer `flat` (a sum, or the mean where
   /// averages() says so). Buckets are launched in order 0, 1, ... on every rank.
   virtual void launch(int k, Array& flat) = 0;
@@ -162,6 +174,8 @@ class BucketTransport {
   /// True when a thread of the transport's own moves the collectives on (Note [Progress
   /// thread] in host_bucket_transport.cc).
   virtual bool progress_thread() const { return false; }
+  /// True when that thread yields between tests rather than sleeping.
+  virtual bool progress_yields() const { return false; }
 };
 
 /// The transport of a host communicator ("naive", "flat", "dummy"); null for other kinds.

@@ -3,7 +3,10 @@
 // bucket_reducer.h).
 #include <mpi.h>
 
+#include <sched.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "kusari/core/routines.h"
+#include "kusari/core/threads.h"
 #include "mn/comm/mpi_util.h"
 #include "mn/reduce/bucket_reducer.h"
 
@@ -22,6 +26,40 @@ namespace kusari::mn::detail {
 namespace {
 
 constexpr const char* kWhat = "multi_node_mean_grad (overlap)";
+
+/// How the progress thread waits between tests of the requests: true to yield the core, false to
+/// sleep (Note [Progress thread]). KUSARI_MN_PROGRESS=yield|sleep, else yield when this process
+/// may run on more CPUs than it has compute threads.
+bool progress_thread_yields() {
+  if (const char* env = std::getenv("KUSARI_MN_PROGRESS")) {
+    const std::string v = env;
+    if (v == "yield") return true;
+    if (v == "sleep") return false;
+    KUSARI_THROW(ValueError, "KUSARI_MN_PROGRESS is '", v, "'; expected 'yield' or 'sleep'");
+  }
+  cpu_set_t cpus;
+  if (::sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return false;
+  return CPU_COUNT(&cpus) > get_num_threads();
+}
+
+/// True for the wire dtypes the transport averages itself (Note [Progress thread]).
+bool divides_itself(Dtype wire) { return wire == Dtype::kFloat32 || wire == Dtype::kFloat64; }
+
+/// Multiplies `n` elements of `dtype` (float32 or float64) at `data` by 1/size, as multiply_to
+/// does (the factor in the element's type, one product per element); a plain loop, so that the
+/// progress thread runs no kernel of the library (whose OpenMP teams belong to the program's
+/// threads).
+void scale_by_reciprocal(void* data, int64_t n, Dtype dtype, int size) {
+  const double scale = 1.0 / size;
+  if (dtype == Dtype::kFloat32) {
+    float* p = static_cast<float*>(data);
+    const float c = static_cast<float>(scale);
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] * c;
+  } else {
+    double* p = static_cast<double*>(data);
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] * scale;
+  }
+}
 
 class HostBucketTransport : public BucketTransport {
  public:
@@ -38,6 +76,7 @@ class HostBucketTransport : public BucketTransport {
       KUSARI_MPI_CHECK(MPI_Query_thread(&level));
       threaded_ = level == MPI_THREAD_MULTIPLE;
     }
+    progress_thread_yields();  // (a bad KUSARI_MN_PROGRESS is an error here, on every rank)
   }
 
   ~HostBucketTransport() override {
@@ -74,31 +113,31 @@ class HostBucketTransport : public BucketTransport {
 
   void prepare(int, Device) override {}
 
+  bool fill(Array& segment, const Array& gradient) override {
+    // With a progress thread, a plain copy goes to it (Note [Progress thread]); anything else
+    // (a cast, a gradient in another memory format) is done here.
+    if (!threaded_ || gradient.dtype() != segment.dtype() || !gradient.is_contiguous() ||
+        !segment.is_contiguous() || gradient.size() != segment.size()) {
+      segment.assign(gradient);
+      return true;
+    }
+    Task task;
+    task.copy_to = static_cast<char*>(segment.raw_data());
+    task.copy_from = gradient;
+    task.bytes = segment.nbytes();
+    queue(std::move(task));
+    return false;
+  }
+
   void launch(int, Array& flat) override {
     if (!communicate_) return;
-    const Dtype dtype = flat.dtype();
-    Piece piece{static_cast<char*>(flat.raw_data()), 0, mpi_datatype(dtype),
-                mpi_op(ReduceOp::kSum, dtype)};
-    const int64_t item = static_cast<int64_t>(itemsize(dtype));
-    // In pieces that fit an MPI count, as allreduce_host cuts them.
-    std::vector<Piece> pieces;
-    const int64_t size = allreduce_piece_elements(flat.size());
-    for (int64_t done = 0; done < flat.size();) {
-      piece.count = static_cast<int>(std::min(flat.size() - done, size));
-      pieces.push_back(piece);
-      piece.data += piece.count * item;
-      done += piece.count;
-    }
+    Task task;
+    task.bucket = flat;
     if (!threaded_) {
-      for (const Piece& p : pieces) start(p);
+      start(task);
       return;
     }
-    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.insert(queue_.end(), pieces.begin(), pieces.end());
-    }
-    changed_.notify_all();
+    queue(std::move(task));
   }
 
   void progress() override {
@@ -106,19 +145,34 @@ class HostBucketTransport : public BucketTransport {
     int all_done = 0;
     KUSARI_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &all_done,
                                  MPI_STATUSES_IGNORE));
-    if (all_done) requests_.clear();
+    (void)all_done;  // (finished requests are null now; wait() averages their buckets)
   }
 
   void wait(int) override {
     park_worker();
     std::exception_ptr failure = std::exchange(failure_, nullptr);
-    wait_requests(requests_.data(), static_cast<int>(requests_.size()), kWhat);
-    requests_.clear();
+    try {
+      if (!failure) {
+        // The buckets not finished by the worker: waited for, then averaged, in order.
+        for (size_t f = divided_; f < flights_.size(); ++f) {
+          const Flight& flight = flights_[f];
+          wait_requests(requests_.data() + flight.first, flight.count, kWhat);
+          divide_flight(flight);
+        }
+      } else {
+        wait_requests(requests_.data(), static_cast<int>(requests_.size()), kWhat);
+      }
+    } catch (...) {
+      clear_flights();
+      unpark_worker();
+      throw;
+    }
+    clear_flights();
     unpark_worker();
     if (failure) std::rethrow_exception(failure);
   }
 
-  bool averages(Dtype) const override { return !communicate_; }
+  bool averages(Dtype wire) const override { return !communicate_ || divides_itself(wire); }
 
   void divide(Array& flat) const override {
     const double scale = 1.0 / comm_.size();
@@ -135,6 +189,7 @@ class HostBucketTransport : public BucketTransport {
     park_worker();
     failure_ = nullptr;
     if (requests_.empty()) {
+      clear_flights();
       unpark_worker();
       return;
     }
@@ -146,56 +201,128 @@ class HostBucketTransport : public BucketTransport {
       } catch (...) {
       }
     }
-    requests_.clear();
+    clear_flights();
     unpark_worker();
   }
 
   bool progress_thread() const override { return threaded_; }
+  bool progress_yields() const override { return threaded_ && yield_between_tests_; }
 
  private:
-  /// A piece of a bucket: one MPI_Iallreduce.
-  struct Piece {
-    char* data = nullptr;
+  /// What the worker does, in order: copy a gradient into its segment, or start a bucket.
+  struct Task {
+    char* copy_to = nullptr;
+    Array copy_from;  // (kept alive until copied)
+    int64_t bytes = 0;
+    Array bucket;  // defined: start this bucket's collectives
+  };
+  /// A bucket in flight: its requests requests_[first, first + count) and its buffer.
+  struct Flight {
+    size_t first = 0;
     int count = 0;
-    MPI_Datatype type;
-    MPI_Op op;
+    Array flat;
   };
 
-  void start(const Piece& p) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    KUSARI_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p.data, p.count, p.type, p.op, dup_, &request));
-    requests_.push_back(request);
+  /// Starts the MPI_Iallreduce calls of task.bucket, in pieces that fit an MPI count (as
+  /// allreduce_host cuts them).
+  void start(const Task& task) {
+    const Array& flat = task.bucket;
+    const Dtype dtype = flat.dtype();
+    const MPI_Datatype type = mpi_datatype(dtype);
+    const MPI_Op op = mpi_op(ReduceOp::kSum, dtype);
+    const int64_t item = static_cast<int64_t>(itemsize(dtype));
+    const int64_t size = allreduce_piece_elements(flat.size());
+    Flight flight;
+    flight.first = requests_.size();
+    flight.flat = flat;
+    char* data = static_cast<char*>(flat.raw_data());
+    for (int64_t done = 0; done < flat.size();) {
+      const int count = static_cast<int>(std::min(flat.size() - done, size));
+      MPI_Request request = MPI_REQUEST_NULL;
+      KUSARI_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + done * item, count, type, op, dup_, &request));
+      requests_.push_back(request);
+      ++flight.count;
+      done += count;
+    }
+    flights_.push_back(std::move(flight));
+  }
+
+  /// Averages a finished bucket where this transport does (averages()).
+  void divide_flight(const Flight& flight) {
+    const Dtype dtype = flight.flat.dtype();
+    if (divides_itself(dtype)) {
+      scale_by_reciprocal(flight.flat.raw_data(), flight.flat.size(), dtype, comm_.size());
+    }
+    ++divided_;
+  }
+
+  void clear_flights() noexcept {
+    requests_.clear();
+    flights_.clear();
+    divided_ = 0;
+  }
+
+  /// Hands a task to the worker, starting it at the first.
+  void queue(Task task) {
+    if (!worker_.joinable()) {
+      yield_between_tests_ = progress_thread_yields();
+      worker_ = std::thread([this] { work(); });
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    changed_.notify_all();
   }
 
   // Note [Progress thread]
   // MPI moves a non-blocking collective only while some thread is inside MPI. When the program
-  // initialised MPI with MPI_THREAD_MULTIPLE, a worker thread starts each bucket's collective as
-  // soon as the hook queues it and then tests the requests every 200 microseconds, sleeping in
-  // between (a blocking MPI call would spin a core that backward needs); so the transfers and
-  // sums go on while backward computes, on whatever core the system gives the worker. Only the
-  // worker touches the requests until the update parks it (park_worker: it starts what is
-  // queued and stops), and then the update waits for them itself through wait_requests. Under
-  // MPI_THREAD_SERIALIZED (kusari's own initialisation) no second thread may call MPI while the
-  // program might (a model's own collectives during backward), so the hooks start and test the
-  // requests themselves (Note [Overlapped gradient reduction]).
+  // initialised MPI with MPI_THREAD_MULTIPLE, a worker thread does the buckets' work in the
+  // order the hooks hand it over: it copies each new gradient into its segment of the bucket
+  // (the hook only queues the copy, so backward goes on at once), starts each bucket's
+  // collective once its gradients are in, and tests the requests until they are done, averaging
+  // each bucket as soon as its collective has finished (float32 and float64; a 16-bit wire is
+  // averaged by the update, in float32, as the kind's own mean). So the copies, transfers, sums
+  // and the division go on while backward computes, on whatever core the system gives the
+  // worker, and the update finds the means ready except in the buckets still in flight, which it
+  // waits for and averages itself. How the worker waits between tests depends on whether the
+  // process has a core to spare: with more CPUs than compute threads (kusari::get_num_threads();
+  // e.g. `mpiexec --map-by slot:PE=2` with one thread each) it tests again at once, yielding the
+  // core in between, since each test moves a fragment of a large message (Note [Waits that move
+  // the operation] in nccl_wait.cc; polled every 200 us, a 20 MB allreduce took 55 ms instead of
+  // 5 where shared memory has no single copy); otherwise it sleeps 200 us between tests, so that
+  // it does not take a core that backward needs. KUSARI_MN_PROGRESS=yield or sleep chooses
+  // either way. Only the worker touches the requests until the update parks it (park_worker: it
+  // does what is queued and stops), and then the update waits for them itself through
+  // wait_requests. A gradient whose copy was queued stays the parameter's gradient until the
+  // update makes the segment its gradient (use_segment), so nothing reads a segment before the
+  // worker has written it. Under MPI_THREAD_SERIALIZED (kusari's own initialisation) no second
+  // thread may call MPI while the program might (a model's own collectives during backward), so
+  // the hooks copy, start and test themselves, and the update averages (Note [Overlapped
+  // gradient reduction]).
   void work() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
       changed_.wait(lock, [&] { return stop_ || parked_request_ || !queue_.empty() || open_; });
       if (stop_) return;
-      if (!queue_.empty()) {  // (started without the lock: a hook may queue the next meanwhile)
-        std::deque<Piece> todo;
-        todo.swap(queue_);
+      if (!queue_.empty()) {  // (done without the lock: a hook may queue the next meanwhile)
+        Task task = std::move(queue_.front());
+        queue_.pop_front();
         lock.unlock();
         std::exception_ptr failure;
         try {
-          for (const Piece& p : todo) start(p);
+          if (task.bucket.defined()) {
+            start(task);
+          } else {
+            std::memcpy(task.copy_to, task.copy_from.raw_data(), static_cast<size_t>(task.bytes));
+          }
         } catch (...) {
           failure = std::current_exception();
         }
+        task = Task();  // (the gradient may be freed now)
         lock.lock();
-        if (failure) failure_ = failure;
-        open_ = !requests_.empty();
+        if (failure && !failure_) failure_ = failure;
+        open_ = divided_ < flights_.size() && !failure_;
         continue;
       }
       if (parked_request_) {
@@ -204,15 +331,23 @@ class HostBucketTransport : public BucketTransport {
         changed_.wait(lock, [&] { return stop_ || !parked_request_; });
         parked_ = false;
         changed_.notify_all();
-        open_ = !requests_.empty();
+        open_ = divided_ < flights_.size() && !failure_;
         continue;
       }
       if (!open_) continue;
       lock.unlock();
-      int all_done = 0;
-      const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &all_done,
+      // The oldest bucket not yet averaged (testing it moves every collective in flight).
+      const Flight& flight = flights_[divided_];
+      int done = 0;
+      const int code = MPI_Testall(flight.count, requests_.data() + flight.first, &done,
                                    MPI_STATUSES_IGNORE);
-      if (!all_done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (code == MPI_SUCCESS && done) {
+        divide_flight(flight);
+      } else if (yield_between_tests_) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
       lock.lock();
       if (code != MPI_SUCCESS) {
         try {
@@ -221,14 +356,13 @@ class HostBucketTransport : public BucketTransport {
           failure_ = std::current_exception();
         }
         open_ = false;
-      } else if (all_done) {
-        requests_.clear();
-        open_ = false;
+      } else {
+        open_ = divided_ < flights_.size();
       }
     }
   }
 
-  /// Makes the worker start what is queued and stop touching the requests (no worker: nothing).
+  /// Makes the worker do what is queued and stop touching the requests (no worker: nothing).
   void park_worker() noexcept {
     if (!worker_.joinable()) return;
     std::unique_lock<std::mutex> lock(mutex_);
@@ -237,7 +371,7 @@ class HostBucketTransport : public BucketTransport {
     changed_.wait(lock, [&] { return parked_; });
   }
   /// Lets the worker go on, and waits until it has left its parked state (else a park that
-  /// follows at once would find it still parked, with new pieces queued and not started).
+  /// follows at once would find it still parked, with new tasks queued and not done).
   void unpark_worker() noexcept {
     if (!worker_.joinable()) return;
     std::unique_lock<std::mutex> lock(mutex_);
@@ -251,14 +385,20 @@ class HostBucketTransport : public BucketTransport {
   bool communicate_;
   bool cast_;
   MPI_Comm dup_ = MPI_COMM_NULL;
+  /// The requests of the buckets in flight, and the buckets (in launch order).
   std::vector<MPI_Request> requests_;
+  std::vector<Flight> flights_;
+  /// flights_[0, divided_) are finished and averaged.
+  size_t divided_ = 0;
   /// MPI_THREAD_MULTIPLE: the worker of Note [Progress thread] and what it shares.
   bool threaded_ = false;
   std::thread worker_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<Piece> queue_;
+  std::deque<Task> queue_;
   bool open_ = false, stop_ = false, parked_request_ = false, parked_ = false;
+  /// The worker's wait between tests: a yield, or a 200 us sleep (Note [Progress thread]).
+  bool yield_between_tests_ = false;
   std::exception_ptr failure_;
 };
 
