@@ -46,9 +46,9 @@ bool progress_thread_yields() {
 bool divides_itself(Dtype wire) { return wire == Dtype::kFloat32 || wire == Dtype::kFloat64; }
 
 /// Multiplies `n` elements of `dtype` (float32 or float64) at `data` by 1/size, as multiply_to
-/// does (the factor in the element's type, one product per element); a plain loop, so that the
-/// progress thread runs no kernel of the library (whose OpenMP teams belong to the program's
-/// threads).
+/// does (the factor in the element's type, one product per element, so the results are equal
+/// bit for bit); a plain loop for the progress thread, which runs no kernel of the library (a
+/// new thread's OpenMP team would take every core).
 void scale_by_reciprocal(void* data, int64_t n, Dtype dtype, int size) {
   const double scale = 1.0 / size;
   if (dtype == Dtype::kFloat32) {
@@ -155,9 +155,9 @@ class HostBucketTransport : public BucketTransport {
       if (!failure) {
         // The buckets not finished by the worker: waited for, then averaged, in order.
         for (size_t f = divided_; f < flights_.size(); ++f) {
-          const Flight& flight = flights_[f];
+          Flight& flight = flights_[f];
           wait_requests(requests_.data() + flight.first, flight.count, kWhat);
-          divide_flight(flight);
+          divide_flight(flight, /*on_worker=*/false);
         }
       } else {
         wait_requests(requests_.data(), static_cast<int>(requests_.size()), kWhat);
@@ -247,11 +247,16 @@ class HostBucketTransport : public BucketTransport {
     flights_.push_back(std::move(flight));
   }
 
-  /// Averages a finished bucket where this transport does (averages()).
-  void divide_flight(const Flight& flight) {
+  /// Averages a finished bucket where this transport does (averages()): on the worker with a
+  /// plain loop, on the program's thread with the library's multiply_to (its OpenMP threads).
+  void divide_flight(Flight& flight, bool on_worker) {
     const Dtype dtype = flight.flat.dtype();
     if (divides_itself(dtype)) {
-      scale_by_reciprocal(flight.flat.raw_data(), flight.flat.size(), dtype, comm_.size());
+      if (on_worker) {
+        scale_by_reciprocal(flight.flat.raw_data(), flight.flat.size(), dtype, comm_.size());
+      } else {
+        divide(flight.flat);
+      }
     }
     ++divided_;
   }
@@ -337,12 +342,12 @@ class HostBucketTransport : public BucketTransport {
       if (!open_) continue;
       lock.unlock();
       // The oldest bucket not yet averaged (testing it moves every collective in flight).
-      const Flight& flight = flights_[divided_];
+      Flight& flight = flights_[divided_];
       int done = 0;
       const int code = MPI_Testall(flight.count, requests_.data() + flight.first, &done,
                                    MPI_STATUSES_IGNORE);
       if (code == MPI_SUCCESS && done) {
-        divide_flight(flight);
+        divide_flight(flight, /*on_worker=*/true);
       } else if (yield_between_tests_) {
         std::this_thread::yield();
       } else {
