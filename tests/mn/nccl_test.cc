@@ -1112,27 +1112,24 @@ TEST(NcclWaitTest, TheClockStartsWhenTheOperationStarts) {
 
 TEST(NcclWaitTest, AWaitThatMovesTheOperationYieldsInsteadOfSleeping) {
   // Note [Waits that move the operation]: an MPI transfer advances only inside the polls, so
-  // those are not spaced by sleeps during the first second. Counted over the 100 ms after the
-  // first millisecond (past the initial spin): with sleeps of at least 20 us between polls there
-  // can be at most 5000 (sleep_for never returns early); with yields there are many more.
-  auto polls_in_100_ms = [](bool moved_by_polls) {
+  // those are not spaced by sleeps during the first second: a wait of 100 ms past the initial
+  // spin yields between its polls and never sleeps; any other wait sleeps and never yields.
+  auto wait_100_ms = [](bool moved_by_polls) {
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    int64_t polls = 0;
     detail::WaitProbes p;
-    p.done = [&] {
-      const auto since = Clock::now() - t0;
-      if (since >= std::chrono::milliseconds(101)) return true;
-      if (since >= std::chrono::milliseconds(1)) ++polls;
-      return false;
-    };
+    p.done = [&] { return Clock::now() - t0 >= std::chrono::milliseconds(100); };
     p.moved_by_polls = moved_by_polls;
     const detail::WaitResult w = detail::poll_until(p, 30.0);
     EXPECT_EQ(w.outcome, detail::WaitOutcome::kDone);
-    return polls;
+    return w;
   };
-  EXPECT_GT(polls_in_100_ms(true), 20000);
-  EXPECT_LE(polls_in_100_ms(false), 5000);
+  const detail::WaitResult moved = wait_100_ms(true);
+  EXPECT_GT(moved.yields, 0);
+  EXPECT_EQ(moved.sleeps, 0);
+  const detail::WaitResult other = wait_100_ms(false);
+  EXPECT_EQ(other.yields, 0);
+  EXPECT_GT(other.sleeps, 0);
 }
 
 TEST(NcclTest, PipelinedReductionWithATimeout) {

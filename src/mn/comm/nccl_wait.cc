@@ -60,16 +60,13 @@ WaitResult poll_until(const WaitProbes& probes, double timeout_seconds) {
     const bool long_wait = Clock::now() - begun > std::chrono::seconds(1);
     if (Clock::now() - begun < kSpin) {
       --polls;  // the sleeps' schedule counts from the end of the spin
-    } else if (probes.moved_by_polls) {
-      if (long_wait) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      } else {
-        std::this_thread::yield();
-      }
-    } else if (polls < 1024) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } else if (probes.moved_by_polls && !long_wait) {
+      std::this_thread::yield();
+      ++result.yields;
     } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(long_wait ? 1000 : 200));
+      const int us = probes.moved_by_polls ? 1000 : polls < 1024 ? 20 : long_wait ? 1000 : 200;
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      ++result.sleeps;
     }
   }
   result.waited_seconds = started ? elapsed() : 0.0;

@@ -26,6 +26,9 @@ struct WaitResult {
   std::string error;
   /// Seconds between the start of the deadline clock and the end of the wait.
   double waited_seconds = 0;
+  /// How often the wait gave the core back between polls: yields and sleeps.
+  int64_t yields = 0;
+  int64_t sleeps = 0;
 };
 
 /// The questions poll_until asks, each cheap and non-blocking.
