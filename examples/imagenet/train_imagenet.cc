@@ -25,6 +25,10 @@
 //   --no-bn-weight-decay           no weight decay on biases and batch normalization
 //   --bn-freeze-epochs K           running statistics as plain averages over the last K epochs
 //   --allreduce-dtype float16      gradients travel in float16 (or bfloat16)
+//
+// --overlap averages the gradients in buckets while backward still runs (--bucket-mb each), as
+// PyTorch DDP does; the numbers are those without it (docs/cluster.md, "Overlapping the
+// gradient allreduce with backward").
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -113,6 +117,8 @@ int main(int argc, char** argv) {
   int64_t base_batchsize = 256;
   int bn_freeze_epochs = 0;
   bool no_bn_weight_decay = false;
+  bool overlap = false;
+  double bucket_mb = 25;
 
   // CLI11's PositiveNumber prints the double range in full; say plainly what is expected.
   const CLI::Validator positive(
@@ -241,6 +247,14 @@ int main(int argc, char** argv) {
                  "Dtype gradients travel in between processes: float16 or bfloat16 halve the "
                  "traffic (the flat and NCCL communicators; default: the gradients' own)")
       ->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
+  auto* overlap_flag = app.add_flag(
+      "--overlap", overlap,
+      "Average the gradients in buckets while backward runs, as PyTorch DDP does (on CPUs, give "
+      "each process a core to spare: docs/cluster.md)");
+  app.add_option("--bucket-mb", bucket_mb, "With --overlap: MiB of gradients per bucket")
+      ->capture_default_str()
+      ->check(positive)
+      ->needs(overlap_flag);
   app.add_option("--momentum", momentum, "Momentum of MomentumSGD")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
@@ -415,6 +429,8 @@ int main(int argc, char** argv) {
   iterations_per_epoch +=
       " (" + std::to_string(shard) + " examples in batches of " + std::to_string(batchsize) + ")";
   const auto on_off = [](bool b) { return std::string(b ? "on" : "off"); };
+  const std::string overlap_setting =
+      overlap ? "on, --bucket-mb " + std::to_string(bucket_mb) : "off";
   kusari::mn::check_same_settings(*comm,
                                   {{"--batchsize", std::to_string(batchsize)},
                                    {"iterations per epoch", iterations_per_epoch},
@@ -436,6 +452,7 @@ int main(int argc, char** argv) {
                                    {"--no-bn-weight-decay", on_off(no_bn_weight_decay)},
                                    {"--bn-freeze-epochs", std::to_string(bn_freeze_epochs)},
                                    {"--allreduce-dtype", allreduce_dtype},
+                                   {"--overlap", overlap_setting},
                                    {"--resume", resume.empty() ? "(none)" : "given"}},
                                   "train_imagenet");
 
@@ -476,6 +493,9 @@ int main(int argc, char** argv) {
                 no_bn_weight_decay ? ", no weight decay on biases and batch normalization" : "",
                 app.count("--allreduce-dtype") ? (", gradients reduced in " + allreduce_dtype).c_str()
                                                : "");
+    if (overlap) {
+      std::printf("Gradients: averaged in buckets of %g MiB while backward runs\n", bucket_mb);
+    }
     if (label_smoothing > 0) std::printf("Label smoothing: %g\n", label_smoothing);
     if (bn_freeze_epochs > 0) {
       std::printf("Batch normalization: plain averages over the last %d epochs\n",
@@ -517,7 +537,10 @@ int main(int argc, char** argv) {
     decay_in_optimizer = true;
   }
   // Average the gradients over the processes before each update.               (multi-node)
-  auto optimizer = kusari::mn::create_multi_node_optimizer(actual, comm);
+  kusari::mn::MultiNodeOptimizerOptions mn_options;
+  mn_options.overlap = overlap;  // (--overlap: buckets sent while backward runs)
+  mn_options.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20)));
+  auto optimizer = kusari::mn::create_multi_node_optimizer(actual, comm, mn_options);
   optimizer->setup(model);
   if (weight_decay > 0 && !decay_in_optimizer) {
     optimizer->add_hook(std::make_shared<O::WeightDecay>(
