@@ -70,9 +70,9 @@ int run(int argc, char** argv, bool multiple) {
   bool no_peer = false;
   std::string threads_flag = "multiple";
   app.add_option("--mpi-threads", threads_flag,
-                 "MPI's thread level: multiple (the CPU kinds' progress thread moves the buckets "
-                 "on) or serialized "
-                 "(kusari's own level: the hooks do)")
+                 "MPI's thread level: multiple (kusari's own level: a progress thread moves the "
+                 "buckets on where a process has a core to spare, else the hooks; "
+                 "KUSARI_MN_PROGRESS chooses) or serialized (the hooks do)")
       ->capture_default_str()
       ->check(CLI::IsMember({"multiple", "serialized"}));
   app.add_option("--batch", batch, "Images per process per step")
@@ -237,7 +237,8 @@ int run(int argc, char** argv, bool multiple) {
 }
 
 int main(int argc, char** argv) {
-  // The thread level is chosen before kusari would initialise MPI (with MPI_THREAD_SERIALIZED).
+  // The thread level is chosen before kusari would initialise MPI (with its own level,
+  // MPI_THREAD_MULTIPLE).
   bool multiple = true;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--mpi-threads")

@@ -116,8 +116,10 @@ class Watchdog : public ::testing::EmptyTestEventListener {
 
 }  // namespace
 
-// The thread level MPI is initialised with: kusari's own, unless a test executable asks for
-// another (the overlap tests also run under MPI_THREAD_MULTIPLE, where a progress thread works).
+// The thread level MPI is initialised with: MPI_THREAD_SERIALIZED, as a program that initialises
+// MPI itself at that level (kusari keeps it), unless a test executable asks for another (the
+// overlap tests also run under MPI_THREAD_MULTIPLE, kusari's own level, where a progress thread
+// works).
 #ifndef KUSARI_MN_TEST_THREAD_LEVEL
 #define KUSARI_MN_TEST_THREAD_LEVEL MPI_THREAD_SERIALIZED
 #endif

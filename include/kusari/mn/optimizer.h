@@ -42,8 +42,8 @@ struct OverlapStats {
   /// communicators this is where MPI copies and sums), and the update spent finishing them.
   double seconds_in_backward = 0;
   double seconds_waiting = 0;
-  /// True when a thread moved the CPU collectives on (MPI initialised with
-  /// MPI_THREAD_MULTIPLE by the program); false when the hooks did.
+  /// True when a thread moved the CPU collectives on (MPI at MPI_THREAD_MULTIPLE, kusari's own
+  /// level, and a core to spare, or KUSARI_MN_PROGRESS=yield|sleep); false when the hooks did.
   bool progress_thread = false;
   /// True when that thread yields its core between tests of the collectives instead of
   /// sleeping (a core to spare, or KUSARI_MN_PROGRESS=yield; see docs/data_parallel.md).

@@ -283,6 +283,23 @@ void choose_allreduce_algorithm() {
   MPI_T_finalize();
 }
 
+// Note [Thread level]
+// kusari initialises MPI (when the program has not) with MPI_THREAD_MULTIPLE, as mpi4py does for
+// ChainerMN programs, falling back to whatever the library provides: at that level the overlap's
+// progress thread may move the CPU communicators' buckets on while backward computes (Note
+// [Progress thread] in host_bucket_transport.cc), while the program's own thread runs a model's
+// collectives. KUSARI_MPI_THREAD_LEVEL=serialized asks for MPI_THREAD_SERIALIZED instead (for an
+// MPI whose locks cost more than the thread saves); the hooks then move the buckets on. A
+// program that initialises MPI itself keeps its level.
+int requested_thread_level() {
+  const char* env = std::getenv("KUSARI_MPI_THREAD_LEVEL");
+  if (env == nullptr || *env == '\0') return MPI_THREAD_MULTIPLE;
+  const std::string v = env;
+  if (v == "multiple") return MPI_THREAD_MULTIPLE;
+  if (v == "serialized") return MPI_THREAD_SERIALIZED;
+  KUSARI_THROW(ValueError, "KUSARI_MPI_THREAD_LEVEL is '", v, "'; expected 'multiple' or 'serialized'");
+}
+
 struct MpiLifetime {
   bool we_initialized = false;
   ~MpiLifetime() {
@@ -300,7 +317,7 @@ void ensure_mpi_initialized() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    KUSARI_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    KUSARI_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, requested_thread_level(), &provided));
     lifetime.we_initialized = true;
   }
   static std::once_flag handler_once;

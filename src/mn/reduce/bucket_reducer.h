@@ -88,12 +88,11 @@ namespace kusari::mn::detail {
 // it is MPI's non-blocking MPI_Iallreduce on a duplicate of the communicator (so that the
 // buckets' collectives never interleave with other collectives a model issues during backward),
 // started from the hook. MPI moves a non-blocking collective only while a thread is inside MPI.
-// kusari initialises MPI with MPI_THREAD_SERIALIZED, under which no second thread may call MPI
-// beside the program, so every hook also tests the requests in flight (MPI_Testall): the
-// transfers and sums then happen on the thread that runs backward, between its layers; where
-// the program initialised MPI with MPI_THREAD_MULTIPLE, a progress thread does it meanwhile
-// (Note [Progress thread] in host_bucket_transport.cc). The update waits for the rest
-// (wait_requests). On the NCCL
+// Where MPI allows a second thread (MPI_THREAD_MULTIPLE, kusari's own initialisation) and the
+// process has a core to spare, a progress thread does that meanwhile (Note [Progress thread] in
+// host_bucket_transport.cc); otherwise every hook also tests the requests in flight
+// (MPI_Testall): the transfers and sums then happen on the thread that runs backward, between
+// its layers. The update waits for the rest (wait_requests). On the NCCL
 // kinds each bucket is handed from the compute stream to the communication stream with an event
 // and reduced there (Note [Communication stream] in nccl_communicator.cc), and the update makes
 // the compute stream wait only for the last bucket's done event (the buckets run in order on the
@@ -180,6 +179,12 @@ class BucketTransport {
 
 /// The transport of a host communicator ("naive", "flat", "dummy"); null for other kinds.
 std::unique_ptr<BucketTransport> make_host_bucket_transport(Communicator& comm);
+
+/// The CPUs this process may count on: those it is bound to, or, when it may run on every CPU of
+/// the host (not bound), the host's CPUs divided among its `ranks_on_host` ranks; at least 1.
+/// The CPU transport runs a progress thread only where this exceeds the compute threads (Note
+/// [Progress thread] in host_bucket_transport.cc).
+int cpu_share(int ranks_on_host);
 
 /// Reduces a model's gradients in buckets as backward makes them ready. See Note [Overlapped
 /// gradient reduction].

@@ -4,7 +4,9 @@
 #include <mpi.h>
 
 #include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <condition_variable>
@@ -12,6 +14,8 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -27,19 +31,23 @@ namespace {
 
 constexpr const char* kWhat = "multi_node_mean_grad (overlap)";
 
-/// How the progress thread waits between tests of the requests: true to yield the core, false to
-/// sleep (Note [Progress thread]). KUSARI_MN_PROGRESS=yield|sleep, else yield when this process
-/// may run on more CPUs than it has compute threads.
-bool progress_thread_yields() {
-  if (const char* env = std::getenv("KUSARI_MN_PROGRESS")) {
+/// Who moves the buckets' collectives on where MPI allows a second thread (Note [Progress
+/// thread]): a progress thread that yields the core between tests, one that sleeps, or the hooks
+/// on the thread that runs backward.
+enum class Progress { kYield, kSleep, kHooks };
+
+/// KUSARI_MN_PROGRESS=yield|sleep|hooks; unset (or empty), a thread that yields when this process
+/// has a core to spare (cpu_share(ranks_on_host) above its compute threads), else the hooks.
+Progress progress_mode(int ranks_on_host) {
+  const char* env = std::getenv("KUSARI_MN_PROGRESS");
+  if (env != nullptr && *env != '\0') {
     const std::string v = env;
-    if (v == "yield") return true;
-    if (v == "sleep") return false;
-    KUSARI_THROW(ValueError, "KUSARI_MN_PROGRESS is '", v, "'; expected 'yield' or 'sleep'");
+    if (v == "yield") return Progress::kYield;
+    if (v == "sleep") return Progress::kSleep;
+    if (v == "hooks") return Progress::kHooks;
+    KUSARI_THROW(ValueError, "KUSARI_MN_PROGRESS is '", v, "'; expected 'yield', 'sleep' or 'hooks'");
   }
-  cpu_set_t cpus;
-  if (::sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return false;
-  return CPU_COUNT(&cpus) > get_num_threads();
+  return cpu_share(ranks_on_host) > get_num_threads() ? Progress::kYield : Progress::kHooks;
 }
 
 /// True for the wire dtypes the transport averages itself (Note [Progress thread]).
@@ -67,6 +75,7 @@ class HostBucketTransport : public BucketTransport {
   /// kind sends gradients in allreduce_grad_dtype ("flat"; "naive" sends each in its own).
   HostBucketTransport(Communicator& comm, bool communicate, bool cast)
       : comm_(comm), name_(comm.name()), communicate_(communicate), cast_(cast) {
+    progress_mode(comm.intra_size());  // (a bad KUSARI_MN_PROGRESS is an error here, on every rank)
     // The buckets' collectives get a communicator of their own: a model may run collectives of
     // its own during backward (MultiNodeBatchNormalization), which must not interleave with
     // them in another order on another rank. (Collective: every rank makes the optimizer.)
@@ -74,9 +83,8 @@ class HostBucketTransport : public BucketTransport {
       KUSARI_MPI_CHECK(MPI_Comm_dup(to_comm(comm.mpi_comm_handle()), &dup_));
       int level = MPI_THREAD_SINGLE;
       KUSARI_MPI_CHECK(MPI_Query_thread(&level));
-      threaded_ = level == MPI_THREAD_MULTIPLE;
+      thread_allowed_ = level == MPI_THREAD_MULTIPLE;
     }
-    progress_thread_yields();  // (a bad KUSARI_MN_PROGRESS is an error here, on every rank)
   }
 
   ~HostBucketTransport() override {
@@ -116,7 +124,7 @@ class HostBucketTransport : public BucketTransport {
   bool fill(Array& segment, const Array& gradient) override {
     // With a progress thread, a plain copy goes to it (Note [Progress thread]); anything else
     // (a cast, a gradient in another memory format) is done here.
-    if (!threaded_ || gradient.dtype() != segment.dtype() || !gradient.is_contiguous() ||
+    if (!use_worker() || gradient.dtype() != segment.dtype() || !gradient.is_contiguous() ||
         !segment.is_contiguous() || gradient.size() != segment.size()) {
       segment.assign(gradient);
       return true;
@@ -133,7 +141,7 @@ class HostBucketTransport : public BucketTransport {
     if (!communicate_) return;
     Task task;
     task.bucket = flat;
-    if (!threaded_) {
+    if (!use_worker()) {
       start(task);
       return;
     }
@@ -141,7 +149,7 @@ class HostBucketTransport : public BucketTransport {
   }
 
   void progress() override {
-    if (threaded_ || requests_.empty()) return;  // (the worker tests them)
+    if (worker_mode() || requests_.empty()) return;  // (the worker tests them)
     int all_done = 0;
     KUSARI_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &all_done,
                                  MPI_STATUSES_IGNORE));
@@ -205,8 +213,8 @@ class HostBucketTransport : public BucketTransport {
     unpark_worker();
   }
 
-  bool progress_thread() const override { return threaded_; }
-  bool progress_yields() const override { return threaded_ && yield_between_tests_; }
+  bool progress_thread() const override { return worker_mode(); }
+  bool progress_yields() const override { return worker_mode() && *mode_ == Progress::kYield; }
 
  private:
   /// What the worker does, in order: copy a gradient into its segment, or start a bucket.
@@ -267,10 +275,18 @@ class HostBucketTransport : public BucketTransport {
     divided_ = 0;
   }
 
+  /// Whether a progress thread moves the buckets on: decided at the first bucket of the first
+  /// step (after the program has set its compute threads), then kept.
+  bool use_worker() {
+    if (!mode_) mode_ = thread_allowed_ ? progress_mode(comm_.intra_size()) : Progress::kHooks;
+    return worker_mode();
+  }
+  bool worker_mode() const { return mode_.has_value() && *mode_ != Progress::kHooks; }
+
   /// Hands a task to the worker, starting it at the first.
   void queue(Task task) {
     if (!worker_.joinable()) {
-      yield_between_tests_ = progress_thread_yields();
+      yield_between_tests_ = *mode_ == Progress::kYield;
       worker_ = std::thread([this] { work(); });
     }
     {
@@ -281,30 +297,31 @@ class HostBucketTransport : public BucketTransport {
   }
 
   // Note [Progress thread]
-  // MPI moves a non-blocking collective only while some thread is inside MPI. When the program
-  // initialised MPI with MPI_THREAD_MULTIPLE, a worker thread does the buckets' work in the
-  // order the hooks hand it over: it copies each new gradient into its segment of the bucket
+  // MPI moves a non-blocking collective only while some thread is inside MPI. Under
+  // MPI_THREAD_MULTIPLE (kusari's own initialisation, Note [Thread level] in mpi_util.cc) and
+  // with a core to spare (cpu_share, the CPUs the process is bound to or, unbound, the host's
+  // divided among its ranks, above its compute threads, kusari::get_num_threads(); e.g.
+  // `mpiexec --map-by slot:PE=2` with one thread each), a worker thread does the buckets' work in
+  // the order the hooks hand it over: it copies each new gradient into its segment of the bucket
   // (the hook only queues the copy, so backward goes on at once), starts each bucket's
   // collective once its gradients are in, and tests the requests until they are done, averaging
   // each bucket as soon as its collective has finished (float32 and float64; a 16-bit wire is
   // averaged by the update, in float32, as the kind's own mean). So the copies, transfers, sums
-  // and the division go on while backward computes, on whatever core the system gives the
-  // worker, and the update finds the means ready except in the buckets still in flight, which it
-  // waits for and averages itself. How the worker waits between tests depends on whether the
-  // process has a core to spare: with more CPUs than compute threads (kusari::get_num_threads();
-  // e.g. `mpiexec --map-by slot:PE=2` with one thread each) it tests again at once, yielding the
-  // core in between, since each test moves a fragment of a large message (Note [Waits that move
-  // the operation] in nccl_wait.cc; polled every 200 us, a 20 MB allreduce took 55 ms instead of
-  // 5 where shared memory has no single copy); otherwise it sleeps 200 us between tests, so that
-  // it does not take a core that backward needs. KUSARI_MN_PROGRESS=yield or sleep chooses
-  // either way. Only the worker touches the requests until the update parks it (park_worker: it
-  // does what is queued and stops), and then the update waits for them itself through
-  // wait_requests. A gradient whose copy was queued stays the parameter's gradient until the
-  // update makes the segment its gradient (use_segment), so nothing reads a segment before the
-  // worker has written it. Under MPI_THREAD_SERIALIZED (kusari's own initialisation) no second
-  // thread may call MPI while the program might (a model's own collectives during backward), so
-  // the hooks copy, start and test themselves, and the update averages (Note [Overlapped
-  // gradient reduction]).
+  // and the division go on while backward computes, on the spare core, and the update finds the
+  // means ready except in the buckets still in flight, which it waits for and averages itself.
+  // The worker tests again at once, yielding the core in between, since each test moves a
+  // fragment of a large message (Note [Waits that move the operation] in nccl_wait.cc; polled
+  // every 200 us, a 20 MB allreduce took 55 ms instead of 5 where shared memory has no single
+  // copy). Without a core to spare a worker could only take turns with backward, so the hooks
+  // copy, start and test themselves, between backward's layers, and the update averages, as
+  // under MPI_THREAD_SERIALIZED, where no second thread may call MPI while the program might (a
+  // model's own collectives during backward; Note [Overlapped gradient reduction]).
+  // KUSARI_MN_PROGRESS=yield, sleep (a worker that sleeps 200 us between tests) or hooks chooses
+  // either way; it is decided at the first bucket and kept. Only the worker touches the requests
+  // until the update parks it (park_worker: it does what is queued and stops), and then the
+  // update waits for them itself through wait_requests. A gradient whose copy was queued stays
+  // the parameter's gradient until the update makes the segment its gradient (use_segment), so
+  // nothing reads a segment before the worker has written it.
   void work() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
@@ -395,8 +412,10 @@ class HostBucketTransport : public BucketTransport {
   std::vector<Flight> flights_;
   /// flights_[0, divided_) are finished and averaged.
   size_t divided_ = 0;
-  /// MPI_THREAD_MULTIPLE: the worker of Note [Progress thread] and what it shares.
-  bool threaded_ = false;
+  /// MPI_THREAD_MULTIPLE, so that a worker may move the buckets on; and who does (use_worker()).
+  bool thread_allowed_ = false;
+  std::optional<Progress> mode_;
+  /// The worker of Note [Progress thread] and what it shares.
   std::thread worker_;
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -408,6 +427,17 @@ class HostBucketTransport : public BucketTransport {
 };
 
 }  // namespace
+
+int cpu_share(int ranks_on_host) {
+  cpu_set_t cpus;
+  if (::sched_getaffinity(0, sizeof(cpus), &cpus) != 0) return 1;
+  int share = CPU_COUNT(&cpus);
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > 0 && share >= online && ranks_on_host > 1) {
+    share = static_cast<int>(online / ranks_on_host);  // (unbound: the host's ranks share them)
+  }
+  return std::max(share, 1);
+}
 
 std::unique_ptr<BucketTransport> make_host_bucket_transport(Communicator& comm) {
   const std::string name = comm.name();

@@ -3,8 +3,6 @@
 // double-backward checks, and argument errors.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,26 +125,6 @@ Array reference_deconv(const Array& x, const Array& w, const Array& b, const Con
   return out;
 }
 
-/// Sets an environment variable for the lifetime of the guard.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 class ConvolutionTest : public testing::DeviceTest {
  protected:
   Array uniform(const Shape& s, Dtype dt) { return Array::uniform(s, -1, 1, dt, device(), &gen_); }
@@ -209,7 +187,7 @@ TEST_P(ConvolutionTest, OneDnnAndIm2colAgree) {
     const Array gy = uniform(y.shape(), float32);
     const Array gx = kusari::conv2d_backward_data(w, gy, x.shape(), p);
     const Array gw = kusari::conv2d_backward_filter(x, gy, w.shape(), p);
-    ScopedEnv env("KUSARI_CPU_CONV", "im2col");
+    testing::ScopedEnv env("KUSARI_CPU_CONV", "im2col");
     EXPECT_TRUE(testing::ArraysClose(kusari::conv2d(x, w, b, p), y, 1e-5, 1e-5));
     EXPECT_TRUE(
         testing::ArraysClose(kusari::conv2d_backward_data(w, gy, x.shape(), p), gx, 1e-5, 1e-5));
@@ -220,7 +198,7 @@ TEST_P(ConvolutionTest, OneDnnAndIm2colAgree) {
 
 TEST_P(ConvolutionTest, Im2colPathMatchesReference) {
   if (!device().is_cpu()) GTEST_SKIP() << "KUSARI_CPU_CONV selects between CPU implementations";
-  ScopedEnv env("KUSARI_CPU_CONV", "im2col");
+  testing::ScopedEnv env("KUSARI_CPU_CONV", "im2col");
   for (const ConvCase& c : conv_cases()) {
     SCOPED_TRACE(c.name);
     const Array x = noncontig(c.x, float32), w = uniform(c.w, float32),
@@ -232,7 +210,7 @@ TEST_P(ConvolutionTest, Im2colPathMatchesReference) {
 
 TEST_P(ConvolutionTest, BadAlgorithmVariableIsReported) {
   if (!device().is_cpu()) GTEST_SKIP() << "KUSARI_CPU_CONV selects between CPU implementations";
-  ScopedEnv env("KUSARI_CPU_CONV", "im2colx");
+  testing::ScopedEnv env("KUSARI_CPU_CONV", "im2colx");
   const Array x = uniform({1, 1, 3, 3}, float32), w = uniform({1, 1, 2, 2}, float32);
   EXPECT_THROW(F::convolution_2d(x, w), ValueError);
 }
