@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-peer", no_peer, "Do not run PyTorch");
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_batch_norm")) return 0;
 
   const kusari::Device device =
       device_name == "cuda" ? kusari::Device::cuda(0) : kusari::Device::cpu();

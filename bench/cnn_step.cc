@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_cnn_step")) return 0;
   kusari::set_num_threads(threads);
   kusari::set_blas_num_threads(threads);
   const int64_t batch = 100;

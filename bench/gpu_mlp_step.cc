@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
   app.add_flag("--compile", compile, "Also time the PyTorch peer under torch.compile");
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_gpu_mlp_step")) return 0;
   if (!kusari::cuda_available()) {
     std::fprintf(stderr, "bench_gpu_mlp_step: no CUDA device is available\n");
     return 1;

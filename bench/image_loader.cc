@@ -390,6 +390,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{100000}));
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_image_loader")) return 0;
   try {
     if (count_jpegs(dir) < images) make_photo_set(photos, dir, images);
     std::vector<int> workers;

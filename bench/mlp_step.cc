@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_mlp_step")) return 0;
   const int64_t batch = 100;
   kusari::manual_seed(0);
   Array x = Array::uniform({batch, 784});

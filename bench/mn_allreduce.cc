@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
                  "Chunk-size settings, comma-separated (default: $KUSARI_MN_CHUNK_BYTES when set)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_mn_allreduce")) return 0;
   const Dtype wire = kusari::dtype_from_name(wire_name);
   const std::vector<std::string> settings = split_list(chunk_flag);
 

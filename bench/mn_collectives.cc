@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats, "Calls per timing")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_mn_collectives")) return 0;
   if (is_worker) return worker(repeats);
 
   const std::string np = std::to_string(np_count);

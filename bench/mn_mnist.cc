@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(kusari::mn::communicator_names()));
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_mn_mnist")) return 0;
   if (is_worker) return worker(app.count("--iterations") ? iterations : 200, threads, name);
   const std::string np = std::to_string(np_count);
   const std::string iters = std::to_string(iterations);

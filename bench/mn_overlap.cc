@@ -95,6 +95,7 @@ int run(int argc, char** argv, bool multiple) {
   app.add_flag("--no-peer", no_peer, "Skip the PyTorch peer");
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_mn_overlap")) return 0;
   if (multiple != (threads_flag == "multiple")) return 2;  // (main initialised MPI from argv)
 
   kusari::set_num_threads(1);

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_mnist_epoch")) return 0;
   auto [train, test] = kusari::get_fashion_mnist();
   std::printf("MNIST MLP training epoch (600 iterations of batch 100 on Fashion-MNIST), seconds per epoch\n");
   std::printf("%-22s %12s %12s\n", "threads (omp+blas)", "kusari", "pytorch");

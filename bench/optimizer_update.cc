@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1, 1 << 20));
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_optimizer_update")) return 0;
   if (gpu >= 0 && !kusari::cuda_available()) {
     std::fprintf(stderr,
                  "bench_optimizer_update: --gpu %d was asked for but no CUDA device is available\n",

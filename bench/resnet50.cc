@@ -258,6 +258,7 @@ int main(int argc, char** argv) {
       ->group("");
   kusari::bench::setup(app);
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_resnet50")) return 0;
   if (c.device == "cuda" && !kusari::cuda_available()) {
     std::fprintf(
         stderr,

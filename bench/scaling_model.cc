@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "kusari/core/program.h"
+
 namespace {
 
 struct Machine {
@@ -150,6 +152,7 @@ int main(int argc, char** argv) {
                  "sharing the multiprocessors with backward), calibrated from a measured 2-GPU run")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("bench_scaling_model")) return 0;
   const double grad_bytes = kResNet50Params * wire_bytes;
   if (!machine.empty()) {
     if (step_ms <= 0) {

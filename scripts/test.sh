@@ -5,6 +5,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${KUSARI_BUILD_DIR:-$here/build}
+# (KUSARI_CHECK_ARGS: the arguments are setup.sh's to judge)
+if [ "${KUSARI_CHECK_ARGS:-0}" != 0 ]; then exec "$here/scripts/setup.sh" "$@"; fi
 "$here/scripts/setup.sh" "$@"
 
 # OpenMPI refuses to start as root unless told that it is on purpose (containers, CI).

@@ -13,6 +13,7 @@
 #include "kusari/datasets/image.h"
 #include "kusari/datasets/mnist.h"
 #include "kusari/datasets/transforms.h"
+#include "kusari/core/program.h"
 
 namespace {
 
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", data_dir,
                  "Folder of the Fashion-MNIST IDX files (default: as get_fashion_mnist)");
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("make_image_folder")) return 0;
   try {
     kusari::MnistOptions o;
     o.ndim = 2;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kusari/datasets/image.h"
+#include "kusari/core/program.h"
 #include "training/extensions/plot.h"
 
 namespace {
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   app.add_option("--height", height, "Height in pixels")->capture_default_str()->check(CLI::Range(100, 4000));
   app.add_option("runs", runs, "label=path/to/log, one per line of the plot")->required();
   CLI11_PARSE(app, argc, argv);
+  if (kusari::only_check_arguments("plot_logs")) return 0;
   try {
     std::vector<D::PlotSeries> series;
     for (const std::string& run : runs) {

@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!gpu && !cpu_communicator) communicator = "naive";
+  if (kusari::only_check_arguments("train_charlm")) return 0;
   auto comm = kusari::mn::create_communicator(communicator);
   kusari::Device device = gpu ? kusari::Device::cuda(comm->intra_rank()) : kusari::Device::cpu();
   kusari::set_num_threads(1);
@@ -179,9 +180,9 @@ int main(int argc, char** argv) {
 
   // Every process reads the (local) text and keeps its shard of the lines.      (multi-node)
   auto text = std::make_shared<LineDataset>(data, lines);
-  auto train = kusari::mn::scatter_dataset(std::make_shared<StrideDataset>(text, 10, false), *comm, 0, true, seed);
-  auto test = kusari::mn::scatter_dataset(std::make_shared<StrideDataset>(text, 10, true), *comm, 0, true, seed);
-  kusari::mn::check_same_settings(*comm,                                      // (multi-node)
+  auto train = kusari::mn::scatter_dataset(std::make_shared<StrideDataset>(text, 10, false), comm, 0, true, seed);
+  auto test = kusari::mn::scatter_dataset(std::make_shared<StrideDataset>(text, 10, true), comm, 0, true, seed);
+  kusari::mn::check_same_settings(comm,                                      // (multi-node)
                                   {{"--batchsize", std::to_string(batchsize)}, {"--epoch", std::to_string(epoch)},
                                    {"--unit", std::to_string(unit)}, {"--embed", std::to_string(embed)},
                                    {"--seed", std::to_string(seed)}, {"--frequency", std::to_string(frequency)},
@@ -245,7 +246,7 @@ int main(int argc, char** argv) {
                                  "validation/main/perplexity", "elapsed_time"}));
     trainer.extend(std::make_shared<E::ProgressBar>());
   }
-  if (!resume.empty()) kusari::mn::load_snapshot_of_each_rank(resume, trainer, *comm);  // (multi-node)
+  if (!resume.empty()) kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);  // (multi-node)
   trainer.run();
   return 0;
 }

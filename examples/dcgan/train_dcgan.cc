@@ -200,6 +200,7 @@ int main(int argc, char** argv) {
     warn_fallback = app.count("--communicator") > 0;
     communicator = "naive";
   }
+  if (kusari::only_check_arguments("train_dcgan")) return 0;
   auto comm = kusari::mn::create_communicator(communicator);
   kusari::Device device = gpu ? kusari::Device::cuda(comm->intra_rank()) : kusari::Device::cpu();
   if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->intra_size());
@@ -237,8 +238,8 @@ int main(int argc, char** argv) {
     train = kusari::get_fashion_mnist(options).first;
     if (train_size > 0 && train_size < train->size()) train = std::make_shared<kusari::SubDataset>(train, 0, train_size);
   }
-  train = kusari::mn::scatter_dataset(train, *comm, 0, true);  // (multi-node)
-  kusari::mn::check_same_settings(*comm,
+  train = kusari::mn::scatter_dataset(train, comm, 0, true);  // (multi-node)
+  kusari::mn::check_same_settings(comm,
                                   {{"--batchsize", std::to_string(batchsize)},
                                    {"examples per process", std::to_string(train->size())},
                                    {"--epoch", std::to_string(epoch)},
@@ -277,7 +278,7 @@ int main(int argc, char** argv) {
         std::vector<std::string>{"epoch", "iteration", "gen/loss", "dis/loss", "elapsed_time"}));
     trainer.extend(std::make_shared<E::ProgressBar>());
   }
-  if (!resume.empty()) kusari::mn::load_snapshot_of_each_rank(resume, trainer, *comm);  // (multi-node)
+  if (!resume.empty()) kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);  // (multi-node)
   trainer.run();
   return 0;
 }

@@ -133,11 +133,13 @@ int main(int argc, char** argv) {
         return "expected a positive number, got " + value;
       },
       ">0", "Positive");
-  app.add_option("train,--train", train_path,
-                 "Training images: a folder with one subfolder per class, or a list file of "
-                 "'path label' lines")
-      ->required();
-  app.add_option("val,--val", val_path, "Validation images, as --train")->required();
+  // The image sets are ChainerMN's positional arguments; --train and --val name them too, and
+  // stay out of --help (one entry each there).
+  app.add_option("train", train_path,
+                 "Training images: a folder with one subfolder per class, or a list file of 'path label' lines");
+  app.add_option("val", val_path, "Validation images, as train");
+  app.add_option("--train", train_path, "Training images, as the first argument")->group("");
+  app.add_option("--val", val_path, "Validation images, as the second argument")->group("");
   app.add_option("-R,--root", root, "Folder the relative paths of list files start from")
       ->capture_default_str();
   app.add_option("-a,--arch", arch, "Network architecture (the ResNet model zoo)")
@@ -326,6 +328,21 @@ int main(int argc, char** argv) {
   app.add_flag("--noplot", noplot, "Disable PlotReport extension");
   app.add_flag("--no-progress", no_progress, "Disable ProgressBar extension");
   CLI11_PARSE(app, argc, argv);
+  for (const auto& [name, what] : {std::pair{"train", "training"}, std::pair{"val", "validation"}}) {
+    if (app.count(name) > 0 && app.count(std::string("--") + name) > 0) {
+      std::fprintf(stderr, "Error: the %s images are given twice (as an argument and as --%s); give them once\n",
+                   what, name);
+      return 106;
+    }
+  }
+  if (train_path.empty() || val_path.empty()) {
+    std::fprintf(stderr,
+                 "Error: train_imagenet needs the %s images: give the training and the validation images as its "
+                 "first two arguments (folders with one subfolder per class, or list files), e.g. "
+                 "train_imagenet imagenet/train imagenet/val\nRun with --help for more information.\n",
+                 train_path.empty() ? "training" : "validation");
+    return 106;  // (CLI11's status for a missing required argument)
+  }
 
   for (double d : decay_epochs) {
     if (d <= warmup_epochs && warmup_epochs > 0) {
@@ -377,6 +394,7 @@ int main(int argc, char** argv) {
     }
     comm_options.allreduce_grad_dtype = kusari::dtype_from_name(allreduce_dtype);
   }
+  if (kusari::only_check_arguments("train_imagenet")) return 0;
   auto comm = kusari::mn::create_communicator(communicator, comm_options);
   kusari::Device device = gpu ? kusari::Device::cuda(comm->intra_rank()) : kusari::Device::cpu();
   const int per_host =
@@ -417,8 +435,8 @@ int main(int argc, char** argv) {
   }
   const int64_t train_size = train->size(), val_size = val->size();
   // Each rank gets its shard of indices; the files stay where they are.          (multi-node)
-  train = kusari::mn::scatter_dataset(train, *comm, 0, true, seed);
-  val = kusari::mn::scatter_dataset(val, *comm, 0, true, seed + 1);
+  train = kusari::mn::scatter_dataset(train, comm, 0, true, seed);
+  val = kusari::mn::scatter_dataset(val, comm, 0, true, seed + 1);
 
   // Every process must have been started with the same settings: a batch size or a number of
   // epochs that differs between them would make them wait for each other forever.   (multi-node)
@@ -431,7 +449,7 @@ int main(int argc, char** argv) {
   const auto on_off = [](bool b) { return std::string(b ? "on" : "off"); };
   const std::string overlap_setting =
       overlap ? "on, --bucket-mb " + std::to_string(bucket_mb) : "off";
-  kusari::mn::check_same_settings(*comm,
+  kusari::mn::check_same_settings(comm,
                                   {{"--batchsize", std::to_string(batchsize)},
                                    {"iterations per epoch", iterations_per_epoch},
                                    {"--val-batchsize", std::to_string(val_batchsize)},
@@ -678,7 +696,7 @@ int main(int argc, char** argv) {
   if (!resume.empty()) {
     // Every process loads its own file of the snapshot (<resume>.<rank> under mpiexec): the same
     // weights, and its own loader position and order, so the run goes on bit for bit. (multi-node)
-    kusari::mn::load_snapshot_of_each_rank(resume, trainer, *comm);
+    kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);
   }
   if (checkpointer) {
     // A job restarted after a crash or a time limit goes on from the newest complete set.

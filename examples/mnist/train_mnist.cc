@@ -4,6 +4,7 @@
 //   mpiexec -n 2 ./train_mnist                                     # CPUs, "naive" communicator
 //   mpiexec -n 8 ./train_mnist --gpu --communicator pure_nccl       # one GPU per process
 //   ./train_mnist --dtype bfloat16                                  # mixed precision
+//   ./train_mnist --predict result/mlp.npz                          # the trained model's predictions
 //
 // The two lines that make a single-device program multi-node are marked "(multi-node)"; the
 // lines that train in float16 or bfloat16 are marked "(mixed precision)".
@@ -56,6 +57,77 @@ class MLP : public kusari::Chain {
   kusari::Generator rng_;
 };
 
+// Loads a trained MLP and prints its predictions for the first `count` test images and its
+// accuracy over the whole test set. `file` is the mlp.npz a run writes into its --out folder, or
+// one of its snapshots (snapshot_iter_<n>, whose model is under updater/model:main/predictor/).
+int predict(const std::string& file, const std::string& data, int count) {
+  std::string prefix;
+  int64_t unit = 0;
+  {
+    kusari::NpzFile npz(file, "train_mnist --predict");
+    for (const char* p : {"", "predictor/", "updater/model:main/predictor/"}) {
+      if (npz.contains(std::string(p) + "l1/W")) {
+        prefix = p;
+        unit = npz.get(prefix + "l1/W").shape()[0];
+        break;
+      }
+    }
+    if (unit == 0) {
+      std::fprintf(stderr,
+                   "Error: --predict %s holds no MLP (no l1/W, predictor/l1/W or "
+                   "updater/model:main/predictor/l1/W); give the mlp.npz or a snapshot a run wrote\n",
+                   file.c_str());
+      return 1;
+    }
+  }
+  auto mlp = std::make_shared<MLP>(unit, 10);  // the width is the file's
+  kusari::load_npz(file, *mlp, prefix);
+  kusari::MnistOptions options;
+  std::shared_ptr<kusari::TupleDataset> test;
+  if (data.empty()) {
+    test = kusari::get_fashion_mnist(options).second;
+  } else {
+    options.directory = data;
+    test = kusari::get_mnist(options).second;
+  }
+  kusari::NoBackpropMode no_backprop;
+  std::vector<int64_t> indices(static_cast<size_t>(test->size()));
+  std::iota(indices.begin(), indices.end(), int64_t{0});
+  std::vector<kusari::Array> batch = kusari::concat_examples(test->get_examples(indices), kusari::Device::cpu());
+  const std::vector<int64_t> predicted =
+      kusari::argmax(mlp->forward(Variable(batch[0])).data(), 1).astype(kusari::int64).to_vector<int64_t>();
+  const std::vector<int64_t> labels = batch[1].astype(kusari::int64).to_vector<int64_t>();
+  int64_t correct = 0;
+  for (size_t i = 0; i < labels.size(); ++i) correct += predicted[i] == labels[i];
+  std::printf("%s (%lld units): predictions for the first %d test images\n", file.c_str(),
+              static_cast<long long>(unit), count);
+  for (int i = 0; i < count && i < static_cast<int>(labels.size()); ++i) {
+    std::printf("  image %d: predicted %lld, label %lld%s\n", i, static_cast<long long>(predicted[i]),
+                static_cast<long long>(labels[i]), predicted[i] == labels[i] ? "" : "  (wrong)");
+  }
+  std::printf("accuracy over the %zu test images: %.4f\n", labels.size(),
+              static_cast<double>(correct) / static_cast<double>(labels.size()));
+  return 0;
+}
+
+// A flag that must be a positive whole number, refused when the flags are parsed: "--batchsize:
+// the mini-batch size must be a positive whole number, got 0".
+CLI::Validator positive_integer(const std::string& what) {
+  return CLI::Validator(
+      [what](const std::string& value) -> std::string {
+        size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(value, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == value.size() && v > 0 && v <= (1LL << 30)) return {};
+        return what + " must be a positive whole number (at most 2^30), got " + value;
+      },
+      ">0", "PositiveInteger");
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"kusari example: data-parallel MNIST"};
   int batchsize = 100, epoch = 20, unit = 1000, frequency = -1, threads = 0;
@@ -64,12 +136,18 @@ int main(int argc, char** argv) {
   std::string iterator_kind = "serial";
   double dropout = 0;
   int64_t seed = 0;
-  app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)")->capture_default_str();
+  std::string predict_file;
+  int predict_count = 10;
+  app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)")
+      ->capture_default_str()
+      ->check(positive_integer("the mini-batch size"));
   app.add_option("--communicator", communicator,
                  "Type of communicator (on CPUs, a GPU one such as the default falls back to naive)")
       ->capture_default_str()
       ->check(CLI::IsMember(kusari::mn::communicator_names()));
-  app.add_option("-e,--epoch", epoch, "Number of sweeps over the dataset to train")->capture_default_str();
+  app.add_option("-e,--epoch", epoch, "Number of sweeps over the dataset to train")
+      ->capture_default_str()
+      ->check(positive_integer("the number of epochs"));
   app.add_flag("-g,--gpu", gpu, "Use GPUs: each process uses the GPU of its rank within its host");
   app.add_option("-o,--out", out, "Directory to output the result")->capture_default_str();
   app.add_option(
@@ -77,7 +155,7 @@ int main(int argc, char** argv) {
       "Resume the training from a snapshot, e.g. result/snapshot_iter_600; under mpiexec each "
       "process writes its own snapshot_iter_<iteration>.<rank> and resumes from its own file "
       "(give the name without the rank, and as many processes)");
-  app.add_option("-u,--unit", unit, "Number of units")->capture_default_str();
+  app.add_option("-u,--unit", unit, "Number of units")->capture_default_str()->check(positive_integer("the number of units"));
   // 0 and negatives other than -1 used to mean "every epoch" silently; they are refused.
   app.add_option("-f,--frequency", frequency, "Frequency of taking a snapshot (epochs, a positive number; -1: at the end)")
       ->capture_default_str()
@@ -123,11 +201,20 @@ int main(int argc, char** argv) {
                "Overlap each step's gradient allreduce with the next step (NCCL communicators; one step stale)");
   app.add_flag("--cuda-graph", cuda_graph,
                "With --gpu: run each step's forward and backward as a replayed CUDA graph (fewer launches)");
+  app.add_option("--predict", predict_file,
+                 "Instead of training: load a trained model (the mlp.npz of an --out folder, or a snapshot) and "
+                 "print its predictions for the first --predict-count test images (of --data, or Fashion-MNIST) "
+                 "and its test accuracy");
+  app.add_option("--predict-count", predict_count, "How many test images --predict shows")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (cuda_graph && !gpu) {
     std::fprintf(stderr, "Error: --cuda-graph records GPU work; add --gpu\n");
     return 1;
   }
+  if (kusari::only_check_arguments("train_mnist")) return 0;
+  if (!predict_file.empty()) return predict(predict_file, data, predict_count);
   const kusari::Dtype dtype = kusari::dtype_from_name(dtype_name);
 
   // Prepare the communicator: a GPU one with --gpu, "naive" on CPUs.          (multi-node)
@@ -201,8 +288,8 @@ int main(int argc, char** argv) {
     train = sets.first;
     test = sets.second;
   }
-  train = kusari::mn::scatter_dataset(train, *comm, 0, true);
-  test = kusari::mn::scatter_dataset(test, *comm, 0, true);
+  train = kusari::mn::scatter_dataset(train, comm, 0, true);
+  test = kusari::mn::scatter_dataset(test, comm, 0, true);
 
   // Every process must have been started with the same settings: a batch size or a number of
   // epochs that differs between them would make them wait for each other forever.   (multi-node)
@@ -212,7 +299,7 @@ int main(int argc, char** argv) {
   if (common != batchsize) iterations_per_epoch += "/" + std::to_string(batchsize / common);
   iterations_per_epoch +=
       " (" + std::to_string(shard) + " examples in batches of " + std::to_string(batchsize) + ")";
-  kusari::mn::check_same_settings(*comm,
+  kusari::mn::check_same_settings(comm,
                                   {{"--batchsize", std::to_string(batchsize)},
                                    {"iterations per epoch", iterations_per_epoch},
                                    {"--epoch", std::to_string(epoch)},
@@ -268,8 +355,10 @@ int main(int argc, char** argv) {
   if (!resume.empty()) {
     // Every process loads its own file of the snapshot (<resume>.<rank> under mpiexec): the same
     // weights, and its own iterator position and order, so the run goes on bit for bit.
-    kusari::mn::load_snapshot_of_each_rank(resume, trainer, *comm);  // (multi-node)
+    kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);  // (multi-node)
   }
   trainer.run();
+  // The trained model alone, for --predict (and for Chainer: serializers.load_npz into its MLP).
+  if (comm->rank() == 0) kusari::save_npz(out + "/mlp.npz", model->predictor());
   return 0;
 }

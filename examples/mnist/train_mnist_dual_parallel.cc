@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   if (auto code = example::parse_args(argc, argv, kDescription, comm->rank() == 0, args)) {
     return *code;
   }
+  if (kusari::only_check_arguments("train_mnist_dual_parallel")) return 0;
   if (comm->size() != 4) {
     if (comm->rank() == 0)
       std::fprintf(stderr, "error: this example needs exactly 4 processes (mpiexec -n 4)\n");

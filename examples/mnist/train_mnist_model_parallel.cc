@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   if (auto code = example::parse_args(argc, argv, kDescription, comm->rank() == 0, args)) {
     return *code;
   }
+  if (kusari::only_check_arguments("train_mnist_model_parallel")) return 0;
   if (comm->size() != 2) {
     if (comm->rank() == 0)
       std::fprintf(stderr, "error: this example needs exactly 2 processes (mpiexec -n 2)\n");

@@ -116,6 +116,8 @@ class A2CUpdater : public kusari::training::Updater {
   double epoch_detail() const override { return 0.0; }
   double previous_epoch_detail() const override { return 0.0; }
   bool is_new_epoch() const override { return false; }
+  // No dataset is swept: the progress bar shows iterations only.
+  bool has_epochs() const override { return false; }
   kusari::Optimizer& optimizer(const std::string& name) override {
     KUSARI_CHECK(name == "main", ValueError, "A2CUpdater::optimizer: no optimizer '", name, "' (only 'main')");
     return *opt_;
@@ -216,11 +218,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!gpu && !cpu_communicator) communicator = "naive";
+  if (kusari::only_check_arguments("train_a2c")) return 0;
   auto comm = kusari::mn::create_communicator(communicator);
   kusari::Device device = gpu ? kusari::Device::cuda(comm->intra_rank()) : kusari::Device::cpu();
   kusari::set_num_threads(1);
   kusari::set_blas_num_threads(1);
-  kusari::mn::check_same_settings(*comm,                                      // (multi-node)
+  kusari::mn::check_same_settings(comm,                                      // (multi-node)
                                   {{"--envs", std::to_string(n_envs)}, {"--steps", std::to_string(steps)},
                                    {"--nstep", std::to_string(n_step)}, {"--unit", std::to_string(hidden)},
                                    {"--seed", std::to_string(seed)}, {"--log-interval", std::to_string(log_interval)},
@@ -269,7 +272,7 @@ int main(int argc, char** argv) {
         std::vector<std::string>{"iteration", "episodes", "mean_return", "main/loss", "elapsed_time"}));
     trainer.extend(std::make_shared<E::ProgressBar>());
   }
-  if (!resume.empty()) kusari::mn::load_snapshot_of_each_rank(resume, trainer, *comm);  // (multi-node)
+  if (!resume.empty()) kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);  // (multi-node)
   trainer.run();
   // Every process must end with the same weights: compare a checksum of them.      (multi-node)
   double checksum = 0.0;
@@ -278,6 +281,6 @@ int main(int argc, char** argv) {
   }
   char text[64];
   std::snprintf(text, sizeof text, "%.17g", checksum);
-  kusari::mn::check_same_settings(*comm, {{"sum of the trained weights", text}}, "train_a2c");
+  kusari::mn::check_same_settings(comm, {{"sum of the trained weights", text}}, "train_a2c");
   return 0;
 }

@@ -2,15 +2,16 @@
 // iterators, serializers and the trainer. Multi-node training is in kusari/mn.h.
 #pragma once
 
-#include "kusari/config.h"
 #include "kusari/autograd/function_node.h"
 #include "kusari/autograd/gradient_check.h"
 #include "kusari/autograd/mode.h"
 #include "kusari/autograd/variable.h"
 #include "kusari/core/array.h"
+#include "kusari/core/build.h"
 #include "kusari/core/device.h"
 #include "kusari/core/dtype.h"
 #include "kusari/core/error.h"
+#include "kusari/core/program.h"
 #include "kusari/core/random.h"
 #include "kusari/core/reporter.h"
 #include "kusari/core/routines.h"

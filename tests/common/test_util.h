@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kusari/config.h"
 #include "kusari/core/array.h"
+#include "kusari/core/build.h"
 #include "kusari/core/cuda.h"
 #include "kusari/core/debug.h"
 #include "kusari/core/random.h"
@@ -46,9 +46,7 @@ template <typename E, typename F>
 /// time with a message when no GPU is present).
 inline std::vector<Device> test_devices() {
   std::vector<Device> d{Device::cpu()};
-#if KUSARI_HAVE_CUDA
-  d.push_back(Device::cuda(0));
-#endif
+  if (build_info().cuda) d.push_back(Device::cuda(0));
   return d;
 }
 

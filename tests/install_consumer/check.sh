@@ -22,10 +22,22 @@ for f in "$build/xor_cpu" "$build/mean_of_ranks" "$prefix"/lib*/libkusari.so "$p
   fi
 done
 
+# The pkg-config route of docs/install.md, without CMake: the .pc files find the prefix from
+# their own place, wherever the install was put.
+pc_dir=$(dirname "$(ls "$prefix"/lib*/pkgconfig/kusari.pc "$prefix"/lib/*/pkgconfig/kusari.pc 2>/dev/null | head -n 1)")
+[ -f "$pc_dir/kusari.pc" ] || { echo "check.sh: no kusari.pc under $prefix" >&2; exit 1; }
+export PKG_CONFIG_PATH="$pc_dir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+# shellcheck disable=SC2046
+g++ -std=c++20 "$here/xor_cpu.cc" $(pkg-config --cflags --libs kusari) -o "$build/xor_cpu_pc"
+# shellcheck disable=SC2046
+g++ -std=c++20 "$here/mean_of_ranks.cc" $(pkg-config --cflags --libs kusari-mn) -o "$build/mean_of_ranks_pc"
+
 "$build/xor_cpu"
+"$build/xor_cpu_pc"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 flags=()
 if mpiexec --version 2>&1 | grep -q -E "Open MPI|OpenRTE"; then flags+=(--oversubscribe); fi
 mpiexec -n 2 "${flags[@]}" "$build/mean_of_ranks"
+mpiexec -n 2 "${flags[@]}" "$build/mean_of_ranks_pc"
 [ "$status" = 0 ] && echo "check.sh: the installed kusari works from an out-of-tree project"
 exit "$status"

@@ -1,6 +1,8 @@
 // A data-parallel training loop in which rank 1 throws at its third step while the other ranks
-// go on into the gradient allreduce. The job must end promptly with a message naming rank 1.
+// go on into the gradient allreduce (or, with --all, every rank throws the same error there). The
+// job must end promptly with one report naming the rank(s) and the error.
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 #include "kusari/functions.h"
@@ -9,11 +11,13 @@
 
 namespace F = kusari::functions;
 
-int main() {
+int main(int argc, char** argv) {
+  const bool all = argc > 1 && std::strcmp(argv[1], "--all") == 0;
   auto comm = kusari::mn::create_communicator("naive");
   auto model = std::make_shared<kusari::links::Linear>(4, 2);
   kusari::Array x = kusari::Array::uniform({8, 4});
   for (int step = 0; step < 1000; ++step) {
+    if (all && step == 3) throw std::runtime_error("injected failure at step 3 on every rank");
     if (comm->rank() == 1 && step == 3) throw std::runtime_error("injected failure at step 3");
     model->cleargrads();
     kusari::Variable loss = F::sum(F::square((*model)(x)));

@@ -14,7 +14,7 @@
 #include <thread>
 #include <tuple>
 
-#include "kusari/config.h"
+#include "kusari/core/build.h"
 #include "kusari/core/cuda.h"
 #include "kusari/functions.h"
 #include "kusari/links/linear.h"
@@ -36,7 +36,7 @@ using test::world_size;
 using testing::ArraysClose;
 using testing::ThrowsWith;
 
-constexpr bool kHaveNccl = KUSARI_HAVE_CUDA && KUSARI_HAVE_NCCL;
+const bool kHaveNccl = kusari::build_info().cuda && kusari::build_info().nccl;
 
 /// This process's rank among the processes of its (real) machine, and their number. Found by a
 /// collective the first time (gpu_skip_reason, on every rank), then remembered, so that a test

@@ -249,6 +249,10 @@ std::shared_ptr<MultiNodeSnapshot> multi_node_snapshot(
 /// `<path>.<rank>` in a job of more - the names that multi_node_snapshot(comm, snapshot) writes,
 /// each rank its own file.
 std::string snapshot_file_of_rank(const std::string& path, const Communicator& comm);
+/// snapshot_file_of_rank with the communicator as create_communicator returns it.
+inline std::string snapshot_file_of_rank(const std::string& path, const std::shared_ptr<Communicator>& comm) {
+  return snapshot_file_of_rank(path, detail::communicator_of(comm, "snapshot_file_of_rank"));
+}
 
 /// Resumes `trainer` from the snapshot `path` that a job of as many processes wrote with
 /// multi_node_snapshot(comm, snapshot): each rank loads its own file (snapshot_file_of_rank), with
@@ -261,5 +265,10 @@ std::string snapshot_file_of_rank(const std::string& path, const Communicator& c
 /// own snapshot]).
 int64_t load_snapshot_of_each_rank(const std::string& path, training::Trainer& trainer,
                                    Communicator& comm);
+/// load_snapshot_of_each_rank with the communicator as create_communicator returns it.
+inline int64_t load_snapshot_of_each_rank(const std::string& path, training::Trainer& trainer,
+                                          const std::shared_ptr<Communicator>& comm) {
+  return load_snapshot_of_each_rank(path, trainer, detail::communicator_of(comm, "load_snapshot_of_each_rank"));
+}
 
 }  // namespace kusari::mn

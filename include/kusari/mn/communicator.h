@@ -143,4 +143,16 @@ std::shared_ptr<Communicator> create_communicator(const std::string& name = "nai
 std::shared_ptr<Communicator> create_communicator(const std::string& name, intptr_t mpi_comm,
                                                   const CommunicatorOptions& options);
 
+// Note [Communicator arguments]
+// Every function of kusari::mn takes the communicator as create_communicator returns it, a
+// std::shared_ptr<Communicator>, as ChainerMN's functions take the communicator object:
+// scatter_dataset(train, comm), check_same_settings(comm, ...), send(x, comm, 1). The functions
+// that only use it during the call also take a Communicator& (for code that holds a reference,
+// such as a link's own communicator()); objects that keep it (the optimizer, the evaluator,
+// MultiNodeBatchNormalization, ...) take the shared_ptr only.
+namespace detail {
+/// *comm, or a ValueError naming `function` when comm is null.
+Communicator& communicator_of(const std::shared_ptr<Communicator>& comm, const char* function);
+}  // namespace detail
+
 }  // namespace kusari::mn

@@ -34,4 +34,20 @@ std::shared_ptr<Dataset> scatter_dataset(std::shared_ptr<Dataset> dataset, Commu
                                          bool shuffle = false, std::optional<uint64_t> seed = std::nullopt,
                                          bool force_equal_length = true);
 
+/// scatter_index with the communicator as create_communicator returns it.
+inline std::pair<int64_t, int64_t> scatter_index(int64_t n, const std::shared_ptr<Communicator>& comm, int root = 0,
+                                                 bool force_equal_length = true) {
+  return scatter_index(n, detail::communicator_of(comm, "scatter_index"), root, force_equal_length);
+}
+
+/// scatter_dataset with the communicator as create_communicator returns it (ChainerMN's
+/// `scatter_dataset(train, comm, shuffle=True)`).
+inline std::shared_ptr<Dataset> scatter_dataset(std::shared_ptr<Dataset> dataset,
+                                                const std::shared_ptr<Communicator>& comm, int root = 0,
+                                                bool shuffle = false, std::optional<uint64_t> seed = std::nullopt,
+                                                bool force_equal_length = true) {
+  return scatter_dataset(std::move(dataset), detail::communicator_of(comm, "scatter_dataset"), root, shuffle, seed,
+                         force_equal_length);
+}
+
 }  // namespace kusari::mn

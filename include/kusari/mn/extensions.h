@@ -154,6 +154,11 @@ class MultiNodeEarlyStoppingTrigger : public training::EarlyStoppingTrigger {
 /// Gives every rank the same shuffle: rank 0 draws a seed and broadcasts it, and the iterator is
 /// reseeded and reset (model parallelism needs identical batches). Returns the same iterator.
 std::shared_ptr<Iterator> create_synchronized_iterator(std::shared_ptr<Iterator> iterator, Communicator& comm);
+/// create_synchronized_iterator with the communicator as create_communicator returns it.
+inline std::shared_ptr<Iterator> create_synchronized_iterator(std::shared_ptr<Iterator> iterator,
+                                                              const std::shared_ptr<Communicator>& comm) {
+  return create_synchronized_iterator(std::move(iterator), detail::communicator_of(comm, "create_synchronized_iterator"));
+}
 
 /// An iterator whose batches are read by `rank_master` and broadcast to the other ranks (which
 /// pass nullptr or any iterator); epoch bookkeeping is broadcast with them.

@@ -100,4 +100,39 @@ std::vector<Variable> gather(Communicator& comm, const Variable& x, int root = 0
 Variable scatter(Communicator& comm, const std::vector<Variable>& xs, int root = 0,
                  std::optional<Device> device = std::nullopt);
 
+// --- the same, with the communicator as create_communicator returns it --------------------------
+// (Note [Communicator arguments] in kusari/mn/communicator.h)
+
+/// send(x, *comm, rank, tag).
+inline Variable send(const Variable& x, const std::shared_ptr<Communicator>& comm, int rank, int tag = 0) {
+  return send(x, detail::communicator_of(comm, "send"), rank, tag);
+}
+/// recv(*comm, rank, delegate, tag, device).
+inline Variable recv(const std::shared_ptr<Communicator>& comm, int rank, const Variable& delegate = Variable(),
+                     int tag = 0, std::optional<Device> device = std::nullopt) {
+  return recv(detail::communicator_of(comm, "recv"), rank, delegate, tag, device);
+}
+/// allgather(*comm, x).
+inline std::vector<Variable> allgather(const std::shared_ptr<Communicator>& comm, const Variable& x) {
+  return allgather(detail::communicator_of(comm, "allgather"), x);
+}
+/// alltoall(*comm, xs).
+inline std::vector<Variable> alltoall(const std::shared_ptr<Communicator>& comm, const std::vector<Variable>& xs) {
+  return alltoall(detail::communicator_of(comm, "alltoall"), xs);
+}
+/// bcast(*comm, x, root, device).
+inline Variable bcast(const std::shared_ptr<Communicator>& comm, const Variable& x, int root = 0,
+                      std::optional<Device> device = std::nullopt) {
+  return bcast(detail::communicator_of(comm, "bcast"), x, root, device);
+}
+/// gather(*comm, x, root).
+inline std::vector<Variable> gather(const std::shared_ptr<Communicator>& comm, const Variable& x, int root = 0) {
+  return gather(detail::communicator_of(comm, "gather"), x, root);
+}
+/// scatter(*comm, xs, root, device).
+inline Variable scatter(const std::shared_ptr<Communicator>& comm, const std::vector<Variable>& xs, int root = 0,
+                        std::optional<Device> device = std::nullopt) {
+  return scatter(detail::communicator_of(comm, "scatter"), xs, root, device);
+}
+
 }  // namespace kusari::mn

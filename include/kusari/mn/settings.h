@@ -27,5 +27,10 @@ using Setting = std::pair<std::string, std::string>;
 /// (Note [Same settings]).
 void check_same_settings(Communicator& comm, const std::vector<Setting>& settings,
                          const std::string& what);
+/// check_same_settings with the communicator as create_communicator returns it.
+inline void check_same_settings(const std::shared_ptr<Communicator>& comm, const std::vector<Setting>& settings,
+                                const std::string& what) {
+  check_same_settings(detail::communicator_of(comm, "check_same_settings"), settings, what);
+}
 
 }  // namespace kusari::mn

@@ -31,6 +31,9 @@ class Updater : public Serializable {
   virtual double epoch_detail() const = 0;
   virtual double previous_epoch_detail() const = 0;
   virtual bool is_new_epoch() const = 0;
+  /// False for an updater that does not sweep a dataset (reinforcement learning, a generator
+  /// of its own batches): its epoch counts mean nothing, and the reports leave them out.
+  virtual bool has_epochs() const { return true; }
   /// The optimizer `name` ("main" by default).
   virtual Optimizer& optimizer(const std::string& name = "main") = 0;
   /// The iterator `name` ("main" by default).

@@ -281,6 +281,12 @@ std::shared_ptr<Communicator> Communicator::split(int, int) {
 
 void Communicator::finalize() {}
 
+Communicator& detail::communicator_of(const std::shared_ptr<Communicator>& comm, const char* function) {
+  KUSARI_CHECK(comm != nullptr, ValueError, function,
+               ": the communicator is null; pass the one create_communicator returned");
+  return *comm;
+}
+
 // --- creation ------------------------------------------------------------------------------------
 
 std::vector<std::string> communicator_names() {

@@ -231,6 +231,27 @@ OpPosition position_of(const ControlMessage& m) {
   return p;
 }
 
+ControlMessage make_failure_message(const FailureNotice& failure) {
+  ControlMessage m;
+  m.type = ControlMessage::kFailed;
+  m.world_rank = failure.world_rank;
+  const size_t h = std::min(failure.host.size(), sizeof(m.host) - 1);
+  std::memcpy(m.host, failure.host.data(), h);
+  m.host[h] = '\0';
+  const size_t t = std::min(failure.text.size(), sizeof(m.text) - 1);
+  std::memcpy(m.text, failure.text.data(), t);
+  m.text[t] = '\0';
+  return m;
+}
+
+FailureNotice failure_of(const ControlMessage& m) {
+  FailureNotice f;
+  f.world_rank = m.world_rank;
+  f.host.assign(m.host, strnlen(m.host, sizeof(m.host)));
+  f.text.assign(m.text, strnlen(m.text, sizeof(m.text)));
+  return f;
+}
+
 double parse_timeout_seconds(const std::string& text, const char* source) {
   errno = 0;
   char* end = nullptr;

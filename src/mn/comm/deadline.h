@@ -105,6 +105,9 @@ struct ControlMessage {
     kQuestion = 2,
     /// The answer to a kQuestion: the sender's position.
     kAnswer = 3,
+    /// The sender failed (an error it did not catch, Note [One report of a failure]): its rank in
+    /// MPI_COMM_WORLD, its host and its error message.
+    kFailed = 4,
   };
   /// A Type.
   int32_t type = 0;
@@ -116,8 +119,9 @@ struct ControlMessage {
   int64_t count = 0;
   /// OpPosition::peer.
   int32_t peer = -1;
-  /// Zero (keeps the next field aligned the same way everywhere).
-  int32_t reserved = 0;
+  /// kFailed: the sender's rank in MPI_COMM_WORLD (else zero; keeps the next field aligned the
+  /// same way everywhere).
+  int32_t world_rank = 0;
   /// kFinished: FinishedNotice's counts.
   int64_t sent_to_you = 0;
   /// kFinished: FinishedNotice's counts.
@@ -128,7 +132,26 @@ struct ControlMessage {
   double grace_left = 0;
   /// OpPosition::name, cut to 63 bytes and terminated.
   char name[64] = {};
+  /// kFailed: the sender's host name, cut to 63 bytes and terminated.
+  char host[64] = {};
+  /// kFailed: the sender's error message, cut to 1023 bytes and terminated.
+  char text[1024] = {};
 };
+
+/// What a rank that failed told the others (a kFailed control message).
+struct FailureNotice {
+  /// Its rank in MPI_COMM_WORLD.
+  int world_rank = -1;
+  /// Its host name.
+  std::string host;
+  /// Its error message (cut to 1023 bytes).
+  std::string text;
+};
+
+/// Packs a failure into a kFailed control message.
+ControlMessage make_failure_message(const FailureNotice& failure);
+/// The failure a kFailed control message carries (strings repaired as position_of does).
+FailureNotice failure_of(const ControlMessage& m);
 
 /// Packs a position (and, for kFinished, the counts) into a control message of `type`.
 ControlMessage make_control_message(ControlMessage::Type type, const OpPosition& p,

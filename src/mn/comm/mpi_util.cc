@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "kusari/core/half.h"
 #include "mn/comm/op_tracker.h"
@@ -177,25 +178,48 @@ namespace {
 
 // Note [Failure of one rank ends the job]
 // An exception that escapes main() on one rank would leave the others blocked in their next
-// collective forever. Once a communicator exists, std::terminate prints which rank failed and
-// why, then calls MPI_Abort, which makes mpiexec end every process of the job with a non-zero
-// status. Set KUSARI_MN_ABORT_ON_ERROR=0 to keep the default std::terminate behaviour. After a
-// failure of the deadline (a stopped peer, a rank that finished early), where every live rank
-// fails at about the same moment, the abort waits half a second after printing, so that the other
-// ranks' reports are printed too (Note [Deadline on every collective]). The end of MPI uses the
-// same path when a rank never finishes a communicator (Note [A rank that finishes early]); with
-// KUSARI_MN_ABORT_ON_ERROR=0 it only prints, and MPI_Finalize may then wait for that rank.
+// collective forever. Once a communicator exists, std::terminate reports which rank failed and
+// why, once for all the ranks that failed alike (Note [One report of a failure] in
+// op_tracker.cc), and ends the process with status 1: Open MPI's mpiexec then ends every other
+// process of the job; under another launcher (srun, which may leave the others running),
+// MPI_Abort ends it. A rank that failed only because another one did (it waited in a collective
+// when the other's notice came) ends quietly. Set KUSARI_MN_ABORT_ON_ERROR=0 to keep the default
+// std::terminate behaviour. The end of MPI uses the same path when a rank never finishes a
+// communicator (Note [A rank that finishes early]); with KUSARI_MN_ABORT_ON_ERROR=0 it only
+// prints, and MPI_Finalize may then wait for that rank.
 
-/// The pause between printing a failure and ending the job (delay_abort).
+/// The least time the failure path listens for the other ranks' failures (delay_abort).
 std::atomic<double> g_abort_delay{0.0};
+
+/// How long a failed rank listens for the failures of the others before it reports: ranks that
+/// fail alike (a setting checked on every rank) fail within milliseconds of each other, and the
+/// deadline's reports of the live ranks within the grace period's end.
+constexpr double kFailureWindowSeconds = 0.5;
 
 bool abort_on_error() {
   const char* env = std::getenv("KUSARI_MN_ABORT_ON_ERROR");
   return !(env && std::string(env) == "0");
 }
 
-/// Prints the failure of this rank, and with `abort` ends the whole job.
-void print_failure(const std::string& what, bool abort) noexcept {
+/// True under Open MPI's mpiexec/mpirun, which ends the whole job when a process exits with a
+/// non-zero status.
+bool launcher_ends_job_on_failure() {
+  return std::getenv("OMPI_MCA_orte_hnp_uri") != nullptr;
+}
+
+/// "0", "0 and 2", "0, 1 and 2".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += i + 1 == ranks.size() ? " and " : ", ";
+    out += std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+/// Reports the failure of this rank (once for the ranks that failed alike) and, with `end_job`,
+/// ends the process and so the job (Note [Failure of one rank ends the job]).
+void print_failure(const std::string& what, bool end_job) noexcept {
   int rank = -1, size = 0, initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -207,15 +231,63 @@ void print_failure(const std::string& what, bool abort) noexcept {
   char host[MPI_MAX_PROCESSOR_NAME] = "?";
   int len = 0;
   if (live) MPI_Get_processor_name(host, &len);
-  std::fprintf(stderr, "\n[kusari.mn] rank %d of %d on host %s failed: %s\n", rank, size, host,
-               what.c_str());
-  if (abort) std::fprintf(stderr, "[kusari.mn] aborting the whole job\n");
+  std::fflush(stdout);
+  if (!end_job) {
+    std::fprintf(stderr, "\n[kusari.mn] rank %d of %d on host %s failed: %s\n", rank, size, host, what.c_str());
+    std::fflush(stderr);
+    return;
+  }
+  if (live && size > 1 && caused_by_peer_failure(what)) {
+    // The rank that failed reports it; this one only waited for it. It stays until the reporter
+    // has printed and ended (mpiexec then ends this process too): an exit now would make mpiexec
+    // end the job before the report is out.
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::duration<double>(6 * kFailureWindowSeconds));
+    std::_Exit(1);
+  }
+  FailureNotice mine;
+  mine.world_rank = rank;
+  mine.host = host;
+  mine.text = what;
+  std::vector<FailureNotice> others;
+  if (live && size > 1) {
+    others = announce_failure(mine, std::max(kFailureWindowSeconds, g_abort_delay.load()));
+  }
+  // The ranks whose message is this one's (as far as a notice carries it), and the lowest rank
+  // that failed at all.
+  const FailureNotice sent = failure_of(make_failure_message(mine));
+  std::vector<int> alike{rank};
+  std::vector<std::string> hosts{host};
+  int lowest = rank;
+  for (const FailureNotice& f : others) {
+    lowest = std::min(lowest, f.world_rank);
+    if (f.text != sent.text) continue;
+    alike.push_back(f.world_rank);
+    if (std::find(hosts.begin(), hosts.end(), f.host) == hosts.end()) hosts.push_back(f.host);
+  }
+  std::sort(alike.begin(), alike.end());
+  if (alike.front() == rank) {
+    if (alike.size() == 1) {
+      std::fprintf(stderr, "\n[kusari.mn] rank %d of %d on host %s failed: %s\n", rank, size, host, what.c_str());
+    } else {
+      std::string on = hosts.size() == 1 ? "host " + hosts[0] : "hosts ";
+      if (hosts.size() > 1) {
+        for (size_t i = 0; i < hosts.size(); ++i) on += (i ? ", " : "") + hosts[i];
+      }
+      std::fprintf(stderr, "\n[kusari.mn] ranks %s of %d on %s failed: %s\n", rank_list(alike).c_str(), size,
+                   on.c_str(), what.c_str());
+    }
+  }
   std::fflush(stderr);
-  if (!abort) return;
-  const double delay = g_abort_delay.load();
-  if (live && delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-  if (live) MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();
+  // The ranks that failed a little later than this one print their reports within their own
+  // windows: stay as long, so that an end of this process (which ends the job) cuts none off.
+  if (live && size > 1) std::this_thread::sleep_for(std::chrono::duration<double>(kFailureWindowSeconds));
+  if (lowest == rank) {
+    std::fprintf(stderr, "[kusari.mn] the job ends: exit status 1\n");
+    std::fflush(stderr);
+  }
+  if (live && size > 1 && !launcher_ends_job_on_failure()) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
 }
 
 [[noreturn]] void terminate_with_abort() {

@@ -51,13 +51,13 @@ inline intptr_t from_comm(MPI_Comm comm) {
 /// and the end-of-MPI wait for the other ranks (Note [A rank that finishes early]).
 void ensure_mpi_initialized();
 
-/// Prints "[kusari.mn] rank R of N on host H failed: <what>" and aborts the whole job
-/// (MPI_Abort), as an uncaught exception does (Note [Failure of one rank ends the job]); with
-/// KUSARI_MN_ABORT_ON_ERROR=0 it only prints and returns.
+/// Reports "[kusari.mn] rank R of N on host H failed: <what>" (once for the ranks that failed
+/// alike) and ends the whole job, as an uncaught exception does (Note [Failure of one rank ends
+/// the job]); with KUSARI_MN_ABORT_ON_ERROR=0 it only prints and returns.
 void report_failure_and_abort(const std::string& what) noexcept;
-/// Makes the failure path wait `seconds` between printing and ending the job, so that the reports
-/// of the other ranks, which fail at about the same moment, are printed too (the deadline's
-/// failures set it: Note [Deadline on every collective]).
+/// Makes the failure path listen at least `seconds` for the failures of the other ranks before it
+/// reports and ends the job, so that the reports of the other ranks, which fail at about the same
+/// moment, are printed too (the deadline's failures set it: Note [Deadline on every collective]).
 void delay_abort(double seconds) noexcept;
 
 /// Waits until the `count` MPI requests at `requests` have completed (each becomes

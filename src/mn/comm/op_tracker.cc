@@ -151,6 +151,21 @@ void reap() noexcept {
 
 thread_local OpTracker* t_active = nullptr;
 
+// The messages of the errors this rank raised because another rank failed (Note [One report of
+// a failure]): the failure handler ends the rank quietly when the error that escaped is one.
+std::mutex& peer_failure_mutex() {
+  static std::mutex* m = new std::mutex();
+  return *m;
+}
+std::vector<std::string>& peer_failure_errors() {
+  static auto* v = new std::vector<std::string>();
+  return *v;
+}
+void note_peer_failure_error(const std::string& message) {
+  std::lock_guard<std::mutex> lock(peer_failure_mutex());
+  peer_failure_errors().push_back(message);
+}
+
 }  // namespace
 
 // --- OpTracker -----------------------------------------------------------------------------------
@@ -182,6 +197,7 @@ std::shared_ptr<OpTracker> OpTracker::create(MPI_Comm comm, const char* kind,
   t->recvs_.assign(n, 0);
   t->finished_.assign(n, std::nullopt);
   t->heard_.assign(n, std::nullopt);
+  t->failed_.assign(n, std::nullopt);
   t->post_receive();
   reap();  // (communicators finished earlier whose peers' notices have come since)
   std::lock_guard<std::mutex> lock(registry_mutex());
@@ -256,6 +272,9 @@ void OpTracker::handle(const ControlMessage& m, int source) {
     case ControlMessage::kAnswer:
       heard_[s] = position_of(m);
       break;
+    case ControlMessage::kFailed:
+      failed_[s] = failure_of(m);
+      break;
     default:
       break;
   }
@@ -275,6 +294,22 @@ void OpTracker::poll_control() noexcept {
   } catch (...) {
     // A control message that cannot be sent or received leaves only the report poorer.
   }
+}
+
+int OpTracker::failed_peer() const {
+  for (int r = 0; r < size_; ++r) {
+    if (failed_[static_cast<size_t>(r)]) return r;
+  }
+  return -1;
+}
+
+std::string OpTracker::peer_failure_message(int peer) {
+  const FailureNotice& f = *failed_[static_cast<size_t>(peer)];
+  const std::string message =
+      concat(kind_, ": rank ", peer, " failed (rank ", f.world_rank, " of the job, on host ", f.host,
+             ") while rank ", rank_, " of ", size_, " waited in ", describe_position(position()), ": ", f.text);
+  note_peer_failure_error(message);
+  return message;
 }
 
 int OpTracker::finished_blocker() const {
@@ -332,7 +367,15 @@ void OpTracker::begin(OpKind kind, const char* name, int peer) {
   // not complete it behind their backs (MPI would write into buffers they no longer hold).
   poll_control();
   const int blocker = finished_blocker();
-  if (blocker < 0 && asked_by_ < 0) return;
+  if (blocker < 0 && asked_by_ < 0) {
+    const int failed = failed_peer();
+    if (failed < 0) return;
+    const std::string message = peer_failure_message(failed);
+    depth_ = 0;
+    kind_now_ = OpKind::kNone;
+    broken_ = message;
+    KUSARI_THROW(CommunicatorError, message);
+  }
   const std::string message =
       blocker >= 0 ? finished_rank_message(kind_, rank_, size_, position(), blocker,
                                            *finished_[static_cast<size_t>(blocker)])
@@ -367,11 +410,18 @@ void OpTracker::wait(MPI_Request* requests, int n, const char* what) {
   probes.failed = [&]() -> std::string {
     poll_control();
     blocker = finished_blocker();
-    return blocker >= 0 || asked_by_ >= 0 ? "stop" : "";
+    return blocker >= 0 || asked_by_ >= 0 || failed_peer() >= 0 ? "stop" : "";
   };
   const WaitResult w = poll_until(probes, timeout_);
   if (w.outcome == WaitOutcome::kDone) return;
   const double waited = seconds_since(start);
+  // A question first: the asking rank's deadline passed, and this rank's report belongs beside
+  // its own, even when a failure notice came right after the question.
+  if (blocker < 0 && asked_by_ < 0 && w.outcome != WaitOutcome::kTimedOut && failed_peer() >= 0) {
+    const std::string message = peer_failure_message(failed_peer());
+    broken_ = message;
+    KUSARI_THROW(CommunicatorError, message);
+  }
   if (blocker >= 0) {
     OpPosition mine = position();
     mine.waited = waited;
@@ -426,6 +476,10 @@ Diagnosis OpTracker::exchange(double waited, int first, double grace) {
 std::string OpTracker::blocked_by_finished_rank() {
   poll_control();
   const int blocker = finished_blocker();
+  if (blocker < 0 && asked_by_ < 0 && failed_peer() >= 0) {
+    broken_ = peer_failure_message(failed_peer());
+    return broken_;
+  }
   if (blocker < 0) return {};
   const std::string message = finished_rank_message(kind_, rank_, size_, position(), blocker,
                                                     *finished_[static_cast<size_t>(blocker)]);
@@ -445,6 +499,20 @@ std::string OpTracker::blocking_call_message(const char* call) const {
                 " of communicator '", kind_, "', did not return within ", timeout_,
                 " s; a peer process may have died, be stopped, or not have called it "
                 "(KUSARI_MN_TIMEOUT or CommunicatorOptions::timeout_seconds sets the deadline)");
+}
+
+void OpTracker::send_failure(const FailureNotice& failure) noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized || released_ || control_ == MPI_COMM_NULL) return;
+  const ControlMessage m = make_failure_message(failure);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    try {
+      send_control(r, m);
+    } catch (...) {
+    }
+  }
 }
 
 void OpTracker::finish() noexcept {
@@ -683,6 +751,69 @@ BlockingCallWatch::BlockingCallWatch(double timeout_seconds, std::string message
 
 BlockingCallWatch::~BlockingCallWatch() {
   if (id_) watchdog().remove(id_);
+}
+
+// --- one report of a failure --------------------------------------------------------------------
+
+// Note [One report of a failure]
+// An error that escapes main on one rank used to end the job with MPI_Abort: Open MPI's 7-line
+// banner, and an ORTE_ERROR_LOG line where several ranks aborted at once, made every failure look
+// like a crash of MPI; and an error that every rank hit (a bad setting checked on every rank) was
+// printed once per rank. Now the failure handler (Note [Failure of one rank ends the job]):
+//   - tells every rank of every live communicator, over the control communicators, that this rank
+//     failed, with its world rank, host and message (a kFailed control message);
+//   - listens for half a second for the other ranks' failures (less once every rank has failed);
+//   - prints each distinct message once, from the lowest rank that hit it, with the list of
+//     ranks: "[kusari.mn] ranks 0, 1 and 2 of 3 failed: ...", and the lowest failed rank ends with
+//     "[kusari.mn] the job ends: exit status 1";
+//   - ends the process with status 1 (Open MPI's mpiexec then ends the rest of the job; under
+//     another launcher, which may not, MPI_Abort still ends it).
+// A rank that waits in a collective or a receive sees the notice in its wait and raises a
+// CommunicatorError quoting the failure ("naive: rank 1 failed (rank 1 of the job, on host h)
+// while rank 0 of 2 waited in collective #5 (multi_node_mean_grad): ..."); uncaught, it ends that
+// rank quietly with status 1, since the failed rank reports. A question of a deadline is answered
+// before a failure notice that came after it, so the ranks' deadline reports are all printed.
+
+std::vector<FailureNotice> announce_failure(const FailureNotice& failure, double window_seconds) noexcept {
+  std::vector<FailureNotice> others;
+  try {
+    std::vector<std::shared_ptr<OpTracker>> all;
+    {
+      std::lock_guard<std::mutex> lock(registry_mutex());
+      all = registry();
+      all.insert(all.end(), kept().begin(), kept().end());
+    }
+    if (all.empty()) return others;
+    for (auto& t : all) t->send_failure(failure);
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    std::map<int, FailureNotice> heard;
+    const Clock::time_point start = Clock::now();
+    for (;;) {
+      for (auto& t : all) {
+        t->poll_control();
+        for (const auto& f : t->failures()) {
+          if (f && f->world_rank != failure.world_rank) heard.emplace(f->world_rank, *f);
+        }
+      }
+      if (static_cast<int>(heard.size()) + 1 >= world || seconds_since(start) >= window_seconds) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (auto& [rank, f] : heard) others.push_back(f);
+  } catch (...) {
+  }
+  return others;
+}
+
+bool caused_by_peer_failure(const std::string& what) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(peer_failure_mutex());
+    for (const std::string& m : peer_failure_errors()) {
+      if (what.find(m) != std::string::npos) return true;
+    }
+  } catch (...) {
+  }
+  return false;
 }
 
 // --- the end of MPI ------------------------------------------------------------------------------

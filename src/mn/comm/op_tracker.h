@@ -104,6 +104,11 @@ class OpTracker {
   std::string ask(const std::vector<int>& ranks, double grace);
   /// This rank's position now.
   OpPosition position() const;
+  /// Tells every other rank of the communicator that this rank failed (Note [One report of a
+  /// failure]), without waiting. Never throws.
+  void send_failure(const FailureNotice& failure) noexcept;
+  /// The failures other ranks told this one of, by communicator rank (nullopt: none).
+  const std::vector<std::optional<FailureNotice>>& failures() const { return failed_; }
 
  private:
   OpTracker(const char* kind, double timeout_seconds);
@@ -112,6 +117,11 @@ class OpTracker {
   void send_control(int dest, const ControlMessage& m);
   /// The rank whose notice makes the operation in progress hopeless, or -1.
   int finished_blocker() const;
+  /// The first rank that told this one it failed, or -1.
+  int failed_peer() const;
+  /// The message of the error raised because rank `peer` failed; recorded, so that the failure
+  /// handler ends this rank quietly (the failed rank reports).
+  std::string peer_failure_message(int peer);
   /// Asks every rank, waits for the answers (at most `grace` seconds), and returns the diagnosis.
   Diagnosis exchange(double waited, int first, double grace);
   [[noreturn]] void fail(const std::string& message);
@@ -144,6 +154,7 @@ class OpTracker {
   std::list<Outgoing> outgoing_;
   std::vector<std::optional<FinishedNotice>> finished_;
   std::vector<std::optional<OpPosition>> heard_;
+  std::vector<std::optional<FailureNotice>> failed_;
   int asked_by_ = -1;
   double asked_grace_ = 0;
   bool finished_self_ = false;
@@ -218,5 +229,14 @@ class BlockingCallWatch {
 /// deadline) until every rank's notices have come, and releases the control communicators. If
 /// some rank does not finish in time, reports it and aborts the job. Never throws.
 void finish_all_trackers() noexcept;
+
+/// Tells every rank of every communicator still alive that this rank failed with `failure`, then
+/// listens for up to `window_seconds` (less once every other rank of the job has failed too)
+/// for the failures of other ranks, which it returns (one per world rank). Never throws.
+std::vector<FailureNotice> announce_failure(const FailureNotice& failure, double window_seconds) noexcept;
+
+/// True when `what` (the message of an error that escaped main) is one that this rank raised
+/// because another rank failed (the other rank reports it: Note [One report of a failure]).
+bool caused_by_peer_failure(const std::string& what) noexcept;
 
 }  // namespace kusari::mn::detail

@@ -14,6 +14,12 @@ std::string pad_right(std::string s, size_t width) {
   return s;
 }
 
+// Columns are padded to line up; the padding after the last value of a line is dropped.
+void trim_right(std::string& s) {
+  const size_t end = s.find_last_not_of(' ');
+  s.erase(end == std::string::npos ? 0 : end + 1);
+}
+
 }  // namespace
 
 PrintReport::PrintReport(std::vector<std::string> entries, std::string log_report,
@@ -24,6 +30,7 @@ PrintReport::PrintReport(std::vector<std::string> entries, std::string log_repor
   for (size_t i = 0; i < entries_.size(); ++i) {
     header_ += (i ? "  " : "") + pad_right(entries_[i], widths_[i]);
   }
+  trim_right(header_);
   header_ += "\n";
 }
 
@@ -62,6 +69,7 @@ void PrintReport::print_row(const LogReport::Entry& entry, bool terminal) {
       row += pad_right(detail::format_g(it->second), widths_[i]) + "  ";
     }
   }
+  trim_right(row);
   *out_ << row << '\n';
   out_->flush();
 }

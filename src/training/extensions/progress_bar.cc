@@ -50,6 +50,14 @@ ProgressBar::ProgressBar(std::optional<std::pair<double, std::string>> training_
   }
 }
 
+void ProgressBar::initialize(Trainer& trainer) {
+  // The run's start opens the speed's window: the first report (after update_interval
+  // iterations) then has a speed and an estimate instead of "inf iters/sec".
+  recent_.clear();
+  Updater& updater = trainer.updater();
+  recent_.emplace_back(updater.iteration(), updater.epoch_detail(), std::chrono::steady_clock::now());
+}
+
 void ProgressBar::operator()(Trainer& trainer) {
   if (!training_length_) {
     auto* stop = dynamic_cast<IntervalTrigger*>(&trainer.stop_trigger());
@@ -71,22 +79,38 @@ void ProgressBar::operator()(Trainer& trainer) {
   const auto& [old_t, old_e, old_time] = recent_.front();
   const double span = std::chrono::duration<double>(now - old_time).count();
   const double inf = std::numeric_limits<double>::infinity();
-  const double speed_t = span != 0 ? static_cast<double>(iteration - old_t) / span : inf;
-  const double speed_e = span != 0 ? (epoch - old_e) / span : inf;
-  double estimated = unit == "iteration" ? (length - static_cast<double>(iteration)) / speed_t
-                                         : (length - epoch) / speed_e;
-  if (std::isnan(estimated)) estimated = inf;  // no progress over the window
-  estimated = std::max(estimated, 0.0);
+  // No earlier record (called before the run's start was recorded) or no time between them:
+  // the speed is unknown, never "inf".
+  const bool measured = span > 0 && iteration > old_t;
+  const double speed_t = measured ? static_cast<double>(iteration - old_t) / span : 0.0;
+  const double speed_e = measured ? (epoch - old_e) / span : 0.0;
+  double estimated = inf;
+  if (measured) {
+    estimated = unit == "iteration" ? (length - static_cast<double>(iteration)) / speed_t
+                                    : (length - epoch) / speed_e;
+    if (!std::isfinite(estimated)) estimated = inf;  // no epoch progress over the window
+    estimated = std::max(estimated, 0.0);
+  }
+  const bool epochs = updater.has_epochs();
   const double rate =
       std::min(unit == "iteration" ? static_cast<double>(iteration) / length : epoch / length, 1.0);
   const double epoch_rate = epoch - std::floor(epoch);
 
   char status[160];
-  std::snprintf(status, sizeof(status), "%lld iter, %lld epoch / %s %ss",
-                static_cast<long long>(iteration), static_cast<long long>(std::floor(epoch)),
-                detail::format_g(length, 12).c_str(), unit.c_str());
+  if (epochs) {
+    std::snprintf(status, sizeof(status), "%lld iter, %lld epoch / %s %ss",
+                  static_cast<long long>(iteration), static_cast<long long>(std::floor(epoch)),
+                  detail::format_g(length, 12).c_str(), unit.c_str());
+  } else {
+    std::snprintf(status, sizeof(status), "%lld iter / %s %ss", static_cast<long long>(iteration),
+                  detail::format_g(length, 12).c_str(), unit.c_str());
+  }
   char speed[64];
-  std::snprintf(speed, sizeof(speed), "%.5g", speed_t);
+  if (measured) {
+    std::snprintf(speed, sizeof(speed), "%.5g iters/sec", speed_t);
+  } else {
+    std::snprintf(speed, sizeof(speed), "speed not yet known");
+  }
   const std::string eta =
       std::isinf(estimated) ? std::string("unknown") : detail::format_timedelta(estimated);
 
@@ -96,21 +120,31 @@ void ProgressBar::operator()(Trainer& trainer) {
     char line[192];
     text += "\033[J";
     text += "     total " + bar(rate, bar_length_) + " " + percent(rate) + "\n";
-    text += "this epoch " + bar(epoch_rate, bar_length_) + " " + percent(epoch_rate) + "\n";
-    std::snprintf(line, sizeof(line), "%10lld iter, %lld epoch / %s %ss\n",
-                  static_cast<long long>(iteration), static_cast<long long>(std::floor(epoch)),
-                  detail::format_g(length, 12).c_str(), unit.c_str());
+    if (epochs) text += "this epoch " + bar(epoch_rate, bar_length_) + " " + percent(epoch_rate) + "\n";
+    if (epochs) {
+      std::snprintf(line, sizeof(line), "%10lld iter, %lld epoch / %s %ss\n",
+                    static_cast<long long>(iteration), static_cast<long long>(std::floor(epoch)),
+                    detail::format_g(length, 12).c_str(), unit.c_str());
+    } else {
+      std::snprintf(line, sizeof(line), "%10lld iter / %s %ss\n", static_cast<long long>(iteration),
+                    detail::format_g(length, 12).c_str(), unit.c_str());
+    }
     text += line;
-    std::snprintf(line, sizeof(line), "%10.5g", speed_t);
-    text += std::string(line) + " iters/sec. Estimated time to finish: " + eta + ".\n";
-    text += "\033[4A";
+    if (measured) {
+      std::snprintf(line, sizeof(line), "%10.5g iters/sec", speed_t);
+    } else {
+      std::snprintf(line, sizeof(line), "%s", speed);
+    }
+    text += std::string(line) + ". Estimated time to finish: " + eta + ".\n";
+    text += epochs ? "\033[4A" : "\033[3A";
     drawn_ = true;
   } else {
     std::string total = percent(rate), this_epoch = percent(epoch_rate);
     total.erase(0, total.find_first_not_of(' '));
     this_epoch.erase(0, this_epoch.find_first_not_of(' '));
-    text += std::string(status) + "; total " + total + ", this epoch " + this_epoch + "; " + speed +
-            " iters/sec; estimated time to finish: " + eta + ".\n";
+    text += std::string(status) + "; total " + total;
+    if (epochs) text += ", this epoch " + this_epoch;
+    text += std::string("; ") + speed + "; estimated time to finish: " + eta + ".\n";
   }
   *out_ << text;
   out_->flush();

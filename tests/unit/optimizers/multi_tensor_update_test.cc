@@ -366,7 +366,6 @@ TEST_P(MultiTensorUpdateTest, RoutineRefusesMixedTensorsNamingTheTensor) {
 INSTANTIATE_TEST_SUITE_P(Devices, MultiTensorUpdateTest,
                          ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
-#if KUSARI_HAVE_CUDA
 TEST(MultiTensorUpdateGpuTest, CudaMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device is available on this machine";
   const Device gpu = Device::cuda(0);
@@ -441,7 +440,6 @@ TEST(MultiTensorUpdateGpuTest, UpdateCapturedInACudaGraphReplaysTheEagerResult) 
     }
   }
 }
-#endif
 
 }  // namespace
 }  // namespace kusari

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "kusari/config.h"
 #include "kusari/core/array.h"
 #include "kusari/core/routines.h"
 #include "kusari/links/linear.h"
@@ -1198,7 +1197,6 @@ TEST_F(NpzTest, NpzFileReadsLazily) {
   EXPECT_EQ(c.to_vector<double>(), sample({3}, float64).to_vector<double>());
 }
 
-#if KUSARI_HAVE_CUDA
 TEST_F(NpzTest, GpuArraysRoundTrip) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device is available on this machine";
   Array g = sample({3, 4}, float32).to_device(Device::cuda(0));
@@ -1212,7 +1210,6 @@ TEST_F(NpzTest, GpuArraysRoundTrip) {
   EXPECT_EQ(target.device(), Device::cuda(0));
   EXPECT_TRUE(ArraysClose(target, sample({3, 4}, float16), 0, 0));
 }
-#endif
 
 }  // namespace
 }  // namespace kusari

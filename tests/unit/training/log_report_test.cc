@@ -236,11 +236,12 @@ TEST(PrintReportTest, PrintsChainersTable) {
   s.trainer->extend(
       PrintReport({"epoch", "iteration", "main/x_mean", "missing"}, "LogReport", text));
   s.trainer->run();
-  // Columns are max(10, len(key)) wide, two spaces apart; values as Python's {:g}.
+  // Columns are max(10, len(key)) wide, two spaces apart; values as Python's {:g}; no line ends
+  // in spaces (the padding after a line's last value is dropped).
   const std::string expected =
-      "epoch       iteration   main/x_mean  missing   \n"
-      "1           3           2.5                      \n"
-      "2           6           2.5                      \n";
+      "epoch       iteration   main/x_mean  missing\n"
+      "1           3           2.5\n"
+      "2           6           2.5\n";
   EXPECT_EQ(text.str(), expected);
 }
 
@@ -255,7 +256,8 @@ TEST(PrintReportTest, OwnLogReportAndErrors) {
   std::string header, row;
   std::getline(lines, header);
   std::getline(lines, row);
-  EXPECT_EQ(header, "epoch       main/loss ");
+  EXPECT_EQ(header, "epoch       main/loss");
+  EXPECT_NE(row.back(), ' ') << row;
   EXPECT_EQ(row.substr(0, 12), "1           ");
   EXPECT_NEAR(std::stod(row.substr(12)), own->log()[0].at("main/loss"),
               1e-5 * own->log()[0].at("main/loss"));

@@ -12,7 +12,7 @@
 
 #include <png.h>
 
-#include "kusari/config.h"
+#include "kusari/core/build.h"
 #include "kusari/training/extensions.h"
 #include "test_util.h"
 #include "training/extensions/plot.h"
@@ -77,7 +77,7 @@ Decoded decode_png(const std::string& path) {
 }
 
 TEST(PlotReportTest, WritesAPngThatLibpngDecodes) {
-  if (!KUSARI_HAVE_CAIRO) GTEST_SKIP() << "this build of kusari has no cairo: PlotReport draws nothing";
+  if (!build_info().cairo) GTEST_SKIP() << "this build of kusari has no cairo: PlotReport draws nothing";
   const std::string out = testing::fresh_out_dir("plot_png");
   auto s = make_setup(out, interval(4, "epoch"));
   auto plot = std::make_shared<PlotReport>(std::vector<std::string>{"main/loss", "main/x_mean"},
@@ -135,7 +135,7 @@ std::string svg_color(int r, int g, int b) {
 }
 
 TEST(PlotReportTest, WritesAnSvgHoldingTheSeries) {
-  if (!KUSARI_HAVE_CAIRO) GTEST_SKIP() << "this build of kusari has no cairo: PlotReport draws nothing";
+  if (!build_info().cairo) GTEST_SKIP() << "this build of kusari has no cairo: PlotReport draws nothing";
   const std::string out = testing::fresh_out_dir("plot_svg");
   auto s = make_setup(out, interval(12, "iteration"));
   PlotStyle style;
@@ -184,7 +184,7 @@ TEST(PlotReportTest, WritesAnSvgHoldingTheSeries) {
 }
 
 TEST(PlotReportTest, ResumeKeepsThePoints) {
-  if (!KUSARI_HAVE_CAIRO) GTEST_SKIP() << "this build of kusari has no cairo: PlotReport draws nothing";
+  if (!build_info().cairo) GTEST_SKIP() << "this build of kusari has no cairo: PlotReport draws nothing";
   auto store = std::make_shared<MapSerializer::Store>();
   const std::string out = testing::fresh_out_dir("plot_resume");
   {
@@ -220,7 +220,7 @@ TEST(PlotReportTest, RejectsBadArguments) {
 }
 
 TEST(PlotRendererTest, EdgeCases) {
-  if (!KUSARI_HAVE_CAIRO) GTEST_SKIP() << "this build of kusari has no cairo: PlotReport draws nothing";
+  if (!build_info().cairo) GTEST_SKIP() << "this build of kusari has no cairo: PlotReport draws nothing";
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   detail::PlotLook look;

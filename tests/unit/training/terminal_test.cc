@@ -197,7 +197,7 @@ TEST_F(TerminalTest, PrintReportSetTerminalOverridesDetection) {
   const std::string text = pty.read();
   EXPECT_EQ(text.find('\033'), std::string::npos) << text;
   EXPECT_NE(text.find("epoch"), std::string::npos) << text;
-  EXPECT_EQ(forced.str(), "epoch     \n\033[J1           \n\033[J2           \n");
+  EXPECT_EQ(forced.str(), "epoch\n\033[J1\n\033[J2\n");
 }
 
 }  // namespace

@@ -18,7 +18,9 @@ namespace kusari::training::extensions {
 
 /// Every `update_interval` iterations, prints the progress of the whole training and of the
 /// current epoch, the iteration and epoch counts, iterations per second (over the last 100
-/// updates) and the estimated time to finish.
+/// updates, from the start of the run at first) and the estimated time to finish. With an
+/// updater that has no epochs (Updater::has_epochs(), e.g. reinforcement learning), the epoch
+/// parts are left out: "600 iter / 10000 iterations; total 6.00%; ...".
 ///
 /// Note [ProgressBar output]
 /// On a terminal the display is Chainer's: four lines redrawn in place with ANSI escapes,
@@ -60,6 +62,9 @@ class ProgressBar : public Extension {
   std::string default_name() const override { return "ProgressBar"; }
   /// Every iteration (it draws only every update_interval iterations).
   std::shared_ptr<Trigger> default_trigger() const override { return interval(1, "iteration"); }
+  /// Starts the speed's window at the run's first iteration (so the first report already has a
+  /// speed and an estimate).
+  void initialize(Trainer& trainer) override;
   /// Erases the bar (on a terminal).
   void finalize() override;
 

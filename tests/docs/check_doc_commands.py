@@ -1,0 +1,403 @@
+#!/usr/bin/env python3
+"""Checks every shell command of README.md and docs/*.md against the programs of this build.
+
+Note [Checked doc commands]
+A command in the docs that no longer matches its program (a renamed flag, a required argument
+left out, a script option that was never there) misleads every reader who copies it. So every
+line of every ```sh block, and every line of a bare ``` block that starts like a command, is
+checked here (CTest `docs_commands`):
+
+  - a kusari program (an example, a tool or a benchmark of this build, named by its path under a
+    build folder, as ./name, or by its bare name) runs with KUSARI_CHECK_ARGS=1: it parses and
+    checks its arguments and exits (kusari::only_check_arguments), so GPU and cluster commands
+    are checked on a machine without either; with `mpiexec`/`srun` in front, the program alone;
+  - the programs of RUN_SMALL also run for real, at small sizes (the flags below replace the
+    command's own), one page's commands in order in one scratch folder, when the command needs no
+    GPU, no launcher option but -n, at most 3 processes and no placeholder argument: so a
+    documented sequence (write an image folder, then train on it) is followed end to end;
+  - a script of scripts/ runs with KUSARI_CHECK_ARGS=1, which every script must honour (check its
+    arguments, then exit): a script that does not is an error here;
+  - every other line (cmake, git, a scheduler, a user's own ./train) is checked by `bash -n`, and a
+    path under a build folder must name a program this build has.
+
+  - a test program of the build (build/tests/...) must exist; a line of a compound command
+    (for ... done) is checked with its whole block by `bash -n`, and a kusari program in it has its
+    arguments checked when they hold no shell variable.
+
+A block preceded by the hidden line `<!-- doc-commands: fail -->` shows commands that must be
+refused: each of its kusari-program lines must exit non-zero in the argument check. One preceded
+by `<!-- doc-commands: arguments -->` names files the page only describes: its programs have
+their arguments checked and are not run.
+"""
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+# Programs run for real at small sizes: {program: ([alias set, value] ..., extra flags)}. A value
+# of None drops the flag; a flag not in the command is added.
+RUN_SMALL = {
+    "train_mnist": ([(("-e", "--epoch"), "1"), (("-u", "--unit"), "50")], ["--noplot"]),
+    "make_image_folder": ([(("--train",), "64"), (("--val",), "32")], []),
+    "train_imagenet": ([(("-E", "--epoch"), "1"), (("-j", "--loaderjob"), "1")], ["--test", "--noplot"]),
+    "train_dcgan": ([(("-e", "--epoch"), "1"), (("--train-size",), "300")], []),
+    "train_charlm": ([(("-e", "--epoch"), "1"), (("--lines",), "40"), (("-u", "--unit"), "16")], []),
+    "train_a2c": ([(("--steps",), "20"), (("--envs",), "4")], []),
+}
+LAUNCHERS = {"mpiexec", "mpirun", "srun"}
+SCRIPT_CHECK_MARK = "KUSARI_CHECK_ARGS"
+
+
+def fenced_blocks(path):
+    """Yields (first line number, language, lines, marker) of each fenced block of a page."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    i = 0
+    marker = None
+    while i < len(lines):
+        line = lines[i]
+        m = re.match(r"^(\s*)```(\w*)\s*$", line)
+        if m:
+            lang = m.group(2)
+            start = i + 1
+            j = start
+            while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
+                j += 1
+            yield start + 1, lang, lines[start:j], marker
+            marker = None
+            i = j + 1
+            continue
+        hidden = re.match(r"^<!--\s*doc-commands:\s*(\w+)\s*-->\s*$", line.strip())
+        if hidden:
+            marker = hidden.group(1)
+        elif line.strip():
+            marker = marker if line.strip().startswith("<!--") else None
+        i += 1
+
+
+def logical_lines(block_lines, first_line):
+    """Joins backslash continuations; yields (line number, text without its trailing comment)."""
+    buf, start = "", None
+    for k, raw in enumerate(block_lines):
+        if start is None:
+            start = first_line + k
+        if raw.rstrip().endswith("\\"):
+            buf += raw.rstrip()[:-1] + " "
+            continue
+        buf += raw
+        text = strip_comment(buf).strip()
+        if text:
+            yield start, text
+        buf, start = "", None
+
+
+def strip_comment(text):
+    """The text before an unquoted ' #' comment."""
+    quote = None
+    for i, c in enumerate(text):
+        if quote:
+            if c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or text[i - 1].isspace()):
+            return text[:i]
+    return text
+
+
+def looks_like_command(text, programs):
+    """For bare ``` blocks (which also show output): does this line start a command?"""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        return False
+    if not words:
+        return False
+    first = words[0]
+    if first in LAUNCHERS or first in ("scripts", "cmake", "ctest", "ninja", "sudo"):
+        return True
+    if first.startswith(("./", "build", "scripts/")):
+        return True
+    return os.path.basename(first) in programs
+
+
+class Checker:
+    def __init__(self, source, build, work, python):
+        self.source = source
+        self.build = build
+        self.work = work
+        self.python = python
+        self.programs = self.find_programs()
+        self.failures = []
+        self.verbose = False
+        self.has_cuda = True
+        self.counts = {"run": 0, "arguments": 0, "script": 0, "shell": 0, "refused": 0}
+
+    def find_programs(self):
+        found = {}
+        self.test_programs = {}
+        for dirpath, _, files in os.walk(os.path.join(self.build, "tests")):
+            if "CMakeFiles" in dirpath:
+                continue
+            for name in files:
+                p = os.path.join(dirpath, name)
+                if os.access(p, os.X_OK) and not name.endswith((".sh", ".py", ".cmake")):
+                    self.test_programs[os.path.relpath(p, self.build)] = p
+        for sub in ("examples", "tools", "bench"):
+            root = os.path.join(self.build, sub)
+            for dirpath, _, files in os.walk(root):
+                if "CMakeFiles" in dirpath:
+                    continue
+                for name in files:
+                    p = os.path.join(dirpath, name)
+                    if os.access(p, os.X_OK) and not name.endswith((".sh", ".py", ".cmake")):
+                        found.setdefault(name, p)
+        return found
+
+    def log(self, where, what, text):
+        if self.verbose:
+            print(f"{where}: {what}: {text}")
+
+    def fail(self, where, text, why):
+        self.failures.append(f"{where}: {text}\n    {why}")
+
+    def run(self, argv, cwd, env_extra, timeout):
+        env = dict(os.environ)
+        env.update(env_extra)
+        try:
+            p = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=timeout, text=True, errors="replace")
+            return p.returncode, p.stdout
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode(errors="replace")
+            return 124, out + f"\n(stopped after {timeout} s)"
+
+    def split_command(self, words):
+        """(environment assignments, launcher words, program word index) of a command."""
+        env = {}
+        i = 0
+        while i < len(words) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[i]):
+            k, v = words[i].split("=", 1)
+            env[k] = v
+            i += 1
+        if i < len(words) and words[i] in ("sudo", "time", "exec"):
+            i += 1
+        launcher = []
+        if i < len(words) and os.path.basename(words[i]) in LAUNCHERS:
+            launcher.append(words[i])
+            i += 1
+            # Launcher options: -n N, -np N, --flag value ...; the program is the first word that
+            # names a program or a path.
+            while i < len(words):
+                w = words[i]
+                if self.program_of(w) or w.startswith(("./", "/")) or "/" in w:
+                    break
+                launcher.append(w)
+                i += 1
+        return env, launcher, i
+
+    def program_of(self, word):
+        base = os.path.basename(word)
+        return base if base in self.programs else None
+
+    def check_line(self, page, line_no, text, cwd, marker, compound=False):
+        where = f"{page}:{line_no}"
+        try:
+            words = shlex.split(text)
+        except ValueError as e:
+            self.fail(where, text, f"cannot be split into words: {e}")
+            return
+        if not words:
+            return
+        if words[-1] == "&":
+            words = words[:-1]
+        env, launcher, i = self.split_command(words)
+        prog_word = words[i] if i < len(words) else ""
+        args = words[i + 1:]
+        test_path = re.sub(r"^(\./)?build[^/]*/", "", prog_word)
+        if re.match(r"^(\./)?build[^/]*/tests/", prog_word):
+            self.counts["shell"] += 1
+            self.log(where, "test program exists", text)
+            cuda_only = os.path.basename(test_path) == "kusari_cuda_tests" and not self.has_cuda
+            if test_path not in self.test_programs and not cuda_only:
+                self.fail(where, text, f"'{prog_word}' names no test program of this build")
+            return
+        if prog_word.startswith("scripts/") or prog_word.startswith("./scripts/"):
+            self.check_script(where, text, prog_word, args, env)
+            return
+        program = self.program_of(prog_word)
+        if program is None:
+            if re.match(r"^(\./)?build[^/]*/", prog_word):
+                self.fail(where, text, f"'{prog_word}' names no program of this build")
+                return
+            self.check_shell(where, text, compound)
+            return
+        gpu = any(a in ("--gpu", "-g") for a in args) or "cuda" in " ".join(args)
+        placeholder = any("<" in a or ">" in a for a in args)
+        if any("$" in a for a in args):
+            self.counts["shell"] += 1  # (a shell variable: the block's syntax is checked)
+            return
+        self.log(where, "arguments", text)
+        code, out = self.run([self.programs[program]] + args, cwd, dict(env, KUSARI_CHECK_ARGS="1"), 60)
+        if marker == "fail":
+            self.counts["refused"] += 1
+            if code == 0:
+                self.fail(where, text, "the docs show this command refused, but its arguments were accepted")
+            return
+        self.counts["arguments"] += 1
+        if code != 0 or "arguments accepted" not in out:
+            self.fail(where, text, f"the argument check failed (exit status {code}):\n" + indent(out))
+            return
+        if program not in RUN_SMALL or gpu or placeholder or marker == "arguments":
+            return
+        np_ = 1
+        if launcher:
+            opts = launcher[1:]
+            if len(opts) != 2 or opts[0] not in ("-n", "-np") or not opts[1].isdigit():
+                return  # binding and mapping options are the machine's: arguments checked only
+            np_ = int(opts[1])
+            if np_ > 3:
+                return
+        small = small_args(program, args)
+        argv = [self.programs[program]] + small
+        if launcher:
+            argv = [launcher[0], "-n", str(np_)] + self.mpi_flags() + argv
+        self.log(where, "run small", " ".join(argv))
+        code, out = self.run(argv, cwd, env, 600)
+        self.counts["run"] += 1
+        if code != 0:
+            self.fail(where, text, f"run at a small size as `{' '.join(shlex.quote(a) for a in argv)}`, "
+                                   f"it failed (exit status {code}):\n" + indent(out))
+
+    def mpi_flags(self):
+        out = subprocess.run(["mpiexec", "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True).stdout
+        return ["--oversubscribe"] if ("Open MPI" in out or "OpenRTE" in out) else []
+
+    def check_script(self, where, text, prog_word, args, env):
+        path = os.path.join(self.source, prog_word[2:] if prog_word.startswith("./") else prog_word)
+        if not os.path.isfile(path):
+            self.fail(where, text, f"there is no script {prog_word}")
+            return
+        with open(path, encoding="utf-8") as f:
+            if SCRIPT_CHECK_MARK not in f.read():
+                self.fail(where, text, f"{prog_word} does not honour KUSARI_CHECK_ARGS (check its arguments, "
+                                       "then exit), so its documented command cannot be checked")
+                return
+        code, out = self.run(["bash", path] + args, self.source,
+                             dict(env, KUSARI_CHECK_ARGS="1", KUSARI_BUILD_DIR=self.build), 60)
+        self.counts["script"] += 1
+        if code != 0:
+            self.fail(where, text, f"the argument check failed (exit status {code}):\n" + indent(out))
+
+    def check_shell(self, where, text, compound=False):
+        if compound:
+            return  # (checked with its block)
+        self.counts["shell"] += 1
+        p = subprocess.run(["bash", "-n", "-c", text], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            self.fail(where, text, "not a valid shell command: " + p.stdout.strip())
+
+    def check_page(self, path):
+        page = os.path.relpath(path, self.source)
+        cwd = os.path.join(self.work, re.sub(r"[^A-Za-z0-9_.-]", "_", page))
+        os.makedirs(cwd, exist_ok=True)
+        for first, lang, lines, marker in fenced_blocks(path):
+            if lang not in ("sh", "bash", ""):
+                continue
+            depth = 0
+            block_text = []
+            for line_no, text in logical_lines(lines, first):
+                if lang == "" and not looks_like_command(text, self.programs):
+                    continue
+                if text.startswith("$ "):
+                    text = text[2:]
+                block_text.append(text)
+                first_word = text.split()[0]
+                opens = first_word in ("for", "while", "until", "if", "case")
+                closes = first_word in ("done", "fi", "esac")
+                if opens or closes or depth > 0:
+                    # A line of a compound command: its program (if any) is checked alone, the
+                    # syntax with the whole block below.
+                    body = re.sub(r"^(do|then|else)\s+", "", text)
+                    if not (opens or closes):
+                        self.check_line(page, line_no, body, cwd, marker, compound=True)
+                    depth += opens - closes
+                    continue
+                self.check_line(page, line_no, text, cwd, marker)
+            if block_text:
+                p = subprocess.run(["bash", "-n", "-c", "\n".join(block_text)], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+                if p.returncode != 0:
+                    self.fail(f"{page}:{first}", "(the block)", "not valid shell: " + p.stdout.strip())
+
+
+def small_args(program, args):
+    """The command's arguments with RUN_SMALL's sizes in place of its own."""
+    sets, extra = RUN_SMALL[program]
+    out = list(args)
+    for aliases, value in sets:
+        k = 0
+        replaced = False
+        while k < len(out):
+            a = out[k]
+            name = a.split("=", 1)[0]
+            if name in aliases:
+                if "=" in a:
+                    out[k] = f"{name}={value}"
+                else:
+                    out[k + 1] = value
+                replaced = True
+            k += 1
+        if not replaced:
+            out += [aliases[-1], value]
+    for flag in extra:
+        if flag not in out:
+            out.append(flag)
+    return out
+
+
+def indent(text):
+    lines = text.strip().split("\n")[-25:]
+    return "\n".join("      " + l for l in lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--source", required=True, help="the source tree (README.md, docs/, scripts/)")
+    ap.add_argument("--build", required=True, help="the build folder whose programs the commands name")
+    ap.add_argument("--work", help="scratch folder for the runs (default: a new temporary one)")
+    ap.add_argument("--python", default=sys.executable, help="the Python interpreter the docs' Python commands use")
+    ap.add_argument("--verbose", action="store_true", help="print what is done with each command")
+    ap.add_argument("--cuda", choices=["ON", "OFF"], default="ON",
+                    help="whether this build has the CUDA backend (OFF: its CUDA test program may be absent)")
+    ap.add_argument("pages", nargs="*", help="pages to check (default: README.md and docs/*.md)")
+    a = ap.parse_args()
+    source = os.path.abspath(a.source)
+    work = a.work or tempfile.mkdtemp(prefix="kusari-doc-commands.")
+    os.makedirs(work, exist_ok=True)
+    checker = Checker(source, os.path.abspath(a.build), os.path.abspath(work), a.python)
+    checker.verbose = a.verbose
+    checker.has_cuda = a.cuda == "ON"
+    pages = a.pages or [os.path.join(source, "README.md")] + sorted(
+        os.path.join(source, "docs", p) for p in os.listdir(os.path.join(source, "docs")) if p.endswith(".md"))
+    for p in pages:
+        checker.check_page(os.path.abspath(p))
+    c = checker.counts
+    print(f"doc commands: {c['run']} run at a small size, {c['arguments']} programs' arguments checked, "
+          f"{c['refused']} refusals checked, {c['script']} scripts' arguments checked, "
+          f"{c['shell']} other shell lines checked for syntax")
+    if checker.failures:
+        print(f"{len(checker.failures)} documented command(s) do not work:\n")
+        print("\n".join(checker.failures))
+        return 1
+    print("every documented command works")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
