@@ -129,6 +129,18 @@ bind devpts /dev/pts -t devpts
 bind tmpfs /dev/shm -t tmpfs
 if [ "$first_model" = 0 ]; then
   bind "$cache/apt-archives" /var/cache/apt/archives --bind
+  # This machine's compiler cache, where it has one (scripts/setup.sh uses ccache where it is
+  # installed): the root's build of the same sources then compiles only what differs (the
+  # files that see the root's other configuration, e.g. no CUDA). The root still installs every
+  # package itself, and a missing header still fails its compile: ccache checks every header of
+  # a cached object.
+  if command -v ccache >/dev/null && [ "${KUSARI_CCACHE:-1}" != 0 ]; then
+    ccache_dir=$(ccache -k cache_dir 2>/dev/null || true)
+    if [ -n "$ccache_dir" ]; then
+      mkdir -p "$ccache_dir"
+      bind "$ccache_dir" /root/.cache/ccache --bind
+    fi
+  fi
 fi
 
 # The committed tree, as a clean clone would have it.

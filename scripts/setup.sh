@@ -49,6 +49,7 @@ if [ "$bench" = 1 ]; then
   packages+=(python3-torch python3-torchvision python3-pil mate-backgrounds)
 fi
 
+t_start=$(date +%s)
 if [ "$install_deps" = 1 ]; then
   missing=()
   for p in "${packages[@]}"; do
@@ -70,6 +71,7 @@ if [ "$install_deps" = 1 ]; then
   fi
 fi
 
+t_packages=$(date +%s)
 generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 launcher=()
@@ -86,6 +88,10 @@ elif [ "${KUSARI_CCACHE:-1}" = 0 ] && [ -f "$build_dir/CMakeCache.txt" ]; then
 fi
 # shellcheck disable=SC2086
 cmake -S "$here" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" ${KUSARI_CMAKE_ARGS:-}
+t_configured=$(date +%s)
 target_args=()
 for t in "${targets[@]}"; do target_args+=(--target "$t"); done
 cmake --build "$build_dir" -j "$(nproc)" "${target_args[@]}"
+t_built=$(date +%s)
+echo "setup.sh: packages $((t_packages - t_start)) s, configure $((t_configured - t_packages)) s," \
+     "build $((t_built - t_configured)) s (${targets[*]:-everything})"

@@ -24,6 +24,10 @@ checked here (CTest `docs_commands`):
     (for ... done) is checked with its whole block by `bash -n`, and a kusari program in it has its
     arguments checked when they hold no shell variable.
 
+The links between the pages are checked too: every relative link names a file of the tree, and
+its #anchor a heading of that page (GitHub's rule: lower case, punctuation dropped, spaces made
+hyphens).
+
 A block preceded by the hidden line `<!-- doc-commands: fail -->` shows commands that must be
 refused: each of its kusari-program lines must exit non-zero in the argument check. One preceded
 by `<!-- doc-commands: arguments -->` names files the page only describes: its programs have
@@ -336,6 +340,63 @@ class Checker:
                     self.fail(f"{page}:{first}", "(the block)", "not valid shell: " + p.stdout.strip())
 
 
+def slug(heading):
+    """The anchor GitHub gives a heading."""
+    text = re.sub(r"`", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors_of(path):
+    out = set()
+    counts = {}
+    in_code = False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if re.match(r"^\s*```", line):
+                in_code = not in_code
+                continue
+            m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m and not in_code:
+                a = slug(m.group(1))
+                n = counts.get(a, 0)
+                counts[a] = n + 1
+                out.add(a if n == 0 else f"{a}-{n}")
+    return out
+
+
+def check_links(source, pages):
+    """Failures of the relative links of `pages` (a missing file or anchor)."""
+    failures = []
+    cache = {}
+    for page in pages:
+        in_code = False
+        with open(page, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        for no, line in enumerate(lines, 1):
+            if re.match(r"^\s*```", line):
+                in_code = not in_code
+                continue
+            if in_code:
+                continue
+            for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"`[^`]*`", "", line)):
+                if re.match(r"^[a-z]+:", target):
+                    continue
+                file_part, _, anchor = target.partition("#")
+                dest = os.path.normpath(os.path.join(os.path.dirname(page), file_part)) if file_part else page
+                where = f"{os.path.relpath(page, source)}:{no}"
+                if not os.path.exists(dest):
+                    failures.append(f"{where}: the link ({target}) names {os.path.relpath(dest, source)}, which does not exist")
+                    continue
+                if anchor and dest.endswith(".md"):
+                    if dest not in cache:
+                        cache[dest] = anchors_of(dest)
+                    if anchor not in cache[dest]:
+                        failures.append(f"{where}: the link ({target}) names the anchor #{anchor}, which "
+                                        f"{os.path.relpath(dest, source)} has no heading for")
+    return failures
+
+
 def small_args(program, args):
     """The command's arguments with RUN_SMALL's sizes in place of its own."""
     sets, extra = RUN_SMALL[program]
@@ -387,10 +448,12 @@ def main():
         os.path.join(source, "docs", p) for p in os.listdir(os.path.join(source, "docs")) if p.endswith(".md"))
     for p in pages:
         checker.check_page(os.path.abspath(p))
+    link_failures = check_links(source, [os.path.abspath(p) for p in pages])
+    checker.failures += link_failures
     c = checker.counts
     print(f"doc commands: {c['run']} run at a small size, {c['arguments']} programs' arguments checked, "
           f"{c['refused']} refusals checked, {c['script']} scripts' arguments checked, "
-          f"{c['shell']} other shell lines checked for syntax")
+          f"{c['shell']} other shell lines checked for syntax; the links of {len(pages)} pages checked")
     if checker.failures:
         print(f"{len(checker.failures)} documented command(s) do not work:\n")
         print("\n".join(checker.failures))
