@@ -42,7 +42,7 @@ packages=(
   libturbojpeg0-dev libjpeg62-turbo-dev
   libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist
-  python3-numpy
+  python3-dev python3-numpy python3-pytest pybind11-dev libdlpack-dev  # the Python package and its tests
   iproute2  # ip netns, for the multi-host test (its unshare comes with util-linux, always installed)
 )
 if [ "$bench" = 1 ]; then
@@ -93,5 +93,25 @@ target_args=()
 for t in "${targets[@]}"; do target_args+=(--target "$t"); done
 cmake --build "$build_dir" -j "$(nproc)" "${target_args[@]}"
 t_built=$(date +%s)
+
+# The Python package (build/python/kusari): importable by the interpreter it was built for, as an
+# editable install (a .pth file naming build/python) in that interpreter's site-packages with
+# root, in the user's own without (KUSARI_PYTHON_PTH=0: neither).
+python_dir="$build_dir/python"
+if [ -f "$python_dir/python_executable.txt" ] && ls "$python_dir"/kusari/_kusari*.so >/dev/null 2>&1 &&
+   [ "${KUSARI_PYTHON_PTH:-1}" != 0 ]; then
+  python=$(cat "$python_dir/python_executable.txt")
+  if [ "$(id -u)" = 0 ]; then
+    site=$("$python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  else
+    site=$("$python" -m site --user-site)
+  fi
+  if mkdir -p "$site" 2>/dev/null && echo "$python_dir" >"$site/kusari-build.pth.tmp" 2>/dev/null; then
+    mv "$site/kusari-build.pth.tmp" "$site/kusari-build.pth"
+    echo "setup.sh: $python imports kusari from $python_dir ($site/kusari-build.pth)"
+  else
+    echo "setup.sh: cannot write $site; use PYTHONPATH=$python_dir $python" >&2
+  fi
+fi
 echo "setup.sh: packages $((t_packages - t_start)) s, configure $((t_configured - t_packages)) s," \
      "build $((t_built - t_configured)) s (${targets[*]:-everything})"

@@ -148,6 +148,26 @@ Array Array::from_blob(std::shared_ptr<void> owner, void* data, const Shape& sha
   return Array(std::move(aliased), nbytes, Device::cpu(), dtype, shape, contiguous_strides(shape), 0);
 }
 
+Array Array::from_blob(std::shared_ptr<void> owner, void* data, const Shape& shape, const Strides& strides,
+                       Dtype dtype, Device device) {
+  KUSARI_CHECK(strides.size() == shape.size(), ShapeError, "Array::from_blob: ", strides.size(),
+               " strides for the shape ", shape, "; expected one per axis");
+  // The elements reach from the lowest to the highest offset the strides give; the allocation
+  // starts at the lowest, and the view's offset is the first element's distance from it.
+  int64_t low = 0, high = 0;
+  if (shape.numel() > 0) {
+    for (int i = 0; i < shape.size(); ++i) {
+      const int64_t reach = (shape[i] - 1) * strides[i];
+      (reach < 0 ? low : high) += reach;
+    }
+  }
+  const size_t item = kusari::itemsize(dtype);
+  char* base = static_cast<char*>(data) + low * static_cast<int64_t>(item);
+  const size_t nbytes = static_cast<size_t>(high - low + 1) * item;
+  std::shared_ptr<void> aliased(std::move(owner), base);
+  return Array(std::move(aliased), nbytes, device, dtype, shape, strides, -low);
+}
+
 Array Array::from(std::initializer_list<double> values, std::optional<Shape> shape, Dtype dtype, Device device) {
   std::vector<double> v(values);
   Array a = from_vector(v, shape, Device::cpu());

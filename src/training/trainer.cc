@@ -42,12 +42,16 @@ Trainer::Trainer(std::shared_ptr<Updater> updater, std::shared_ptr<Trigger> stop
     : updater_(std::move(updater)), stop_trigger_(std::move(stop_trigger)), out_(std::move(out)) {
   KUSARI_CHECK(updater_, ValueError, "Trainer: the updater is null");
   if (!stop_trigger_) stop_trigger_ = interval(20, "epoch");
-  // Reports from the model go to "main/...", from its sub-links to "main/<path>/...".
-  Link* target = updater_->optimizer("main").target();
-  reporter_.add_observer("main", target);
-  std::vector<std::pair<std::string, const void*>> links;
-  for (auto& [path, link] : target->namedlinks(true)) links.emplace_back(path, link);
-  reporter_.add_observers("main", links);
+  // Reports from the model go to "main/...", from its sub-links to "main/<path>/..."; with several
+  // optimizers, each target under the optimizer's name ("gen/loss", "dis/loss").
+  for (auto& [name, optimizer] : updater_->all_optimizers()) {
+    Link* target = optimizer->target();
+    if (!target) continue;
+    reporter_.add_observer(name, target);
+    std::vector<std::pair<std::string, const void*>> links;
+    for (auto& [path, link] : target->namedlinks(true)) links.emplace_back(path, link);
+    reporter_.add_observers(name, links);
+  }
 }
 
 void Trainer::extend(std::shared_ptr<Extension> extension, const std::string& name_in,

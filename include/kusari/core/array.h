@@ -66,6 +66,11 @@ class Array {
   static Array from_buffer(const void* src, const Shape& shape, Dtype dtype, Device device = default_device());
   /// Wraps existing host memory without copying; `owner` keeps it alive.
   static Array from_blob(std::shared_ptr<void> owner, void* data, const Shape& shape, Dtype dtype);
+  /// Wraps existing memory of `device` without copying, laid out with `strides` (in elements;
+  /// negative ones too), `data` pointing at the first element; `owner` keeps it alive. For
+  /// memory shared with another library (NumPy's buffers, DLPack tensors).
+  static Array from_blob(std::shared_ptr<void> owner, void* data, const Shape& shape, const Strides& strides,
+                         Dtype dtype, Device device);
   /// Copies a vector into a new array; the shape defaults to 1-d.
   template <typename T>
   static Array from_vector(const std::vector<T>& values, std::optional<Shape> shape = std::nullopt,

@@ -38,6 +38,9 @@ class Updater : public Serializable {
   virtual Optimizer& optimizer(const std::string& name = "main") = 0;
   /// The iterator `name` ("main" by default).
   virtual Iterator& iterator(const std::string& name = "main") = 0;
+  /// Every optimizer by name (Chainer's get_all_optimizers): the trainer reports each one's
+  /// target under its name ("main/loss", "gen/loss"). By default the "main" optimizer alone.
+  virtual std::vector<std::pair<std::string, Optimizer*>> all_optimizers() { return {{"main", &optimizer("main")}}; }
   virtual void connect_trainer(Trainer&) {}
   virtual void finalize() {}
 };

@@ -1,0 +1,42 @@
+# Finds what the Python package needs: a Python 3 interpreter with NumPy, its headers, pybind11
+# and the DLPack header (Debian: python3-dev, python3-numpy, pybind11-dev, libdlpack-dev). Sets
+# KUSARI_HAVE_PYTHON.
+#
+# The interpreter: Python3_EXECUTABLE when given; else Debian's /usr/bin/python3 when it has
+# NumPy (a `python3` first on PATH may be another installation without it); else the first
+# python3 on PATH.
+if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+  execute_process(COMMAND /usr/bin/python3 -c "import numpy" RESULT_VARIABLE _numpy_rc OUTPUT_QUIET ERROR_QUIET)
+  if(_numpy_rc EQUAL 0)
+    set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "The Python interpreter kusari's package is built for")
+  endif()
+endif()
+find_package(Python3 COMPONENTS Interpreter Development.Module NumPy)
+set(PYBIND11_FINDPYTHON ON)
+if(Python3_FOUND AND Python3_NumPy_FOUND)
+  find_package(pybind11 2.6 CONFIG QUIET)
+endif()
+find_path(KUSARI_DLPACK_INCLUDE_DIR dlpack/dlpack.h)
+mark_as_advanced(KUSARI_DLPACK_INCLUDE_DIR)
+set(_missing)
+if(NOT Python3_FOUND)
+  list(APPEND _missing "Python 3 and its headers (python3-dev)")
+elseif(NOT Python3_NumPy_FOUND)
+  list(APPEND _missing "NumPy for ${Python3_EXECUTABLE} (python3-numpy)")
+endif()
+if(NOT pybind11_FOUND)
+  list(APPEND _missing "pybind11 (pybind11-dev)")
+endif()
+if(NOT KUSARI_DLPACK_INCLUDE_DIR)
+  list(APPEND _missing "the DLPack header (libdlpack-dev)")
+endif()
+if(_missing)
+  string(REPLACE ";" ", " _missing "${_missing}")
+  if(KUSARI_WITH_PYTHON STREQUAL "ON")
+    message(FATAL_ERROR "KUSARI_WITH_PYTHON=ON but kusari's Python package needs ${_missing} (scripts/setup.sh installs them)")
+  endif()
+  message(STATUS "kusari: no Python package: missing ${_missing}")
+else()
+  set(KUSARI_HAVE_PYTHON ON)
+  message(STATUS "kusari: the Python package is built for ${Python3_EXECUTABLE} (Python ${Python3_VERSION}, NumPy ${Python3_NumPy_VERSION})")
+endif()

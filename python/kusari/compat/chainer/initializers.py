@@ -1,0 +1,3 @@
+"""chainer.initializers over kusari.initializers."""
+
+from kusari.initializers import *  # noqa: F401,F403

@@ -1,0 +1,3 @@
+"""chainer.optimizers over kusari.optimizers."""
+
+from kusari.optimizers import *  # noqa: F401,F403

@@ -1,0 +1,3 @@
+"""chainermn.datasets: scatter_dataset and create_empty_dataset."""
+
+from kusari.mn import create_empty_dataset, scatter_dataset, scatter_index  # noqa: F401

@@ -1,0 +1,25 @@
+"""Datasets (Chainer's chainer.datasets). Any Python sequence of examples (a list of (x, t)
+tuples) is a dataset too, wherever kusari takes one."""
+
+from kusari._kusari.data import (Dataset, SubDataset, TupleDataset, concat_examples,  # noqa: F401
+                                 get_fashion_mnist, get_mnist, split_dataset, split_dataset_random)
+
+
+
+class DatasetMixin(object):
+    """A dataset written in Python (Chainer's DatasetMixin): define __len__ and get_example(i)."""
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self.get_example(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if index < 0 or index >= len(self):
+            raise IndexError('dataset index out of range')
+        return self.get_example(index)
+
+    def __len__(self):
+        raise NotImplementedError
+
+    def get_example(self, i):
+        raise NotImplementedError

@@ -1,0 +1,274 @@
+// kusari.functions: every differentiable function of kusari/functions.h, with Chainer's argument
+// names and defaults. Arguments that are variables take any array (Variable, NumPy, kusari,
+// DLPack); each call releases the GIL while the kernels run.
+#include "common.h"
+#include "kusari/functions.h"
+
+namespace kusari::python {
+namespace {
+
+namespace F = kusari::functions;
+using R = py::call_guard<py::gil_scoped_release>;
+
+/// Axes from Chainer's `axis` argument: None (all), an int, or a tuple.
+Shape axes_of(py::handle axis) { return axis.is_none() ? Shape() : axis.cast<Shape>(); }
+
+std::vector<Variable> vars_of(const std::vector<VarArg>& xs) {
+  std::vector<Variable> out;
+  out.reserve(xs.size());
+  for (const VarArg& a : xs) out.push_back(a.v);
+  return out;
+}
+
+py::tuple tuple_of(const std::vector<Variable>& vs) {
+  py::tuple t(vs.size());
+  for (size_t i = 0; i < vs.size(); ++i) t[i] = py::cast(vs[i]);
+  return t;
+}
+
+F::Reduce reduce_of(const std::string& reduce, const char* where) {
+  if (reduce == "mean") return F::Reduce::kMean;
+  if (reduce == "no") return F::Reduce::kNone;
+  throw py::value_error(std::string(where) + ": reduce must be 'mean' or 'no', got '" + reduce + "'");
+}
+
+std::optional<int64_t> optional_label(py::handle h) {
+  if (h.is_none()) return std::nullopt;
+  return h.cast<int64_t>();
+}
+
+}  // namespace
+
+void init_functions(py::module_& f) {
+  // --- activations
+  f.def("relu", [](const VarArg& x) { return F::relu(x.v); }, py::arg("x"), R());
+  f.def("leaky_relu", [](const VarArg& x, double slope) { return F::leaky_relu(x.v, slope); }, py::arg("x"),
+        py::arg("slope") = 0.2, R());
+  f.def("elu", [](const VarArg& x, double alpha) { return F::elu(x.v, alpha); }, py::arg("x"), py::arg("alpha") = 1.0, R());
+  f.def("sigmoid", [](const VarArg& x) { return F::sigmoid(x.v); }, py::arg("x"), R());
+  f.def("tanh", [](const VarArg& x) { return F::tanh(x.v); }, py::arg("x"), R());
+  f.def("softplus", [](const VarArg& x, double beta) { return F::softplus(x.v, beta); }, py::arg("x"),
+        py::arg("beta") = 1.0, R());
+  f.def("softmax", [](const VarArg& x, int axis) { return F::softmax(x.v, axis); }, py::arg("x"), py::arg("axis") = 1, R());
+  f.def("log_softmax", [](const VarArg& x, int axis) { return F::log_softmax(x.v, axis); }, py::arg("x"),
+        py::arg("axis") = 1, R());
+
+  // --- array manipulation
+  f.def("reshape", [](const VarArg& x, const Shape& shape) { return F::reshape(x.v, shape); }, py::arg("x"),
+        py::arg("shape"), R());
+  f.def("transpose", [](const VarArg& x, py::handle axes) { return F::transpose(x.v, axes_of(axes)); }, py::arg("x"),
+        py::arg("axes") = py::none());
+  f.def("swapaxes", [](const VarArg& x, int a, int b) { return F::swapaxes(x.v, a, b); }, py::arg("x"),
+        py::arg("axis1"), py::arg("axis2"), R());
+  f.def("broadcast_to", [](const VarArg& x, const Shape& shape) { return F::broadcast_to(x.v, shape); }, py::arg("x"),
+        py::arg("shape"), R());
+  f.def("squeeze", [](const VarArg& x, py::handle axis) { return F::squeeze(x.v, axes_of(axis)); }, py::arg("x"),
+        py::arg("axis") = py::none());
+  f.def("expand_dims", [](const VarArg& x, int axis) { return F::expand_dims(x.v, axis); }, py::arg("x"),
+        py::arg("axis"), R());
+  f.def("flatten", [](const VarArg& x) { return F::flatten(x.v); }, py::arg("x"), R());
+  f.def("cast", [](const VarArg& x, Dtype dtype) { return F::cast(x.v, dtype); }, py::arg("x"), py::arg("typ"));
+  f.def("copy", [](const VarArg& x, py::handle dst) { return F::copy(x.v, device_from_python(dst, "F.copy")); },
+        py::arg("x"), py::arg("dst"), "Copies to device `dst` (Chainer's F.copy); the gradient is copied back.");
+  f.def("concat", [](const std::vector<VarArg>& xs, int axis) {
+          auto v = vars_of(xs);
+          py::gil_scoped_release r;
+          return F::concat(v, axis);
+        }, py::arg("xs"), py::arg("axis") = 1);
+  f.def("stack", [](const std::vector<VarArg>& xs, int axis) {
+          auto v = vars_of(xs);
+          py::gil_scoped_release r;
+          return F::stack(v, axis);
+        }, py::arg("xs"), py::arg("axis") = 0);
+  f.def("split_axis", [](const VarArg& x, py::handle indices_or_sections, int axis) {
+          std::vector<Variable> out;
+          if (PyLong_Check(indices_or_sections.ptr())) {
+            out = F::split_axis(x.v, indices_or_sections.cast<int64_t>(), axis);
+          } else {
+            out = F::split_axis(x.v, indices_or_sections.cast<std::vector<int64_t>>(), axis);
+          }
+          return tuple_of(out);
+        }, py::arg("x"), py::arg("indices_or_sections"), py::arg("axis"));
+  f.def("get_item", [](const VarArg& x, py::handle key) {
+          return py::cast(x.v).attr("__getitem__")(key);
+        }, py::arg("x"), py::arg("slices"));
+  f.def("where", [](const ArrArg& cond, const VarArg& a, const VarArg& b) { return F::where(cond.a, a.v, b.v); },
+        py::arg("condition"), py::arg("x"), py::arg("y"), R());
+
+  // --- connections
+  f.def("linear", [](const VarArg& x, const VarArg& W, py::handle b, int n_batch_axes) {
+          Variable bias = b.is_none() ? Variable() : variable_from_python(b, false, "F.linear");
+          py::gil_scoped_release r;
+          return F::linear(x.v, W.v, bias, n_batch_axes);
+        }, py::arg("x"), py::arg("W"), py::arg("b") = py::none(), py::arg("n_batch_axes") = 1);
+  f.def("embed_id", [](const ArrArg& x, const VarArg& W, py::handle ignore_label) {
+          return F::embed_id(x.a, W.v, optional_label(ignore_label));
+        }, py::arg("x"), py::arg("W"), py::arg("ignore_label") = py::none());
+  f.def("convolution_2d",
+        [](const VarArg& x, const VarArg& W, py::handle b, F::IntPair stride, F::IntPair pad, F::IntPair dilate,
+           int64_t groups) {
+          Variable bias = b.is_none() ? Variable() : variable_from_python(b, false, "F.convolution_2d");
+          py::gil_scoped_release r;
+          return F::convolution_2d(x.v, W.v, bias, stride, pad, dilate, groups);
+        },
+        py::arg("x"), py::arg("W"), py::arg("b") = py::none(), py::arg("stride") = 1, py::arg("pad") = 0,
+        py::kw_only(), py::arg("dilate") = 1, py::arg("groups") = 1);
+  f.def("deconvolution_2d",
+        [](const VarArg& x, const VarArg& W, py::handle b, F::IntPair stride, F::IntPair pad, py::handle outsize,
+           F::IntPair dilate, int64_t groups) {
+          Variable bias = b.is_none() ? Variable() : variable_from_python(b, false, "F.deconvolution_2d");
+          std::optional<F::IntPair> out;
+          if (!outsize.is_none()) out = outsize.cast<F::IntPair>();
+          py::gil_scoped_release r;
+          return F::deconvolution_2d(x.v, W.v, bias, stride, pad, out, dilate, groups);
+        },
+        py::arg("x"), py::arg("W"), py::arg("b") = py::none(), py::arg("stride") = 1, py::arg("pad") = 0,
+        py::arg("outsize") = py::none(), py::kw_only(), py::arg("dilate") = 1, py::arg("groups") = 1);
+
+  // --- evaluation and losses
+  f.def("accuracy", [](const VarArg& y, const ArrArg& t, py::handle ignore_label) {
+          return F::accuracy(y.v, t.a, optional_label(ignore_label));
+        }, py::arg("y"), py::arg("t"), py::arg("ignore_label") = py::none());
+  f.def("softmax_cross_entropy",
+        [](const VarArg& x, const ArrArg& t, bool normalize, py::handle cache_score, int64_t ignore_label,
+           const std::string& reduce, double label_smoothing) {
+          if (!normalize) {
+            throw py::value_error("F.softmax_cross_entropy: normalize=False is not supported (kusari averages over "
+                                  "the examples that are not ignored, as normalize=True)");
+          }
+          const F::Reduce red = reduce_of(reduce, "F.softmax_cross_entropy");
+          py::gil_scoped_release r;
+          return F::softmax_cross_entropy(x.v, t.a, ignore_label, red, label_smoothing);
+        },
+        py::arg("x"), py::arg("t"), py::arg("normalize") = true, py::arg("cache_score") = true,
+        py::arg("ignore_label") = -1, py::arg("reduce") = "mean", py::kw_only(), py::arg("label_smoothing") = 0.0);
+  f.def("sigmoid_cross_entropy", [](const VarArg& x, const ArrArg& t, bool normalize, const std::string& reduce) {
+          return F::sigmoid_cross_entropy(x.v, t.a, normalize, reduce_of(reduce, "F.sigmoid_cross_entropy"));
+        }, py::arg("x"), py::arg("t"), py::arg("normalize") = true, py::arg("reduce") = "mean");
+  f.def("mean_squared_error", [](const VarArg& a, const VarArg& b) { return F::mean_squared_error(a.v, b.v); },
+        py::arg("x0"), py::arg("x1"), R());
+
+  // --- recurrent
+  f.def("lstm", [](const VarArg& c, const VarArg& x) {
+          auto [c_new, h] = F::lstm(c.v, x.v);
+          return py::make_tuple(c_new, h);
+        }, py::arg("c_prev"), py::arg("x"));
+
+  // --- arithmetic and reductions
+  f.def("add", [](const VarArg& a, const VarArg& b) { return F::add(a.v, b.v); }, R());
+  f.def("add", [](const VarArg& a, Scalar b) { return F::add(a.v, b); }, R());
+  f.def("sub", [](const VarArg& a, const VarArg& b) { return F::sub(a.v, b.v); }, R());
+  f.def("mul", [](const VarArg& a, const VarArg& b) { return F::mul(a.v, b.v); }, R());
+  f.def("mul", [](const VarArg& a, Scalar b) { return F::mul(a.v, b); }, R());
+  f.def("div", [](const VarArg& a, const VarArg& b) { return F::div(a.v, b.v); }, R());
+  f.def("rsub", [](const VarArg& a, Scalar b) { return F::rsub(a.v, b); }, R());
+  f.def("rdiv", [](const VarArg& a, Scalar b) { return F::rdiv(a.v, b); }, R());
+  f.def("neg", [](const VarArg& x) { return F::neg(x.v); }, R());
+  f.def("pow", [](const VarArg& x, const VarArg& p) { return F::pow(x.v, p.v); }, R());
+  f.def("pow", [](const VarArg& x, Scalar p) { return F::pow(x.v, p); }, R());
+  f.def("pow", [](Scalar b, const VarArg& x) { return F::pow(b, x.v); }, R());
+  f.def("absolute", [](const VarArg& x) { return F::abs(x.v); }, py::arg("x"), R());
+  f.def("abs", [](const VarArg& x) { return F::abs(x.v); }, py::arg("x"), R());
+  f.def("exp", [](const VarArg& x) { return F::exp(x.v); }, py::arg("x"), R());
+  f.def("log", [](const VarArg& x) { return F::log(x.v); }, py::arg("x"), R());
+  f.def("sqrt", [](const VarArg& x) { return F::sqrt(x.v); }, py::arg("x"), R());
+  f.def("square", [](const VarArg& x) { return F::square(x.v); }, py::arg("x"), R());
+  f.def("maximum", [](const VarArg& a, const VarArg& b) { return F::maximum(a.v, b.v); }, py::arg("x1"),
+        py::arg("x2"), R());
+  f.def("minimum", [](const VarArg& a, const VarArg& b) { return F::minimum(a.v, b.v); }, py::arg("x1"),
+        py::arg("x2"), R());
+  f.def("clip", [](const VarArg& x, double lo, double hi) { return F::clip(x.v, lo, hi); }, py::arg("x"),
+        py::arg("x_min"), py::arg("x_max"), R());
+  f.def("sum", [](const VarArg& x, py::handle axis, bool keepdims) { return F::sum(x.v, axes_of(axis), keepdims); },
+        py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdims") = false);
+  f.def("mean", [](const VarArg& x, py::handle axis, bool keepdims) { return F::mean(x.v, axes_of(axis), keepdims); },
+        py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdims") = false);
+  f.def("max", [](const VarArg& x, py::handle axis, bool keepdims) { return F::max(x.v, axes_of(axis), keepdims); },
+        py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdims") = false);
+  f.def("min", [](const VarArg& x, py::handle axis, bool keepdims) { return F::min(x.v, axes_of(axis), keepdims); },
+        py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdims") = false);
+  f.def("logsumexp", [](const VarArg& x, py::handle axis, bool keepdims) {
+          return F::logsumexp(x.v, axes_of(axis), keepdims);
+        }, py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdims") = false);
+  f.def("sum_to", [](const VarArg& x, const Shape& shape) { return F::sum_to(x.v, shape); }, py::arg("x"),
+        py::arg("shape"), R());
+  f.def("matmul", [](const VarArg& a, const VarArg& b, bool transa, bool transb) {
+          return F::matmul(a.v, b.v, transa, transb);
+        }, py::arg("a"), py::arg("b"), py::arg("transa") = false, py::arg("transb") = false, R());
+
+  // --- noise
+  f.def("dropout", [](const VarArg& x, double ratio) { return F::dropout(x.v, ratio); }, py::arg("x"),
+        py::arg("ratio") = 0.5, R());
+
+  // --- normalization
+  f.def("batch_normalization",
+        [](const VarArg& x, const VarArg& gamma, const VarArg& beta, double eps, py::handle running_mean,
+           py::handle running_var, double decay, py::handle axis) {
+          Array rm, rv;
+          Array* prm = nullptr;
+          Array* prv = nullptr;
+          if (!running_mean.is_none()) {
+            rm = array_from_python(running_mean, "F.batch_normalization");
+            prm = &rm;
+          }
+          if (!running_var.is_none()) {
+            rv = array_from_python(running_var, "F.batch_normalization");
+            prv = &rv;
+          }
+          Variable y;
+          {
+            py::gil_scoped_release r;
+            y = F::batch_normalization(x.v, gamma.v, beta.v, eps, prm, prv, decay, axes_of(axis));
+          }
+          // The running statistics are updated in place: NumPy arrays given see the new values.
+          return y;
+        },
+        py::arg("x"), py::arg("gamma"), py::arg("beta"), py::kw_only(), py::arg("eps") = 2e-5,
+        py::arg("running_mean") = py::none(), py::arg("running_var") = py::none(), py::arg("decay") = 0.9,
+        py::arg("axis") = py::none());
+  f.def("fixed_batch_normalization",
+        [](const VarArg& x, const VarArg& gamma, const VarArg& beta, const VarArg& mean, const VarArg& var,
+           double eps, py::handle axis) {
+          return F::fixed_batch_normalization(x.v, gamma.v, beta.v, mean.v, var.v, eps, axes_of(axis));
+        },
+        py::arg("x"), py::arg("gamma"), py::arg("beta"), py::arg("mean"), py::arg("var"), py::arg("eps") = 2e-5,
+        py::arg("axis") = py::none());
+  f.def("batch_normalization_relu",
+        [](const VarArg& x, const VarArg& gamma, const VarArg& beta, py::handle residual, double eps) {
+          Variable res = residual.is_none() ? Variable() : variable_from_python(residual, false, "F.batch_normalization_relu");
+          py::gil_scoped_release r;
+          return F::batch_normalization_relu(x.v, gamma.v, beta.v, res, eps);
+        },
+        py::arg("x"), py::arg("gamma"), py::arg("beta"), py::arg("residual") = py::none(), py::arg("eps") = 2e-5,
+        "relu(batch_normalization(x) + residual) as one fused operation.");
+  f.def("fixed_batch_normalization_relu",
+        [](const VarArg& x, const VarArg& gamma, const VarArg& beta, const VarArg& mean, const VarArg& var,
+           py::handle residual, double eps) {
+          Variable res = residual.is_none() ? Variable() : variable_from_python(residual, false, "F.fixed_batch_normalization_relu");
+          py::gil_scoped_release r;
+          return F::fixed_batch_normalization_relu(x.v, gamma.v, beta.v, mean.v, var.v, res, eps);
+        },
+        py::arg("x"), py::arg("gamma"), py::arg("beta"), py::arg("mean"), py::arg("var"),
+        py::arg("residual") = py::none(), py::arg("eps") = 2e-5);
+
+  // --- pooling
+  f.def("max_pooling_2d",
+        [](const VarArg& x, F::IntPair ksize, py::handle stride, F::IntPair pad, bool cover_all) {
+          std::optional<F::IntPair> s;
+          if (!stride.is_none()) s = stride.cast<F::IntPair>();
+          py::gil_scoped_release r;
+          return F::max_pooling_2d(x.v, ksize, s, pad, cover_all);
+        },
+        py::arg("x"), py::arg("ksize"), py::arg("stride") = py::none(), py::arg("pad") = 0,
+        py::arg("cover_all") = true);
+  f.def("average_pooling_2d",
+        [](const VarArg& x, F::IntPair ksize, py::handle stride, F::IntPair pad) {
+          std::optional<F::IntPair> s;
+          if (!stride.is_none()) s = stride.cast<F::IntPair>();
+          py::gil_scoped_release r;
+          return F::average_pooling_2d(x.v, ksize, s, pad);
+        },
+        py::arg("x"), py::arg("ksize"), py::arg("stride") = py::none(), py::arg("pad") = 0);
+}
+
+}  // namespace kusari::python

@@ -1,0 +1,114 @@
+"""kusari.mn under mpiexec (CTest: -n 2 and -n 3): communicators, collectives of arrays and of
+picklable objects, scatter_dataset of Python sequences, the multi-node optimizer, evaluator and
+batch normalization, and the differentiable communication."""
+
+import numpy as np
+import pytest
+
+import kusari
+import kusari.functions as F
+import kusari.links as L
+import kusari.mn
+
+comm = kusari.mn.create_communicator('naive')
+
+
+def test_topology():
+    assert 0 <= comm.rank < comm.size >= 2
+    assert comm.intra_size * comm.inter_size == comm.size and comm.name == 'naive'
+
+
+def test_object_collectives():
+    obj = {'rank': comm.rank, 'payload': np.arange(comm.rank + 1)}
+    assert comm.bcast_obj(obj if comm.rank == 0 else None)['rank'] == 0
+    gathered = comm.gather_obj(obj)
+    if comm.rank == 0:
+        assert [g['rank'] for g in gathered] == list(range(comm.size))
+    else:
+        assert gathered is None
+    assert [g['rank'] for g in comm.allgather_obj(obj)] == list(range(comm.size))
+    assert comm.allreduce_obj(comm.rank + 1) == comm.size * (comm.size + 1) // 2
+    assert comm.allreduce_obj(np.ones(2)).tolist() == [comm.size] * 2
+    if comm.rank == 0:
+        comm.send_obj(('hello', [1, 2]), 1)
+    elif comm.rank == 1:
+        assert comm.recv_obj(0) == ('hello', [1, 2])
+
+
+def test_array_collectives():
+    x = np.full(3, comm.rank, np.float32)
+    np.testing.assert_array_equal(comm.allreduce(x), np.full(3, sum(range(comm.size))))
+    np.testing.assert_array_equal(comm.allreduce(x, op='max'), np.full(3, comm.size - 1))
+    parts = comm.allgather(x)
+    assert [p[0] for p in parts] == list(range(comm.size))
+    np.testing.assert_array_equal(comm.bcast(x if comm.rank == 0 else None), np.zeros(3))
+    comm.barrier()
+
+
+def test_scatter_dataset_of_a_python_list():
+    data = [(np.float32(i), np.int32(i % 3)) for i in range(11)] if comm.rank == 0 else None
+    part = kusari.mn.scatter_dataset(data, comm, shuffle=True, seed=0)
+    values = sorted(float(e[0]) for e in part)
+    everything = sorted(v for vs in comm.allgather_obj(values) for v in vs)
+    assert set(everything) == set(range(11))
+
+
+def test_multi_node_optimizer_keeps_the_ranks_equal():
+    kusari.manual_seed(comm.rank)  # different initial weights: the first update broadcasts rank 0's
+    model = L.Classifier(L.Linear(4, 3))
+    opt = kusari.mn.create_multi_node_optimizer(kusari.optimizers.Adam(), comm)
+    opt.setup(model)
+    rng = np.random.RandomState(comm.rank)
+    for _ in range(3):
+        x, t = rng.randn(8, 4).astype(np.float32), rng.randint(0, 3, 8).astype(np.int32)
+        opt.update(model, x, t)
+    weights = comm.allgather(model.predictor.W.array)
+    for w in weights[1:]:
+        np.testing.assert_array_equal(w, weights[0])
+    opt.alpha = 0.5
+    assert opt.alpha == 0.5
+
+
+def test_multi_node_evaluator_averages_over_all_examples():
+    x = np.arange(20, dtype=np.float32).reshape(20, 1)
+    t = (np.arange(20) % 2).astype(np.int32)
+    data = kusari.datasets.TupleDataset(x, t)
+    part = kusari.mn.scatter_dataset(data, comm, force_equal_length=False)
+    model = L.Classifier(L.Linear(1, 2))
+    model.predictor.W.array[...] = np.array([[0.0], [1.0]], np.float32)
+    model.predictor.b.array[...] = np.array([10.0, 0.0], np.float32)
+    it = kusari.iterators.SerialIterator(part, 3, repeat=False, shuffle=False)
+    ev = kusari.mn.create_multi_node_evaluator(kusari.training.extensions.Evaluator(it, model), comm)
+    result = ev.evaluate()
+    # class 1 wins for x > 10: right for the odd x above 10 and the even x up to 10.
+    expected = np.mean([(xv > 10) == (xv % 2 == 1) for xv in range(20)])
+    assert result['validation/main/accuracy'] == pytest.approx(expected)
+
+
+def test_multi_node_batch_normalization_sees_every_rank():
+    x = np.full((2, 3), comm.rank, np.float32)
+    bn = kusari.mn.MultiNodeBatchNormalization(3, comm)
+    y = bn(x)
+    mean = sum(range(comm.size)) / comm.size
+    assert bn.avg_mean == pytest.approx(0.1 * mean) or np.allclose(bn.avg_mean, 0.1 * mean)
+    assert y.shape == (2, 3)
+
+
+def test_differentiable_send_and_recv():
+    if comm.rank == 0:
+        x = kusari.Variable(np.array([1.0, 2.0], np.float32))
+        delegate = kusari.mn.functions.send(x * 3, comm, 1)
+        delegate.backward()
+        np.testing.assert_array_equal(x.grad, [6.0, 6.0])  # d(sum(2 * y))/dx with y = 3x
+    elif comm.rank == 1:
+        y = kusari.mn.functions.recv(comm, 0)
+        F.sum(2 * y).backward()
+    comm.barrier()
+
+
+def test_errors_become_communicator_errors():
+    if not kusari.build_info()['nccl']:
+        with pytest.raises(kusari.mn.CommunicatorError):
+            kusari.mn.create_communicator('pure_nccl')
+    with pytest.raises(ValueError, match='naive'):
+        kusari.mn.create_communicator('no_such_kind')

@@ -1,0 +1,98 @@
+"""kusari.functions from Python: every C++ function is there, takes Chainer's arguments, and its
+gradient through the bindings matches a numerical one."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+import kusari
+import kusari.functions as F
+from conftest import check_backward
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
+
+
+def cpp_function_names():
+    names = set()
+    folder = os.path.join(SOURCE, 'include', 'kusari', 'functions')
+    for header in os.listdir(folder):
+        text = open(os.path.join(folder, header)).read()
+        for m in re.finditer(r'^(?:Variable|std::vector<Variable>|std::pair<Variable, Variable>) (\w+)\(', text, re.M):
+            names.add(m.group(1))
+    return names
+
+
+def test_every_cpp_function_is_bound():
+    missing = sorted(n for n in cpp_function_names() if not hasattr(F, n))
+    assert not missing, 'kusari.functions lacks {}'.format(missing)
+
+
+def test_forward_against_numpy(rng):
+    x = rng.randn(3, 5).astype(np.float32)
+    np.testing.assert_allclose(F.softmax(x).array, np.exp(x) / np.exp(x).sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(F.log_softmax(x, axis=0).array, x - np.log(np.exp(x).sum(0)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(F.sum(x, axis=1, keepdims=True).array, x.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(F.mean(x, axis=(0, 1)).array, x.mean(), rtol=1e-5)
+    np.testing.assert_allclose(F.transpose(x).array, x.T)
+    np.testing.assert_allclose(F.concat([x, x], axis=0).array, np.concatenate([x, x]))
+    parts = F.split_axis(x, [1, 3], axis=1)
+    assert [p.shape for p in parts] == [(3, 1), (3, 2), (3, 2)]
+    np.testing.assert_allclose(F.where(x > 0, x, np.zeros_like(x)).array, np.maximum(x, 0))
+    W, b = rng.randn(4, 5).astype(np.float32), rng.randn(4).astype(np.float32)
+    np.testing.assert_allclose(F.linear(x, W, b).array, x @ W.T + b, rtol=1e-5, atol=1e-6)
+    t = np.array([0, 4, 2], np.int32)
+    loss = F.softmax_cross_entropy(x, t)
+    expected = -np.mean(np.log(np.exp(x) / np.exp(x).sum(1, keepdims=True))[np.arange(3), t])
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert F.softmax_cross_entropy(x, t, reduce='no').shape == (3,)
+    assert F.accuracy(x, t).item() == pytest.approx(np.mean(x.argmax(1) == t))
+    with pytest.raises(ValueError, match="reduce must be 'mean' or 'no'"):
+        F.softmax_cross_entropy(x, t, reduce='sum')
+
+
+def test_convolution_and_pooling_arguments(rng):
+    x = rng.randn(2, 3, 8, 8).astype(np.float32)
+    W = rng.randn(4, 3, 3, 3).astype(np.float32)
+    y = F.convolution_2d(x, W, stride=2, pad=1)
+    assert y.shape == (2, 4, 4, 4)
+    assert F.convolution_2d(x, W, None, (1, 2), (1, 0)).shape == (2, 4, 8, 3)
+    assert F.max_pooling_2d(x, 2).shape == (2, 3, 4, 4)
+    assert F.average_pooling_2d(x, 3, stride=1, pad=1).shape == (2, 3, 8, 8)
+    assert F.deconvolution_2d(y, W, stride=2, pad=1, outsize=(8, 8)).shape == (2, 3, 8, 8)
+
+
+@pytest.mark.parametrize('name,fn,shapes', [
+    ('relu', lambda x: F.relu(x), [(3, 4)]),
+    ('leaky_relu', lambda x: F.leaky_relu(x, 0.1), [(3, 4)]),
+    ('elu', lambda x: F.elu(x), [(3, 4)]),
+    ('sigmoid', lambda x: F.sigmoid(x), [(5,)]),
+    ('tanh', lambda x: F.tanh(x), [(5,)]),
+    ('softplus', lambda x: F.softplus(x, beta=2.0), [(5,)]),
+    ('softmax', lambda x: F.softmax(x, axis=0), [(3, 4)]),
+    ('log_softmax', lambda x: F.log_softmax(x), [(3, 4)]),
+    ('linear', lambda x, W, b: F.linear(x, W, b), [(2, 3), (4, 3), (4,)]),
+    ('matmul', lambda a, b: F.matmul(a, b, transb=True), [(2, 3), (4, 3)]),
+    ('convolution_2d', lambda x, W: F.convolution_2d(x, W, pad=1), [(1, 2, 4, 4), (3, 2, 3, 3)]),
+    ('max_pooling_2d', lambda x: F.max_pooling_2d(x, 2), [(1, 2, 4, 4)]),
+    ('average_pooling_2d', lambda x: F.average_pooling_2d(x, 2), [(1, 2, 4, 4)]),
+    ('batch_normalization', lambda x, g, b: F.batch_normalization(x, g, b), [(4, 3), (3,), (3,)]),
+    ('sum_axis', lambda x: F.sum(x, axis=1), [(3, 4)]),
+    ('logsumexp', lambda x: F.logsumexp(x, axis=0), [(3, 4)]),
+    ('getitem', lambda x: x[1:, ::2], [(3, 4)]),
+    ('concat', lambda a, b: F.concat([a, b], axis=1), [(2, 3), (2, 1)]),
+    ('mean_squared_error', lambda a, b: F.mean_squared_error(a, b), [(3,), (3,)]),
+    ('lstm_h', lambda c, x: F.lstm(c, x)[1], [(2, 3), (2, 12)]),
+])
+def test_gradients_through_the_bindings(name, fn, shapes, rng):
+    check_backward(fn, [rng.uniform(-1, 1, s) + (0.5 if name == 'max_pooling_2d' else 0) *
+                        np.arange(np.prod(s)).reshape(s) for s in shapes])
+
+
+def test_dropout_train_and_test():
+    x = np.ones((100, 100), np.float32)
+    y = F.dropout(x, 0.5).array
+    assert 0.4 < (y == 0).mean() < 0.6 and set(np.unique(y)) <= {0.0, 2.0}
+    with kusari.using_config('train', False):
+        assert (F.dropout(x, 0.5).array == 1).all()
