@@ -27,6 +27,7 @@ packages=(
   libpng-dev libpng16-16 zlib1g-dev zlib1g
   libzip-dev libzip4
   libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo
+  pybind11-dev libdlpack-dev  # the Python package (header-only; the machine's Python, NumPy and headers)
 )
 
 cmd=${1:-}

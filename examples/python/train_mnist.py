@@ -56,6 +56,8 @@ def main():
             parser.error('--{} must be a positive number, got {}'.format(name, getattr(args, name)))
     if args.cuda_graph and not args.gpu:
         parser.error('--cuda-graph records GPU work; add --gpu')
+    if kusari.only_check_arguments():  # KUSARI_CHECK_ARGS: the arguments only
+        return
 
     # Prepare ChainerMN communicator: a GPU one with --gpu, 'naive' on CPUs.       (multi-node)
     if args.gpu:

@@ -20,17 +20,27 @@ python/src/module.cc): Chainer's names and conventions, kusari's kernels and tra
 See docs/python.md.
 """
 
-from kusari import _kusari
-from kusari._kusari import (  # noqa: F401
+import sys as _sys
+
+import numpy as _numpy
+
+try:  # pybind11 looks NumPy's C API up in numpy.core.multiarray, which NumPy 2 made private.
+    import numpy.core.multiarray  # noqa: F401
+except ImportError:  # pragma: no cover (NumPy without the old name)
+    _sys.modules['numpy.core.multiarray'] = _numpy._core.multiarray
+
+from kusari import _kusari  # noqa: E402
+from kusari._kusari import (  # noqa: E402  # noqa: F401
     CommunicatorError, Device, KusariError, Parameter, Variable, __version__, asarray, build_info,
     cuda_available, cuda_device_count, from_dlpack, get_blas_num_threads, get_num_threads, grad,
-    is_backprop_enabled, is_train_mode, manual_seed, ndarray, set_blas_num_threads, set_num_threads)
-from kusari._link import Chain, ChainList, Link, Sequential  # noqa: F401
-from kusari._config import config, force_backprop_mode, no_backprop_mode, using_config  # noqa: F401
-from kusari._function import FunctionNode  # noqa: F401
-from kusari import functions, links, initializers, optimizers, optimizer_hooks  # noqa: F401
-from kusari import datasets, iterators, training, serializers, models, mn  # noqa: F401
-from kusari.training import report  # noqa: F401
+    is_backprop_enabled, is_train_mode, manual_seed, ndarray, only_check_arguments, set_blas_num_threads,
+    set_num_threads)
+from kusari._link import Chain, ChainList, Link, Sequential  # noqa: F401,E402
+from kusari._config import config, force_backprop_mode, no_backprop_mode, using_config  # noqa: F401,E402
+from kusari._function import FunctionNode  # noqa: F401,E402
+from kusari import functions, links, initializers, optimizers, optimizer_hooks  # noqa: F401,E402
+from kusari import datasets, iterators, training, serializers, models, mn  # noqa: F401,E402
+from kusari.training import report  # noqa: F401,E402
 
 cpu = Device('cpu')
 

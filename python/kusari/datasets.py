@@ -1,8 +1,10 @@
 """Datasets (Chainer's chainer.datasets). Any Python sequence of examples (a list of (x, t)
 tuples) is a dataset too, wherever kusari takes one."""
 
-from kusari._kusari.data import (Dataset, SubDataset, TupleDataset, concat_examples,  # noqa: F401
-                                 get_fashion_mnist, get_mnist, split_dataset, split_dataset_random)
+from kusari._kusari.data import (Dataset, ImageFolderDataset, LabeledImageDataset, SubDataset,  # noqa: F401
+                                 TupleDataset, concat_examples, get_fashion_mnist, get_mnist, read_image,
+                                 split_dataset, split_dataset_random, write_image)
+from kusari._kusari.data import transforms  # noqa: F401
 
 
 

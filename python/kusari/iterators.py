@@ -4,7 +4,7 @@ MultiprocessIterator is the multithreaded one (threads, not processes: kusari de
 threads, and forking after MPI starts is unsafe); n_processes gives its number of threads.
 """
 
-from kusari._kusari.data import Iterator, MultithreadIterator, SerialIterator  # noqa: F401
+from kusari._kusari.data import ImageLoader, Iterator, MultithreadIterator, SerialIterator  # noqa: F401
 
 
 def MultiprocessIterator(dataset, batch_size, repeat=True, shuffle=True, n_processes=None, n_prefetch=1,

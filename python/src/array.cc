@@ -63,10 +63,15 @@ py::module_& numpy() {
   return *np;
 }
 
+// (NumPy dtypes are read through their Python attributes, not pybind11's view of the C struct,
+// whose layout NumPy 2 changed: one build serves NumPy 1 and 2.)
+char kind_of(const py::dtype& dt) { return dt.attr("kind").cast<std::string>()[0]; }
+int64_t itemsize_of(const py::dtype& dt) { return dt.attr("itemsize").cast<int64_t>(); }
+
 /// The kusari dtype of a NumPy dtype object, or nullopt when kusari has none.
 std::optional<Dtype> dtype_of_numpy(const py::dtype& dt) {
-  const char kind = dt.kind();
-  const auto size = dt.itemsize();
+  const char kind = kind_of(dt);
+  const auto size = itemsize_of(dt);
   if (kind == 'b') return Dtype::kBool;
   if (kind == 'u' && size == 1) return Dtype::kUInt8;
   if (kind == 'i' && size == 4) return Dtype::kInt32;
@@ -80,8 +85,8 @@ std::optional<Dtype> dtype_of_numpy(const py::dtype& dt) {
 /// The dtype kusari converts a NumPy dtype it lacks to (int8, int16 and uint16 to int32, uint32
 /// to int64), or nullopt (complex, strings, objects, uint64).
 std::optional<Dtype> widened(const py::dtype& dt) {
-  const char kind = dt.kind();
-  const auto size = dt.itemsize();
+  const char kind = kind_of(dt);
+  const auto size = itemsize_of(dt);
   if (kind == 'i' && size < 4) return Dtype::kInt32;
   if (kind == 'u' && size <= 2) return Dtype::kInt32;
   if (kind == 'u' && size == 4) return Dtype::kInt64;
@@ -147,7 +152,7 @@ Array wrap_numpy(const py::array& a, Dtype dtype) {
 
 /// True when every stride of `a` is a whole number of elements and the data is aligned.
 bool wrappable(const py::array& a) {
-  const auto item = a.itemsize();
+  const auto item = static_cast<py::ssize_t>(itemsize_of(a.dtype()));
   if (reinterpret_cast<uintptr_t>(a.data()) % static_cast<uintptr_t>(item) != 0) return false;
   for (py::ssize_t i = 0; i < a.ndim(); ++i) {
     if (a.strides(i) % item != 0) return false;
@@ -351,7 +356,7 @@ Array array_from_python(py::handle obj, const char* where, std::optional<Dtype> 
   }
   py::array a = py::reinterpret_borrow<py::array>(converted);
   // Python floats are float32 in kusari (as in Chainer's datasets), unless a dtype is asked for.
-  if (!dtype && a.dtype().kind() == 'f' && !py::isinstance<py::array>(obj) && a.dtype().itemsize() == 8) {
+  if (!dtype && kind_of(a.dtype()) == 'f' && !py::isinstance<py::array>(obj) && itemsize_of(a.dtype()) == 8) {
     dtype = Dtype::kFloat32;
   }
   return from_numpy(a, where, dtype);

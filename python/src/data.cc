@@ -12,6 +12,9 @@
 #include "kusari/datasets/mnist.h"
 #include "kusari/datasets/sub_dataset.h"
 #include "kusari/datasets/tuple_dataset.h"
+#include "kusari/datasets/image.h"
+#include "kusari/datasets/transforms.h"
+#include "kusari/iterators/image_loader.h"
 #include "kusari/iterators/multithread_iterator.h"
 #include "kusari/iterators/serial_iterator.h"
 
@@ -246,6 +249,109 @@ void init_data(py::module_& m) {
            py::arg("n_threads") = py::none(), py::arg("seed") = py::none())
       .def_property_readonly("dataset", [](const MultithreadIterator& it) { return dataset_to_python(it.dataset()); })
       .def_property_readonly("current_position", &MultithreadIterator::current_position);
+
+  // --- images: datasets of image files, transforms, the parallel loader, and image files
+  namespace TR = kusari::transforms;
+  auto decode = [](int channels) {
+    DecodeOptions o;
+    o.channels = channels;
+    return o;
+  };
+  py::class_<ImageFileDataset, Dataset, std::shared_ptr<ImageFileDataset>>(m, "ImageFileDataset");
+  py::class_<LabeledImageDataset, ImageFileDataset, std::shared_ptr<LabeledImageDataset>>(m, "LabeledImageDataset")
+      .def(py::init([decode](py::handle pairs, const std::string& root, int channels) {
+             if (py::isinstance<py::str>(pairs)) {
+               return std::make_shared<LabeledImageDataset>(pairs.cast<std::string>(), root, decode(channels));
+             }
+             return std::make_shared<LabeledImageDataset>(pairs.cast<std::vector<std::pair<std::string, int32_t>>>(),
+                                                          root, decode(channels));
+           }),
+           py::arg("pairs"), py::arg("root") = ".", py::arg("channels") = 3,
+           "Images and labels from a list file of 'path label' lines, or a list of (path, label) pairs (Chainer's "
+           "LabeledImageDataset); example i is (uint8 (H, W, C) image, int32 label), decoded when read.");
+  py::class_<ImageFolderDataset, ImageFileDataset, std::shared_ptr<ImageFolderDataset>>(m, "ImageFolderDataset")
+      .def(py::init([decode](const std::string& root, int channels) {
+             return std::make_shared<ImageFolderDataset>(root, decode(channels));
+           }),
+           py::arg("root"), py::arg("channels") = 3, "One subfolder per class (torchvision's ImageFolder).")
+      .def_property_readonly("classes", &ImageFolderDataset::classes);
+
+  py::module_ tr = m.def_submodule("transforms", "Image transforms run by ImageLoader's workers");
+  py::class_<TR::Transform, std::shared_ptr<TR::Transform>>(tr, "Transform")
+      .def_property_readonly("name", &TR::Transform::name);
+  py::class_<TR::RandomResizedCrop, TR::Transform, std::shared_ptr<TR::RandomResizedCrop>>(tr, "RandomResizedCrop")
+      .def(py::init([](int64_t size, std::array<double, 2> scale, std::array<double, 2> ratio) {
+             return std::make_shared<TR::RandomResizedCrop>(size, scale, ratio);
+           }),
+           py::arg("size"), py::arg("scale") = std::array<double, 2>{0.08, 1.0},
+           py::arg("ratio") = std::array<double, 2>{3.0 / 4.0, 4.0 / 3.0});
+  py::class_<TR::Resize, TR::Transform, std::shared_ptr<TR::Resize>>(tr, "Resize").def(py::init<int64_t>(), py::arg("size"));
+  py::class_<TR::CenterCrop, TR::Transform, std::shared_ptr<TR::CenterCrop>>(tr, "CenterCrop")
+      .def(py::init<int64_t>(), py::arg("size"));
+  py::class_<TR::RandomHorizontalFlip, TR::Transform, std::shared_ptr<TR::RandomHorizontalFlip>>(tr,
+                                                                                                 "RandomHorizontalFlip")
+      .def(py::init<double>(), py::arg("p") = 0.5);
+  py::class_<TR::Normalize, TR::Transform, std::shared_ptr<TR::Normalize>>(tr, "Normalize")
+      .def(py::init<std::vector<float>, std::vector<float>, bool>(), py::arg("mean"), py::arg("std"),
+           py::arg("planar") = true);
+  py::class_<TR::ToCHW, TR::Transform, std::shared_ptr<TR::ToCHW>>(tr, "ToCHW").def(py::init<>());
+  py::class_<TR::Compose, TR::Transform, std::shared_ptr<TR::Compose>>(tr, "Compose")
+      .def(py::init([](const std::vector<std::shared_ptr<TR::Transform>>& steps) {
+             std::vector<std::shared_ptr<const TR::Transform>> s(steps.begin(), steps.end());
+             return std::make_shared<TR::Compose>(std::move(s));
+           }),
+           py::arg("steps"));
+
+  tr.attr("IMAGENET_MEAN") = TR::kImageNetMean;
+  tr.attr("IMAGENET_STD") = TR::kImageNetStd;
+  tr.def("imagenet_train_transform", [](int64_t size, double min_scale, bool planar) {
+           return std::make_shared<TR::Compose>(std::vector<std::shared_ptr<const TR::Transform>>{
+               std::make_shared<TR::RandomResizedCrop>(size, std::array<double, 2>{min_scale, 1.0}),
+               std::make_shared<TR::RandomHorizontalFlip>(),
+               std::make_shared<TR::Normalize>(TR::kImageNetMean, TR::kImageNetStd, planar)});
+         }, py::arg("size") = 224, py::arg("min_scale") = 0.08, py::arg("planar") = true,
+         "A random crop of min_scale to all of the picture resized to size x size, a flip, ImageNet's normalisation.");
+  tr.def("imagenet_eval_transform", &TR::imagenet_eval_transform, py::arg("size") = 224, py::arg("resize") = 256,
+         py::arg("planar") = true, "The shorter side resized to `resize`, the centre size x size crop, normalised.");
+
+  py::class_<ImageLoader, Iterator, std::shared_ptr<ImageLoader>>(m, "ImageLoader")
+      .def(py::init([](py::handle dataset, int64_t batch_size, bool repeat, bool shuffle, py::handle seed,
+                       int n_workers, int n_prefetch, std::shared_ptr<TR::Compose> transform, py::handle device,
+                       bool normalize_on_device, Dtype dtype) {
+             ImageLoaderOptions o;
+             o.batch_size = batch_size;
+             o.repeat = repeat;
+             o.shuffle = shuffle;
+             o.seed = optional_seed(seed);
+             o.n_workers = n_workers;
+             o.n_prefetch = n_prefetch;
+             o.transform = transform;
+             o.device = device_from_python(device, "ImageLoader");
+             o.normalize_on_device = normalize_on_device;
+             o.dtype = dtype;
+             return std::make_shared<ImageLoader>(dataset_from_python(dataset, "ImageLoader"), o);
+           }),
+           py::arg("dataset"), py::arg("batch_size"), py::arg("repeat") = true, py::arg("shuffle") = true,
+           py::arg("seed") = py::none(), py::arg("n_workers") = 0, py::arg("n_prefetch") = 2,
+           py::arg("transform") = nullptr, py::arg("device") = py::none(), py::arg("normalize_on_device") = false,
+           py::arg("dtype") = Dtype::kFloat32,
+           "Decodes and transforms image batches on C++ worker threads (0: the host's cores), prefetched; the "
+           "batches are stacked arrays, on `device`.");
+
+  m.def("read_image", [decode](const std::string& path, int channels) {
+          return array_to_python(image_to_array(decode_image(path, decode(channels))));
+        }, py::arg("path"), py::arg("channels") = 3, "A uint8 (H, W, C) array of a JPEG or PNG file.");
+  m.def("write_image", [](const std::string& path, py::handle image, int quality) {
+          Array a = array_from_python(image, "write_image", Dtype::kUInt8);
+          Image img = image_from_array(a.to_device(Device::cpu()).contiguous());
+          const std::string ext = path.size() >= 4 ? path.substr(path.size() - 4) : "";
+          if (ext == ".png" || ext == ".PNG") {
+            write_png(path, img);
+          } else {
+            write_jpeg(path, img, quality);
+          }
+        }, py::arg("path"), py::arg("image"), py::arg("quality") = 90,
+        "Writes a uint8 (H, W, C) or (H, W) array as PNG (a .png path) or JPEG, atomically.");
 }
 
 }  // namespace kusari::python

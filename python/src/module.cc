@@ -92,4 +92,15 @@ PYBIND11_MODULE(_kusari, m) {
     d["blas"] = b.blas;
     return d;
   }, "What the C++ library was built with.");
+  m.def("only_check_arguments", [](std::optional<std::string> program) {
+    if (!program) {
+      py::list argv = py::module_::import("sys").attr("argv");
+      std::string path = argv.empty() ? std::string("python") : py::str(argv[0]).cast<std::string>();
+      program = path.substr(path.find_last_of('/') + 1);
+    }
+    return kusari::only_check_arguments(*program);
+  }, py::arg("program") = py::none(),
+  "True when the script was started only to check its arguments (KUSARI_CHECK_ARGS set): it has\n"
+  "printed '<program>: arguments accepted' and the script should end without reading data,\n"
+  "training or writing anything. Call it once the arguments are parsed and checked.");
 }

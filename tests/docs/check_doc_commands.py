@@ -20,6 +20,12 @@ checked here (CTest `docs_commands`):
   - every other line (cmake, git, a scheduler, a user's own ./train) is checked by `bash -n`, and a
     path under a build folder must name a program this build has.
 
+  - a `python3` command: `-c CODE` runs; a script of the tree (examples/python/...) runs with
+    KUSARI_CHECK_ARGS=1 and must call kusari.only_check_arguments() (train_mnist.py also runs at a
+    small size, as its C++ twin); the reader's own script (a bare file name) is checked as shell;
+  - every ```python block of a page runs, in order, in one namespace, in the page's scratch
+    folder (build/python on PYTHONPATH); the hidden line `<!-- python-context: CODE -->` before a
+    block runs CODE first (the names a block uses without defining them);
   - a test program of the build (build/tests/...) must exist; a line of a compound command
     (for ... done) is checked with its whole block by `bash -n`, and a kusari program in it has its
     arguments checked when they hold no shell variable.
@@ -35,6 +41,7 @@ their arguments checked and are not run.
 """
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -51,17 +58,35 @@ RUN_SMALL = {
     "train_dcgan": ([(("-e", "--epoch"), "1"), (("--train-size",), "300")], []),
     "train_charlm": ([(("-e", "--epoch"), "1"), (("--lines",), "40"), (("-u", "--unit"), "16")], []),
     "train_a2c": ([(("--steps",), "20"), (("--envs",), "4")], []),
+    "train_mnist.py": ([(("-e", "--epoch"), "1"), (("-u", "--unit"), "50")], ["--noplot"]),
 }
+
+# Runs a page's ```python blocks (a JSON file of [first line, context, code]) in one namespace.
+PYTHON_BLOCK_RUNNER = """
+import json, sys, traceback
+spec = json.load(open(sys.argv[1], encoding='utf-8'))
+ns = {'__name__': '__main__'}
+for line, context, code in spec['blocks']:
+    try:
+        if context:
+            exec(compile(context, '%s:%d (python-context)' % (spec['page'], line), 'exec'), ns)
+        exec(compile(code, '%s:%d' % (spec['page'], line), 'exec'), ns)
+    except BaseException:
+        traceback.print_exc()
+        print('FAILED %d' % line)
+        sys.exit(1)
+"""
 LAUNCHERS = {"mpiexec", "mpirun", "srun"}
 SCRIPT_CHECK_MARK = "KUSARI_CHECK_ARGS"
 
 
 def fenced_blocks(path):
-    """Yields (first line number, language, lines, marker) of each fenced block of a page."""
+    """Yields (first line number, language, lines, marker, python context) of each fenced block."""
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     i = 0
     marker = None
+    context = None
     while i < len(lines):
         line = lines[i]
         m = re.match(r"^(\s*)```(\w*)\s*$", line)
@@ -71,15 +96,19 @@ def fenced_blocks(path):
             j = start
             while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
                 j += 1
-            yield start + 1, lang, lines[start:j], marker
-            marker = None
+            yield start + 1, lang, lines[start:j], marker, context
+            marker = context = None
             i = j + 1
             continue
         hidden = re.match(r"^<!--\s*doc-commands:\s*(\w+)\s*-->\s*$", line.strip())
+        python_context = re.match(r"^<!--\s*python-context:\s*(.*?)\s*-->\s*$", line.strip())
         if hidden:
             marker = hidden.group(1)
+        elif python_context:
+            context = python_context.group(1)
         elif line.strip():
-            marker = marker if line.strip().startswith("<!--") else None
+            if not line.strip().startswith("<!--"):
+                marker = context = None
         i += 1
 
 
@@ -139,7 +168,8 @@ class Checker:
         self.failures = []
         self.verbose = False
         self.has_cuda = True
-        self.counts = {"run": 0, "arguments": 0, "script": 0, "shell": 0, "refused": 0}
+        self.counts = {"run": 0, "arguments": 0, "script": 0, "shell": 0, "refused": 0, "python": 0}
+        self.has_python = True
 
     def find_programs(self):
         found = {}
@@ -222,6 +252,9 @@ class Checker:
         env, launcher, i = self.split_command(words)
         prog_word = words[i] if i < len(words) else ""
         args = words[i + 1:]
+        if re.match(r"^python3(\.\d+)?$", os.path.basename(prog_word)) and not compound:
+            self.check_python(where, text, env, launcher, args, cwd, marker)
+            return
         test_path = re.sub(r"^(\./)?build[^/]*/", "", prog_word)
         if re.match(r"^(\./)?build[^/]*/tests/", prog_word):
             self.counts["shell"] += 1
@@ -310,7 +343,10 @@ class Checker:
         page = os.path.relpath(path, self.source)
         cwd = os.path.join(self.work, re.sub(r"[^A-Za-z0-9_.-]", "_", page))
         os.makedirs(cwd, exist_ok=True)
-        for first, lang, lines, marker in fenced_blocks(path):
+        python_blocks = []
+        for first, lang, lines, marker, context in fenced_blocks(path):
+            if lang == "python" and marker != "arguments":
+                python_blocks.append((first, context or "", "\n".join(lines)))
             if lang not in ("sh", "bash", ""):
                 continue
             depth = 0
@@ -338,6 +374,88 @@ class Checker:
                                    stderr=subprocess.STDOUT, text=True)
                 if p.returncode != 0:
                     self.fail(f"{page}:{first}", "(the block)", "not valid shell: " + p.stdout.strip())
+        if python_blocks:
+            self.check_python_blocks(page, python_blocks, cwd)
+
+    def python_env(self):
+        path = os.path.join(self.build, "python")
+        old = os.environ.get("PYTHONPATH")
+        return {"PYTHONPATH": path + (os.pathsep + old if old else ""), "PYTHONDONTWRITEBYTECODE": "1"}
+
+    def check_python_blocks(self, page, blocks, cwd):
+        """Runs a page's ```python blocks in order, in one namespace, in the page's scratch folder."""
+        if not self.has_python:
+            return
+        spec = os.path.join(cwd, "python_blocks.json")
+        with open(spec, "w", encoding="utf-8") as f:
+            json.dump({"page": page, "blocks": blocks}, f)
+        self.log(page, "python blocks", f"{len(blocks)} blocks")
+        code, out = self.run([self.python, "-c", PYTHON_BLOCK_RUNNER, spec], cwd, self.python_env(), 600)
+        self.counts["python"] += len(blocks)
+        if code != 0:
+            where = re.search(r"^FAILED (\d+)$", out, re.M)
+            self.fail(f"{page}:{where.group(1) if where else '?'}", "(a python block)",
+                      f"it failed (exit status {code}):\n" + indent(out))
+
+    def check_python(self, where, text, env, launcher, args, cwd, marker):
+        """A python3 command: -c code runs; a script of the tree has its arguments checked (and
+        train_mnist.py runs at a small size); another (the reader's own script) is checked as shell."""
+        env = dict(env, **self.python_env())
+        if args[:1] == ["-c"] and len(args) >= 2:
+            self.counts["python"] += 1
+            self.log(where, "python -c", text)
+            if self.has_python and not launcher:
+                code, out = self.run([self.python] + args, cwd, env, 120)
+                if code != 0:
+                    self.fail(where, text, f"it failed (exit status {code}):\n" + indent(out))
+            return
+        module = []
+        rest = list(args)
+        if rest[:2] == ["-m", "kusari.compat"]:
+            module, rest = rest[:2], rest[2:]
+        elif rest[:1] == ["-m"] or not rest or not rest[0].endswith(".py"):
+            self.check_shell(where, text)
+            return
+        script = rest[0]
+        path = os.path.join(self.source, script)
+        if not os.path.isfile(path):
+            if "/" in script:
+                self.fail(where, text, f"there is no script {script} in the source tree")
+            else:
+                self.check_shell(where, text)  # (the reader's own script)
+            return
+        with open(path, encoding="utf-8") as f:
+            if "only_check_arguments" not in f.read():
+                self.fail(where, text, f"{script} does not call kusari.only_check_arguments(), so its documented "
+                                       "command cannot be checked")
+                return
+        if not self.has_python:
+            return
+        self.log(where, "python arguments", text)
+        code, out = self.run([self.python] + module + [path] + rest[1:], cwd, dict(env, KUSARI_CHECK_ARGS="1"), 60)
+        self.counts["arguments"] += 1
+        if code != 0 or "arguments accepted" not in out:
+            self.fail(where, text, f"the argument check failed (exit status {code}):\n" + indent(out))
+            return
+        program = os.path.basename(script)
+        gpu = any(a in ("--gpu", "-g") for a in rest)
+        if program not in RUN_SMALL or gpu or marker == "arguments" or any("$" in a for a in rest):
+            return
+        np_ = 1
+        if launcher:
+            opts = launcher[1:]
+            if len(opts) != 2 or opts[0] not in ("-n", "-np") or not opts[1].isdigit() or int(opts[1]) > 3:
+                return
+            np_ = int(opts[1])
+        argv = [self.python] + module + [path] + small_args(program, rest[1:])
+        if launcher:
+            argv = [launcher[0], "-n", str(np_)] + self.mpi_flags() + argv
+        self.log(where, "run small", " ".join(argv))
+        code, out = self.run(argv, cwd, env, 600)
+        self.counts["run"] += 1
+        if code != 0:
+            self.fail(where, text, f"run at a small size as `{' '.join(shlex.quote(a) for a in argv)}`, "
+                                   f"it failed (exit status {code}):\n" + indent(out))
 
 
 def slug(heading):
@@ -433,6 +551,8 @@ def main():
     ap.add_argument("--build", required=True, help="the build folder whose programs the commands name")
     ap.add_argument("--work", help="scratch folder for the runs (default: a new temporary one)")
     ap.add_argument("--python", default=sys.executable, help="the Python interpreter the docs' Python commands use")
+    ap.add_argument("--with-python", choices=["ON", "OFF"], default="ON",
+                    help="whether this build has the Python package (OFF: Python commands and blocks are not run)")
     ap.add_argument("--verbose", action="store_true", help="print what is done with each command")
     ap.add_argument("--cuda", choices=["ON", "OFF"], default="ON",
                     help="whether this build has the CUDA backend (OFF: its CUDA test program may be absent)")
@@ -444,6 +564,7 @@ def main():
     checker = Checker(source, os.path.abspath(a.build), os.path.abspath(work), a.python)
     checker.verbose = a.verbose
     checker.has_cuda = a.cuda == "ON"
+    checker.has_python = a.with_python == "ON"
     pages = a.pages or [os.path.join(source, "README.md")] + sorted(
         os.path.join(source, "docs", p) for p in os.listdir(os.path.join(source, "docs")) if p.endswith(".md"))
     for p in pages:
@@ -453,7 +574,7 @@ def main():
     c = checker.counts
     print(f"doc commands: {c['run']} run at a small size, {c['arguments']} programs' arguments checked, "
           f"{c['refused']} refusals checked, {c['script']} scripts' arguments checked, "
-          f"{c['shell']} other shell lines checked for syntax; the links of {len(pages)} pages checked")
+          f"{c['python']} Python commands and blocks run, {c['shell']} other shell lines checked for syntax; the links of {len(pages)} pages checked")
     if checker.failures:
         print(f"{len(checker.failures)} documented command(s) do not work:\n")
         print("\n".join(checker.failures))

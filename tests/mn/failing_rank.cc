@@ -3,7 +3,9 @@
 // job must end promptly with one report naming the rank(s) and the error.
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include "kusari/functions.h"
 #include "kusari/links/linear.h"
@@ -17,7 +19,12 @@ int main(int argc, char** argv) {
   auto model = std::make_shared<kusari::links::Linear>(4, 2);
   kusari::Array x = kusari::Array::uniform({8, 4});
   for (int step = 0; step < 1000; ++step) {
-    if (all && step == 3) throw std::runtime_error("injected failure at step 3 on every rank");
+    if (all && step == 3) {
+      // (Every rank finishes its waits of step 2 first: a rank still waiting when another fails
+      // ends quietly, as it should, and would be missing from the report's list.)
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      throw std::runtime_error("injected failure at step 3 on every rank");
+    }
     if (comm->rank() == 1 && step == 3) throw std::runtime_error("injected failure at step 3");
     model->cleargrads();
     kusari::Variable loss = F::sum(F::square((*model)(x)));

@@ -125,16 +125,44 @@ def failure(args):
     print('PASS')
 
 
+def example(args):
+    """A Python example runs to its end and writes its log (with --out <work>/result)."""
+    if args.needs_fashion_mnist:
+        fashion_dir()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    out = os.path.join(args.work, 'result')
+    if args.make_images:
+        p = run([args.make_images, '--out', os.path.join(args.work, 'images'), '--size', '32', '--train', '192',
+                 '--val', '64'])
+        if p.returncode != 0:
+            fail('make_image_folder failed')
+    extra = [a.replace('{work}', args.work) for a in args.rest]
+    p = run(launcher(args, args.np) + [sys.executable, args.script] + extra + ['-o', out], timeout=280)
+    if p.returncode != 0:
+        fail('the example failed')
+    log = json.load(open(os.path.join(out, 'log')))
+    if not log or any(v != v for entry in log for v in entry.values() if isinstance(v, float)):
+        fail('the log is empty or has NaN: {}'.format(log))
+    print('PASS')
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('check', choices=['chainer-mnist', 'same-as-cpp', 'failure'])
+    ap.add_argument('check', choices=['chainer-mnist', 'same-as-cpp', 'failure', 'example'])
+    ap.add_argument('--needs-fashion-mnist', action='store_true')
+    ap.add_argument('--make-images', help='make_image_folder: write a small image folder into <work>/images first')
     ap.add_argument('--np', type=int, default=1)
     ap.add_argument('--mpiexec', default='mpiexec')
     ap.add_argument('--script', required=True)
     ap.add_argument('--cpp')
     ap.add_argument('--work', required=True)
-    args = ap.parse_args()
-    {'chainer-mnist': chainer_mnist, 'same-as-cpp': same_as_cpp, 'failure': failure}[args.check](args)
+    argv = sys.argv[1:]
+    rest = argv[argv.index('--') + 1:] if '--' in argv else []
+    args = ap.parse_args(argv[:argv.index('--')] if '--' in argv else argv)
+    args.rest = rest  # (example) the example's arguments, after --
+    {'chainer-mnist': chainer_mnist, 'same-as-cpp': same_as_cpp, 'failure': failure,
+     'example': example}[args.check](args)
 
 
 if __name__ == '__main__':

@@ -242,7 +242,7 @@ void print_failure(const std::string& what, bool end_job) noexcept {
     // has printed and ended (mpiexec then ends this process too): an exit now would make mpiexec
     // end the job before the report is out.
     std::fflush(stderr);
-    std::this_thread::sleep_for(std::chrono::duration<double>(6 * kFailureWindowSeconds));
+    std::this_thread::sleep_for(std::chrono::duration<double>(10 * kFailureWindowSeconds));
     std::_Exit(1);
   }
   FailureNotice mine;

@@ -762,7 +762,8 @@ BlockingCallWatch::~BlockingCallWatch() {
 // printed once per rank. Now the failure handler (Note [Failure of one rank ends the job]):
 //   - tells every rank of every live communicator, over the control communicators, that this rank
 //     failed, with its world rank, host and message (a kFailed control message);
-//   - listens for half a second for the other ranks' failures (less once every rank has failed);
+//   - listens for half a second for the other ranks' failures (less once every rank has failed;
+//     another half second after each new one, up to two seconds);
 //   - prints each distinct message once, from the lowest rank that hit it, with the list of
 //     ranks: "[kusari.mn] ranks 0, 1 and 2 of 3 failed: ...", and the lowest failed rank ends with
 //     "[kusari.mn] the job ends: exit status 1";
@@ -788,15 +789,21 @@ std::vector<FailureNotice> announce_failure(const FailureNotice& failure, double
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     std::map<int, FailureNotice> heard;
+    // Failures that trickle in (ranks that fail alike, one descheduled a little longer than the
+    // others) extend the window: each new one gives the rest another window, up to 4 in all.
     const Clock::time_point start = Clock::now();
+    double until = window_seconds;
     for (;;) {
+      const size_t before = heard.size();
       for (auto& t : all) {
         t->poll_control();
         for (const auto& f : t->failures()) {
           if (f && f->world_rank != failure.world_rank) heard.emplace(f->world_rank, *f);
         }
       }
-      if (static_cast<int>(heard.size()) + 1 >= world || seconds_since(start) >= window_seconds) break;
+      const double now = seconds_since(start);
+      if (heard.size() > before) until = std::min(std::max(until, now + window_seconds), 4 * window_seconds);
+      if (static_cast<int>(heard.size()) + 1 >= world || now >= until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     for (auto& [rank, f] : heard) others.push_back(f);
