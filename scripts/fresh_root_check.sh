@@ -5,6 +5,7 @@
 #
 #   scripts/run_mnist.sh [-- <train_mnist flags>]     the main job (CPUs, mpiexec -n 2)
 #   scripts/test.sh                                   every test
+#   /usr/bin/python3 -c "import kusari"               the Python package, from any folder
 #
 # A machine that earlier installed packages by hand cannot hide a missing install step here: the
 # root starts with Debian's minimal package set and nothing else. Anything that fails — the
@@ -164,6 +165,8 @@ scripts/run_mnist.sh -- '"$mnist_args"' -o /tmp/mnist_result
 test -s /tmp/mnist_result/log || { echo "fresh root: the main job wrote no log"; exit 1; }
 echo "fresh root: scripts/test.sh"
 scripts/test.sh
+echo "fresh root: the Python package, imported from another folder by Debian'"'"'s python3"
+(cd /tmp && /usr/bin/python3 -c "import kusari; print(\"fresh root: import kusari:\", kusari.__file__, kusari.build_info()[\"version\"])")
 '
 if [ "$first_model" = 1 ]; then
   # shellcheck disable=SC2016
