@@ -35,7 +35,7 @@ if(NOT BUILD_SHARED_LIBS)
 endif()
 
 install(DIRECTORY include/kusari DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/kusari/config.h
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/include/kusari/config.h ${CMAKE_CURRENT_BINARY_DIR}/include/kusari/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kusari)
 
 install(EXPORT kusariTargets NAMESPACE kusari:: DESTINATION ${KUSARI_INSTALL_CMAKEDIR})

@@ -4,6 +4,7 @@
 
 #include "kusari/functions/activation.h"
 #include "kusari/functions/array.h"
+#include "kusari/functions/attention.h"
 #include "kusari/functions/connection.h"
 #include "kusari/functions/convolution.h"
 #include "kusari/functions/evaluation.h"

@@ -41,3 +41,4 @@
 #include "kusari/training/trainer.h"
 #include "kusari/training/trigger.h"
 #include "kusari/training/updater.h"
+#include "kusari/version.h"

@@ -196,6 +196,53 @@ void init_functions(py::module_& f) {
           return F::matmul(a.v, b.v, transa, transb);
         }, py::arg("a"), py::arg("b"), py::arg("transa") = false, py::arg("transb") = false, R());
 
+  // --- transformer functions
+  f.def("gelu", [](const VarArg& x, const std::string& approximate) {
+          if (approximate != "none" && approximate != "tanh") {
+            throw py::value_error("F.gelu: approximate must be 'none' or 'tanh', got '" + approximate + "'");
+          }
+          py::gil_scoped_release r;
+          return F::gelu(x.v, approximate == "tanh");
+        }, py::arg("x"), py::arg("approximate") = "none");
+  f.def("silu", [](const VarArg& x) { return F::silu(x.v); }, py::arg("x"), R());
+  f.def("layer_normalization", [](const VarArg& x, py::handle gamma, py::handle beta, double eps) {
+          Variable g = gamma.is_none() ? Variable() : variable_from_python(gamma, false, "F.layer_normalization");
+          Variable b = beta.is_none() ? Variable() : variable_from_python(beta, false, "F.layer_normalization");
+          py::gil_scoped_release r;
+          return F::layer_normalization(x.v, g, b, eps);
+        }, py::arg("x"), py::arg("gamma") = py::none(), py::arg("beta") = py::none(), py::arg("eps") = 1e-5);
+  f.def("rms_normalization", [](const VarArg& x, py::handle gamma, double eps) {
+          Variable g = gamma.is_none() ? Variable() : variable_from_python(gamma, false, "F.rms_normalization");
+          py::gil_scoped_release r;
+          return F::rms_normalization(x.v, g, eps);
+        }, py::arg("x"), py::arg("gamma") = py::none(), py::arg("eps") = 1e-6);
+  f.def("scaled_dot_product_attention",
+        [](const VarArg& q, const VarArg& k, const VarArg& v, py::handle attn_mask, double dropout_p, bool is_causal,
+           py::handle scale, const std::string& path) {
+          F::AttentionOptions o;
+          if (!attn_mask.is_none()) o.mask = array_from_python(attn_mask, "F.scaled_dot_product_attention");
+          o.dropout = dropout_p;
+          o.causal = is_causal;
+          if (!scale.is_none()) o.scale = scale.cast<double>();
+          if (path == "auto") {
+            o.path = F::AttentionPath::kAuto;
+          } else if (path == "fused") {
+            o.path = F::AttentionPath::kFused;
+          } else if (path == "composed") {
+            o.path = F::AttentionPath::kComposed;
+          } else {
+            throw py::value_error("F.scaled_dot_product_attention: path must be 'auto', 'fused' or 'composed', got '" +
+                                  path + "'");
+          }
+          py::gil_scoped_release r;
+          return F::scaled_dot_product_attention(q.v, k.v, v.v, o);
+        },
+        py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
+        py::arg("dropout_p") = 0.0, py::arg("is_causal") = false, py::kw_only(), py::arg("scale") = py::none(),
+        py::arg("path") = "auto",
+        "softmax(q k^T * scale + mask) v (PyTorch's argument names); a bool mask is True where a query may "
+        "attend; is_causal aligns at the bottom right (the same as PyTorch's when q and k have the same length).");
+
   // --- noise
   f.def("dropout", [](const VarArg& x, double ratio) { return F::dropout(x.v, ratio); }, py::arg("x"),
         py::arg("ratio") = 0.5, R());

@@ -85,6 +85,65 @@ Variable softplus(const Variable& x, double beta) {
   });
 }
 
+// Note [Activations with a derivative kernel]
+// gelu and silu compute their derivative at x in one kernel (kusari::gelu_derivative,
+// silu_derivative), so the backward is that kernel and a multiplication by gy. The derivative is
+// itself a recorded function of x whose backward is the second derivative written with
+// differentiable functions, so every order of gradient is available:
+//   gelu:      f''(x) = phi(x) (2 - x^2),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+//   gelu tanh: f''(x) = (1 - t^2) (u' (1 - x t u') + 3 a k x^2),  u = k (x + a x^3), t = tanh(u),
+//              u' = k (1 + 3 a x^2), k = sqrt(2 / pi), a = 0.044715
+//   silu:      f''(x) = s (1 - s) (2 + x (1 - 2 s)),  s = sigmoid(x)
+namespace {
+
+constexpr double kGeluK = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kGeluA = 0.044715;
+
+Variable gelu_derivative(const Variable& x, bool tanh_approximation) {
+  return record("gelu_derivative", {x}, kusari::gelu_derivative(x.data(), tanh_approximation),
+                [tanh_approximation](BackwardContext& ctx) {
+                  const Variable& x = ctx.input(0);
+                  Variable x2 = square(x);
+                  Variable second;
+                  if (!tanh_approximation) {
+                    Variable phi = mul(exp(mul(x2, -0.5)), 0.39894228040143267794);
+                    second = mul(phi, rsub(x2, 2.0));
+                  } else {
+                    Variable t = tanh(mul(add(x, mul(mul(x2, x), kGeluA)), kGeluK));
+                    Variable du = mul(add(mul(x2, 3.0 * kGeluA), 1.0), kGeluK);
+                    Variable inner = add(mul(du, rsub(mul(mul(x, t), du), 1.0)), mul(x2, 3.0 * kGeluA * kGeluK));
+                    second = mul(rsub(square(t), 1.0), inner);
+                  }
+                  ctx.set_input_grad(0, mul(ctx.output_grad(), second));
+                });
+}
+
+Variable silu_derivative(const Variable& x) {
+  return record("silu_derivative", {x}, kusari::silu_derivative(x.data()), [](BackwardContext& ctx) {
+    const Variable& x = ctx.input(0);
+    Variable s = sigmoid(x);
+    Variable second = mul(mul(s, rsub(s, 1.0)), add(mul(x, rsub(mul(s, 2.0), 1.0)), 2.0));
+    ctx.set_input_grad(0, mul(ctx.output_grad(), second));
+  });
+}
+
+}  // namespace
+
+Variable gelu(const Variable& x, bool tanh_approximation) {
+  detail::check_floating("gelu", x);
+  return record("gelu", {x}, kusari::gelu(x.data(), tanh_approximation),
+                [tanh_approximation](BackwardContext& ctx) {
+                  ctx.set_input_grad(0, mul(ctx.output_grad(), gelu_derivative(ctx.input(0), tanh_approximation)));
+                });
+}
+
+Variable silu(const Variable& x) {
+  detail::check_floating("silu", x);
+  return record("silu", {x}, kusari::silu(x.data()), [](BackwardContext& ctx) {
+    ctx.set_input_grad(0, mul(ctx.output_grad(), silu_derivative(ctx.input(0))));
+  });
+}
+
 Variable softmax(const Variable& x, int axis_in) {
   detail::check_floating("softmax", x);
   KUSARI_CHECK(x.ndim() >= 1, ShapeError, "softmax: x must have at least one axis, got shape ",

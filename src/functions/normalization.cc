@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -543,6 +544,156 @@ Variable fixed_batch_normalization(const Variable& x, const Variable& gamma, con
   }
   return record(fn, {x, gamma, beta, mean, var}, std::move(y),
                 [g, eps](BackwardContext& ctx) { fixed_batch_norm_backward(ctx, g, eps); });
+}
+
+// --- layer and RMS normalization (Note [Fused layer normalization]) ------------------------
+
+namespace {
+
+// Which trailing axes a layer or RMS normalization normalises over, and its parameters' slots.
+struct RowNormGeometry {
+  Shape norm_shape;    // the trailing shape (gamma's)
+  Axes norm_axes;      // x's last norm_shape.size() axes
+  Axes batch_axes;     // the others
+  Shape keepdims;      // x's shape with the normalised axes set to 1
+  int64_t cols = 0;    // elements per row
+  int gamma = -1;      // input index of gamma, -1 when undefined
+  int beta = -1;
+};
+
+RowNormGeometry row_norm_geometry(const char* fn, const Variable& x, const Variable& gamma, const Variable& beta,
+                                  double eps) {
+  detail::check_floating(fn, x);
+  KUSARI_CHECK(eps > 0.0, ValueError, fn, ": eps must be positive, got ", eps);
+  KUSARI_CHECK(x.ndim() >= 1, ShapeError, fn, ": x must have at least one axis, got shape ", x.shape());
+  RowNormGeometry g;
+  if (gamma.defined()) {
+    g.norm_shape = gamma.shape();
+  } else if (beta.defined()) {
+    g.norm_shape = beta.shape();
+  } else {
+    g.norm_shape = Shape{x.shape()[x.ndim() - 1]};
+  }
+  int next = 1;
+  for (const auto& [name, p, index] : {std::tuple<const char*, const Variable*, int*>{"gamma", &gamma, &g.gamma},
+                                       std::tuple<const char*, const Variable*, int*>{"beta", &beta, &g.beta}}) {
+    if (!p->defined()) continue;
+    *index = next++;
+    KUSARI_CHECK(p->dtype() == x.dtype() || (is_half_precision(x.dtype()) && p->dtype() == Dtype::kFloat32),
+                 DtypeError, fn, ": ", name, " is ", dtype_name(p->dtype()), " but x is ", dtype_name(x.dtype()),
+                 "; expected the same dtype (or float32 for 16-bit x)");
+    KUSARI_CHECK(p->device() == x.device(), DeviceError, fn, ": ", name, " is on ", p->device(), " but x is on ",
+                 x.device());
+    KUSARI_CHECK(p->shape() == g.norm_shape, ShapeError, fn, ": ", name, " of shape ", p->shape(),
+                 " differs from gamma's shape ", g.norm_shape);
+  }
+  const int k = static_cast<int>(g.norm_shape.size());
+  bool trailing = k >= 1 && k <= x.ndim();
+  for (int d = 0; trailing && d < k; ++d) trailing = x.shape()[x.ndim() - k + d] == g.norm_shape[d];
+  KUSARI_CHECK(trailing, ShapeError, fn, ": gamma/beta of shape ", g.norm_shape,
+               " must be the trailing shape of x, got x of shape ", x.shape());
+  for (int d = 0; d < x.ndim(); ++d) (d < x.ndim() - k ? g.batch_axes : g.norm_axes).push_back(d);
+  g.keepdims = detail::keepdims_shape(x.shape(), g.norm_axes);
+  g.cols = g.norm_shape.numel();
+  return g;
+}
+
+// sum of v over the batch axes, as a variable of the normalised shape (v itself when x has no
+// batch axes).
+Variable sum_over_batch(const Variable& v, const RowNormGeometry& g) {
+  return g.batch_axes.empty() ? v : sum(v, g.batch_axes);
+}
+
+// Note [Layer normalization gradients]
+// With x_hat = (x - mean) * rstd (x * rstd for rms), g = gy * gamma and means over the normalised
+// axes: gx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) (no mean(g) term for rms),
+// ggamma = sum over the batch axes of gy * x_hat, gbeta = sum of gy. Written with differentiable
+// functions; for double backprop mean and rstd are recomputed from x differentiably, otherwise
+// the forward's statistics (keepdims shape, x's dtype) are constants.
+void row_norm_composed_backward(BackwardContext& ctx, const RowNormGeometry& g, double eps, bool rms,
+                                const Array& mean, const Array& rstd) {
+  Variable x = ctx.input(0);
+  const Variable& gy = ctx.output_grad();
+  Variable mu, rs;
+  if (ctx.is_double_backprop() || !rstd.defined()) {
+    if (!rms) mu = functions::mean(x, g.norm_axes, true);
+    Variable centred = rms ? x : sub(x, mu);
+    rs = pow(add(functions::mean(square(centred), g.norm_axes, true), eps), -0.5);
+  } else {
+    if (!rms) mu = Variable(mean);
+    rs = Variable(rstd);
+  }
+  Variable x_hat = mul(rms ? x : sub(x, mu), rs);
+  Variable gamma = g.gamma >= 0 ? in_dtype(ctx.input(g.gamma), x.dtype()) : Variable();
+  if (ctx.needs_input_grad(0)) {
+    Variable gg = gamma.defined() ? mul(gy, gamma) : gy;
+    Variable inner = sub(gg, mul(x_hat, functions::mean(mul(gg, x_hat), g.norm_axes, true)));
+    if (!rms) inner = sub(inner, functions::mean(gg, g.norm_axes, true));
+    ctx.set_input_grad(0, mul(rs, inner));
+  }
+  if (g.gamma >= 0 && ctx.needs_input_grad(g.gamma)) {
+    ctx.set_input_grad(g.gamma, in_dtype(sum_over_batch(mul(gy, x_hat), g), ctx.input(g.gamma).dtype()));
+  }
+  if (g.beta >= 0 && ctx.needs_input_grad(g.beta)) {
+    ctx.set_input_grad(g.beta, in_dtype(sum_over_batch(gy, g), ctx.input(g.beta).dtype()));
+  }
+}
+
+Variable row_normalization(const char* fn, const Variable& x, const Variable& gamma, const Variable& beta,
+                           double eps, bool rms) {
+  const RowNormGeometry g = row_norm_geometry(fn, x, gamma, beta, eps);
+  std::vector<Variable> inputs{x};
+  if (gamma.defined()) inputs.push_back(gamma);
+  if (beta.defined()) inputs.push_back(beta);
+  Array gamma_a = gamma.defined() ? gamma.data() : Array(), beta_a = beta.defined() ? beta.data() : Array();
+  Array mean, rstd;
+  Array y = routines::row_norm_forward(x.data(), gamma.defined() ? &gamma_a : nullptr,
+                                       beta.defined() ? &beta_a : nullptr, g.cols, eps, rms, mean, rstd);
+  const bool fused = y.defined();
+  if (!fused) {
+    // Composed from generic routines, the statistics kept in keepdims shape and x's dtype.
+    const Array& xa = x.data();
+    Array centred = rms ? xa : xa - (mean = kusari::mean(xa, g.norm_axes, true));
+    rstd = kusari::rsqrt(kusari::mean(kusari::square(centred), g.norm_axes, true) + eps);
+    y = centred * rstd;
+    if (gamma.defined()) y = y * gamma_a.astype(x.dtype());
+    if (beta.defined()) y = y + beta_a.astype(x.dtype());
+  }
+  auto rule = [g, eps, rms, fused, mean, rstd](BackwardContext& ctx) {
+    if (fused && !ctx.is_double_backprop()) {
+      const bool need_gamma = g.gamma >= 0 && ctx.needs_input_grad(g.gamma);
+      const bool need_beta = g.beta >= 0 && ctx.needs_input_grad(g.beta);
+      Array gamma_a = g.gamma >= 0 ? ctx.input(g.gamma).data() : Array();
+      Array gx, ggamma, gbeta;
+      if (routines::row_norm_backward(ctx.input(0).data(), ctx.output_grad().data(),
+                                      g.gamma >= 0 ? &gamma_a : nullptr, mean, rstd, g.cols, eps, rms, gx,
+                                      need_gamma ? &ggamma : nullptr, need_beta ? &gbeta : nullptr)) {
+        if (ctx.needs_input_grad(0)) ctx.set_input_grad(0, Variable(std::move(gx)));
+        if (need_gamma) {
+          ctx.set_input_grad(g.gamma, Variable(ggamma.astype(ctx.input(g.gamma).dtype()).reshape(g.norm_shape)));
+        }
+        if (need_beta) {
+          ctx.set_input_grad(g.beta, Variable(gbeta.astype(ctx.input(g.beta).dtype()).reshape(g.norm_shape)));
+        }
+        return;
+      }
+    }
+    const Dtype d = ctx.input(0).dtype();
+    row_norm_composed_backward(ctx, g, eps, rms,
+                               fused && !rms ? mean.astype(d).reshape(g.keepdims) : (fused ? Array() : mean),
+                               fused ? rstd.astype(d).reshape(g.keepdims) : rstd);
+  };
+  return record_multi(fn, inputs, {std::move(y)}, std::move(rule))[0];
+}
+
+}  // namespace
+
+Variable layer_normalization(const Variable& x, const Variable& gamma, const Variable& beta, double eps) {
+  return row_normalization("layer_normalization", x, gamma, beta, eps, false);
+}
+
+Variable rms_normalization(const Variable& x, const Variable& gamma, double eps) {
+  return row_normalization("rms_normalization", x, gamma, Variable(), eps, true);
 }
 
 }  // namespace kusari::functions

@@ -75,4 +75,39 @@ inline constinit Kernel<bool(const Array& x, const Array& gy, const Array* relu_
                              double inv_m, Array& gx, Array* gm)>
     batch_norm_backward_data{"batch_norm_backward_data"};
 
+// Note [Fused layer normalization]
+// Layer normalization and RMS normalization normalise each row of a dense (rows, cols) view over
+// its cols (a transformer's (batch * tokens, features)). Composed from generic routines, the
+// forward is five or six passes over x and the backward a dozen; these kernels do forward in one
+// pass per row (the row stays in cache, or in registers and shared memory on the GPU) and backward
+// in one pass per row for gx plus one column reduction for the parameters' gradients. Per row:
+//   layer: mean = sum(x) / cols, rstd = (sum((x - mean)^2) / cols + eps)^-1/2,
+//          x_hat = (x - mean) * rstd, y = x_hat * gamma + beta
+//   rms:   rstd = (sum(x^2) / cols + eps)^-1/2, x_hat = x * rstd, y = x_hat * gamma
+// and backward, with g = gy * gamma:
+//   layer: gx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))
+//   rms:   gx = rstd * (g - x_hat * mean(g * x_hat))
+//   ggamma = sum over rows of gy * x_hat, gbeta = sum over rows of gy.
+// mean and rstd (rows elements) and gamma, beta, ggamma, gbeta (cols elements) are of the
+// statistics' dtype (float64 for float64 data, else float32); the routine casts the parameters.
+
+/// The geometry of a layer or RMS normalization: a dense C-ordered (rows, cols) view.
+struct RowNormParams {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  double eps = 1e-5;
+  bool rms = false;  // RMS normalization: no mean is subtracted, and there is no beta
+};
+
+/// y (laid out like x) and the per-row statistics; gamma and beta may be null (1 and 0); mean is
+/// not written for rms.
+inline constinit Kernel<bool(const Array& x, const Array* gamma, const Array* beta, const RowNormParams& p,
+                             Array& y, Array& mean, Array& rstd)>
+    row_norm_forward{"row_norm_forward"};
+
+/// gx, and the parameters' gradients where asked (ggamma, gbeta: cols elements, may be null).
+inline constinit Kernel<bool(const Array& x, const Array& gy, const Array* gamma, const Array& mean,
+                             const Array& rstd, const RowNormParams& p, Array& gx, Array* ggamma, Array* gbeta)>
+    row_norm_backward{"row_norm_backward"};
+
 }  // namespace kusari::kernels

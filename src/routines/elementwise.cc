@@ -38,6 +38,12 @@ const char* unary_op_name(UnaryOp op) {
     case UnaryOp::kSoftplus: return "softplus";
     case UnaryOp::kLeakyRelu: return "leaky_relu";
     case UnaryOp::kElu: return "elu";
+    case UnaryOp::kGelu: return "gelu";
+    case UnaryOp::kGeluTanh: return "gelu";
+    case UnaryOp::kSilu: return "silu";
+    case UnaryOp::kGeluDerivative: return "gelu_derivative";
+    case UnaryOp::kGeluTanhDerivative: return "gelu_derivative";
+    case UnaryOp::kSiluDerivative: return "silu_derivative";
     case UnaryOp::kAddScalar: return "add";
     case UnaryOp::kMulScalar: return "multiply";
     case UnaryOp::kRSubScalar: return "subtract";
@@ -127,6 +133,14 @@ Array softplus(const Array& x, double beta) {
 }
 Array leaky_relu(const Array& x, double slope) { return unary(UnaryOp::kLeakyRelu, x, slope); }
 Array elu(const Array& x, double alpha) { return unary(UnaryOp::kElu, x, alpha); }
+Array gelu(const Array& x, bool tanh_approximation) {
+  return unary(tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x);
+}
+Array gelu_derivative(const Array& x, bool tanh_approximation) {
+  return unary(tanh_approximation ? UnaryOp::kGeluTanhDerivative : UnaryOp::kGeluDerivative, x);
+}
+Array silu(const Array& x) { return unary(UnaryOp::kSilu, x); }
+Array silu_derivative(const Array& x) { return unary(UnaryOp::kSiluDerivative, x); }
 Array clip(const Array& x, double lo, double hi) {
   KUSARI_CHECK(lo <= hi, ValueError, "clip: x_min (", lo, ") must not exceed x_max (", hi, ")");
   return unary(UnaryOp::kClip, x, lo, hi);

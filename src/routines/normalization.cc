@@ -170,4 +170,76 @@ Array batch_norm_backward_data(const Array& x, const Array& gy, const Array* rel
   return gx;
 }
 
+namespace {
+
+// A parameter of a layer normalization as `cols` contiguous elements of the statistics' dtype.
+Array row_vector(const char* fn, const Array& a, int64_t cols, Dtype stat, const Array& x, const char* name) {
+  KUSARI_CHECK(a.size() == cols, ShapeError, fn, ": ", name, " of shape ", a.shape(), " does not have ", cols,
+               " elements (one per normalised element)");
+  KUSARI_CHECK(a.device() == x.device(), DeviceError, fn, ": ", name, " is on ", a.device(), " but x is on ",
+               x.device());
+  Array v = a.astype(stat);
+  if (!v.is_contiguous()) v = v.astype(stat, true);
+  return v.reshape({cols});
+}
+
+kernels::RowNormParams row_norm_params(const Array& x, int64_t cols, double eps, bool rms) {
+  kernels::RowNormParams p;
+  p.cols = cols;
+  p.rows = cols > 0 ? x.size() / cols : 0;
+  p.eps = eps;
+  p.rms = rms;
+  return p;
+}
+
+}  // namespace
+
+Array row_norm_forward(const Array& x, const Array* gamma, const Array* beta, int64_t cols, double eps, bool rms,
+                       Array& mean, Array& rstd) {
+  const char* fn = rms ? "rms_normalization" : "layer_normalization";
+  KUSARI_CHECK(cols > 0 && x.size() % cols == 0, ShapeError, fn, ": x of shape ", x.shape(),
+               " cannot be seen as rows of ", cols, " elements");
+  const Dtype stat = batch_norm_stat_dtype(x.dtype());
+  Array g, b;
+  if (gamma) g = row_vector(fn, *gamma, cols, stat, x, "gamma");
+  if (beta) b = row_vector(fn, *beta, cols, stat, x, "beta");
+  const Array xc = x.is_contiguous() ? x : x.to_memory_format(MemoryFormat::kContiguous);
+  const kernels::RowNormParams p = row_norm_params(xc, cols, eps, rms);
+  Array y = Array::empty(x.shape(), x.dtype(), x.device());
+  mean = rms ? Array() : Array::empty({p.rows}, stat, x.device());
+  rstd = Array::empty({p.rows}, stat, x.device());
+  if (p.rows == 0) return y;
+  if (!kernels::row_norm_forward.try_run(x.device(), xc, gamma ? &g : nullptr, beta ? &b : nullptr, p, y, mean,
+                                         rstd)) {
+    mean = rstd = Array();
+    return Array();
+  }
+  return y;
+}
+
+bool row_norm_backward(const Array& x, const Array& gy, const Array* gamma, const Array& mean, const Array& rstd,
+                       int64_t cols, double eps, bool rms, Array& gx, Array* ggamma, Array* gbeta) {
+  const char* fn = rms ? "rms_normalization (gradient)" : "layer_normalization (gradient)";
+  KUSARI_CHECK(gy.shape() == x.shape(), ShapeError, fn, ": gy of shape ", gy.shape(), " does not match x ",
+               x.shape());
+  KUSARI_CHECK(gy.dtype() == x.dtype(), DtypeError, fn, ": gy is ", dtype_name(gy.dtype()), " but x is ",
+               dtype_name(x.dtype()));
+  const Dtype stat = batch_norm_stat_dtype(x.dtype());
+  Array g;
+  if (gamma) g = row_vector(fn, *gamma, cols, stat, x, "gamma");
+  const Array xc = x.is_contiguous() ? x : x.to_memory_format(MemoryFormat::kContiguous);
+  const Array gyc = gy.is_contiguous() ? gy : gy.to_memory_format(MemoryFormat::kContiguous);
+  const kernels::RowNormParams p = row_norm_params(xc, cols, eps, rms);
+  gx = Array::empty(x.shape(), x.dtype(), x.device());
+  if (ggamma) *ggamma = Array::zeros({cols}, stat, x.device());
+  if (gbeta) *gbeta = Array::zeros({cols}, stat, x.device());
+  if (p.rows == 0) return true;
+  if (!kernels::row_norm_backward.try_run(x.device(), xc, gyc, gamma ? &g : nullptr, mean, rstd, p, gx, ggamma,
+                                          gbeta)) {
+    gx = Array();
+    return false;
+  }
+  return true;
+}
+
 }  // namespace kusari::routines

@@ -49,4 +49,16 @@ Array batch_norm_backward_data(const Array& x, const Array& gy, const Array* rel
                                const Array& inv_std, const Array& gamma, const Array& gbeta,
                                const Array& ggamma, double inv_m, Array* masked_gy = nullptr);
 
+/// Layer or RMS normalization of x over its last `cols` elements by the fused kernels (Note [Fused
+/// layer normalization]): y, and the rows' mean (layer only) and rstd in the statistics' dtype.
+/// gamma and beta (may be null) have cols elements of any floating dtype. x need not be
+/// contiguous (it is copied then). Undefined y when the backend declined.
+Array row_norm_forward(const Array& x, const Array* gamma, const Array* beta, int64_t cols, double eps, bool rms,
+                       Array& mean, Array& rstd);
+
+/// gx of the normalization above (from its x, mean and rstd), and ggamma, gbeta (cols elements of
+/// the statistics' dtype) where asked. False when the backend declined.
+bool row_norm_backward(const Array& x, const Array& gy, const Array* gamma, const Array& mean, const Array& rstd,
+                       int64_t cols, double eps, bool rms, Array& gx, Array* ggamma, Array* gbeta);
+
 }  // namespace kusari::routines

@@ -84,6 +84,13 @@ def test_convolution_and_pooling_arguments(rng):
     ('concat', lambda a, b: F.concat([a, b], axis=1), [(2, 3), (2, 1)]),
     ('mean_squared_error', lambda a, b: F.mean_squared_error(a, b), [(3,), (3,)]),
     ('lstm_h', lambda c, x: F.lstm(c, x)[1], [(2, 3), (2, 12)]),
+    ('gelu', lambda x: F.gelu(x), [(3, 4)]),
+    ('gelu_tanh', lambda x: F.gelu(x, approximate='tanh'), [(3, 4)]),
+    ('silu', lambda x: F.silu(x), [(5,)]),
+    ('layer_normalization', lambda x, g, b: F.layer_normalization(x, g, b), [(3, 5), (5,), (5,)]),
+    ('rms_normalization', lambda x, g: F.rms_normalization(x, g), [(3, 5), (5,)]),
+    ('scaled_dot_product_attention', lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     [(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 2)]),
 ])
 def test_gradients_through_the_bindings(name, fn, shapes, rng):
     check_backward(fn, [rng.uniform(-1, 1, s) + (0.5 if name == 'max_pooling_2d' else 0) *
@@ -96,3 +103,29 @@ def test_dropout_train_and_test():
     assert 0.4 < (y == 0).mean() < 0.6 and set(np.unique(y)) <= {0.0, 2.0}
     with kusari.using_config('train', False):
         assert (F.dropout(x, 0.5).array == 1).all()
+
+
+def test_transformer_functions_against_numpy(rng):
+    x = rng.uniform(-3, 3, (4, 6))
+    np.testing.assert_allclose(F.gelu(x, approximate='tanh').array,
+                               0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))), rtol=1e-12)
+    np.testing.assert_allclose(F.silu(x).array, x / (1 + np.exp(-x)), rtol=1e-12)
+    g, b = rng.uniform(0.5, 1.5, 6), rng.uniform(-1, 1, 6)
+    mu, var = x.mean(axis=1, keepdims=True), x.var(axis=1, keepdims=True)
+    np.testing.assert_allclose(F.layer_normalization(x, g, b, eps=1e-5).array,
+                               (x - mu) / np.sqrt(var + 1e-5) * g + b, rtol=1e-10)
+    np.testing.assert_allclose(F.rms_normalization(x, g).array,
+                               x / np.sqrt((x ** 2).mean(axis=1, keepdims=True) + 1e-6) * g, rtol=1e-10)
+    q, k, v = rng.uniform(-1, 1, (2, 3, 4, 8)), rng.uniform(-1, 1, (2, 3, 6, 8)), rng.uniform(-1, 1, (2, 3, 6, 5))
+    mask = rng.uniform(0, 1, (4, 6)) > 0.3
+    mask[:, 0] = True
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(8) + np.where(mask, 0, -np.inf)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    w /= w.sum(axis=-1, keepdims=True)
+    for path in ('auto', 'composed'):
+        np.testing.assert_allclose(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, path=path).array, w @ v,
+                                   rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
+        F.gelu(x, approximate='erf')
+    with pytest.raises(ValueError, match="scaled_dot_product_attention: q's head dim 8 differs from k's 5"):
+        F.scaled_dot_product_attention(q, k[..., :5], v)

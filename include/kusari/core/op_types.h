@@ -32,6 +32,12 @@ enum class UnaryOp : int8_t {
   kSoftplus,     // log(1 + exp(beta x)) / beta, p0 = beta
   kLeakyRelu,    // x >= 0 ? x : p0 x
   kElu,          // x >= 0 ? x : p0 (exp(x) - 1)
+  kGelu,         // x Phi(x), Phi the standard normal CDF: 0.5 x (1 + erf(x / sqrt(2)))
+  kGeluTanh,     // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+  kSilu,         // x sigmoid(x)
+  kGeluDerivative,      // d/dx of kGelu: Phi(x) + x phi(x)
+  kGeluTanhDerivative,  // d/dx of kGeluTanh
+  kSiluDerivative,      // d/dx of kSilu: s (1 + x (1 - s)), s = sigmoid(x)
   kAddScalar,    // x + p0
   kMulScalar,    // x * p0
   kRSubScalar,   // p0 - x

@@ -38,6 +38,15 @@ Array erf(const Array& x);
 Array softplus(const Array& x, double beta = 1.0);
 Array leaky_relu(const Array& x, double slope);
 Array elu(const Array& x, double alpha);
+/// x Phi(x) (Phi the standard normal CDF); with tanh_approximation, GPT-2's
+/// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+Array gelu(const Array& x, bool tanh_approximation = false);
+/// The derivative of gelu at x (the same approximation).
+Array gelu_derivative(const Array& x, bool tanh_approximation = false);
+/// x sigmoid(x) (also called swish).
+Array silu(const Array& x);
+/// The derivative of silu at x.
+Array silu_derivative(const Array& x);
 Array clip(const Array& x, double lo, double hi);
 Array power(const Array& x, Scalar exponent);
 Array power(Scalar base, const Array& x);

@@ -18,6 +18,12 @@ Variable sigmoid(const Variable& x);
 Variable tanh(const Variable& x);
 /// log(1 + exp(beta x)) / beta, computed stably.
 Variable softplus(const Variable& x, double beta = 1.0);
+/// x Phi(x), Phi the standard normal CDF (PyTorch's gelu); with tanh_approximation, the form
+/// GPT-2 was trained with: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). One kernel each way;
+/// differentiable any number of times.
+Variable gelu(const Variable& x, bool tanh_approximation = false);
+/// x sigmoid(x) (swish with beta 1). One kernel each way; differentiable any number of times.
+Variable silu(const Variable& x);
 /// exp(x) / sum(exp(x)) along `axis`.
 Variable softmax(const Variable& x, int axis = 1);
 /// x - logsumexp(x) along `axis`.

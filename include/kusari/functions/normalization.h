@@ -60,4 +60,18 @@ Variable fixed_batch_normalization_relu(const Variable& x, const Variable& gamma
                                         const Variable& var, const Variable& residual = Variable(),
                                         double eps = 2e-5, const Axes& axis = {});
 
+/// Layer normalization (Ba et al. 2016), as in Chainer and PyTorch: each sample is normalised over
+/// the trailing axes that gamma spans (x's last axis when gamma and beta are both undefined),
+///   y = (x - mean) / sqrt(var + eps) * gamma + beta,
+/// mean and the biased var taken over those axes. gamma and beta (either may be undefined: 1 and
+/// 0) have that trailing shape and x's dtype, or float32 for a float16 or bfloat16 x. Runs as
+/// fused kernels on the CPU and the GPU, one pass per row each way (Note [Fused layer
+/// normalization]); double backprop uses the composed formula.
+Variable layer_normalization(const Variable& x, const Variable& gamma, const Variable& beta, double eps = 1e-5);
+
+/// RMS normalization (Zhang and Sennrich 2019), as LLaMA uses it: y = x / sqrt(mean(x^2) + eps) *
+/// gamma over the trailing axes gamma spans (x's last axis when gamma is undefined). Arguments
+/// and kernels as in layer_normalization.
+Variable rms_normalization(const Variable& x, const Variable& gamma, double eps = 1e-6);
+
 }  // namespace kusari::functions

@@ -23,7 +23,8 @@ constexpr bool unary_op_needs_float(UnaryOp op) {
     case UnaryOp::kRsqrt: case UnaryOp::kReciprocal: case UnaryOp::kSin: case UnaryOp::kCos: case UnaryOp::kTanh:
     case UnaryOp::kSigmoid: case UnaryOp::kFloor: case UnaryOp::kCeil: case UnaryOp::kErf: case UnaryOp::kSoftplus:
     case UnaryOp::kLeakyRelu: case UnaryOp::kElu: case UnaryOp::kRDivScalar: case UnaryOp::kPowScalar:
-    case UnaryOp::kRPowScalar:
+    case UnaryOp::kRPowScalar: case UnaryOp::kGelu: case UnaryOp::kGeluTanh: case UnaryOp::kSilu:
+    case UnaryOp::kGeluDerivative: case UnaryOp::kGeluTanhDerivative: case UnaryOp::kSiluDerivative:
       return true;
     default:
       return false;
@@ -99,6 +100,24 @@ KUSARI_HOST_DEVICE KUSARI_FORCE_INLINE C unary_arith(C v, C c0, C c1) {
     return v >= C(0) ? v : c0 * v;
   } else if constexpr (Op == UnaryOp::kElu) {
     return v >= C(0) ? v : c0 * math::expm1(v);
+  } else if constexpr (Op == UnaryOp::kGelu) {
+    return C(0.5) * v * (C(1) + math::erf(v * C(0.70710678118654752440)));
+  } else if constexpr (Op == UnaryOp::kGeluTanh) {
+    const C u = C(0.79788456080286535588) * (v + C(0.044715) * v * v * v);
+    return C(0.5) * v * (C(1) + math::tanh(u));
+  } else if constexpr (Op == UnaryOp::kSilu) {
+    return v * unary_arith<UnaryOp::kSigmoid, C>(v, c0, c1);
+  } else if constexpr (Op == UnaryOp::kGeluDerivative) {
+    // Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+    const C cdf = C(0.5) * (C(1) + math::erf(v * C(0.70710678118654752440)));
+    return cdf + v * C(0.39894228040143267794) * math::exp(C(-0.5) * v * v);
+  } else if constexpr (Op == UnaryOp::kGeluTanhDerivative) {
+    const C k = C(0.79788456080286535588);
+    const C t = math::tanh(k * (v + C(0.044715) * v * v * v));
+    return C(0.5) * (C(1) + t) + C(0.5) * v * (C(1) - t * t) * k * (C(1) + C(0.134145) * v * v);
+  } else if constexpr (Op == UnaryOp::kSiluDerivative) {
+    const C s = unary_arith<UnaryOp::kSigmoid, C>(v, c0, c1);
+    return s * (C(1) + v * (C(1) - s));
   } else if constexpr (Op == UnaryOp::kPowScalar) {
     return math::pow(v, c0);
   } else if constexpr (Op == UnaryOp::kRPowScalar) {

@@ -74,6 +74,7 @@ class CpuBackend final : public Backend {
     register_cpu_nn_kernels();
     register_cpu_update_kernels();
     register_cpu_normalization_kernels();
+    register_cpu_attention_kernels();
   }
 
   DeviceType type() const override { return DeviceType::kCPU; }

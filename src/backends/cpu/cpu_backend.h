@@ -25,7 +25,8 @@ void register_cpu_linalg_kernels();       // linalg_kernels.cc
 void register_cpu_indexing_kernels();     // indexing_kernels.cc
 void register_cpu_nn_kernels();           // conv_kernels.cc (convolution and pooling)
 void register_cpu_update_kernels();       // update_kernels.cc
-void register_cpu_normalization_kernels();  // normalization_kernels.cc (batch normalization)
+void register_cpu_normalization_kernels();  // normalization_kernels.cc (batch, layer and RMS normalization)
+void register_cpu_attention_kernels();    // attention_kernels.cc (blocked scaled dot-product attention)
 
 // The kernels used across the CPU family files (declared here because they are).
 void pool2d_forward(const Array& x, const Pool2dParams& p, Array& y);

@@ -161,6 +161,12 @@ void unary_typed(UnaryOp op, const Array& x, Array& out, double p0, double p1) {
         KUSARI_ARITH(kSoftplus, 10)
         KUSARI_ARITH(kLeakyRelu, 1)
         KUSARI_ARITH(kElu, 8)
+        KUSARI_ARITH(kGelu, 10)
+        KUSARI_ARITH(kGeluTanh, 10)
+        KUSARI_ARITH(kSilu, 8)
+        KUSARI_ARITH(kGeluDerivative, 12)
+        KUSARI_ARITH(kGeluTanhDerivative, 12)
+        KUSARI_ARITH(kSiluDerivative, 8)
         case UnaryOp::kPowScalar:
           // The exponents with a cheaper exact form take it (the CUDA kernel does the same).
           if (p0 == 2.0) return arith1<UnaryOp::kSquare, T>(x, out, 1, c0, c1);

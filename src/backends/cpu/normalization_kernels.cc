@@ -256,9 +256,147 @@ bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu
   return true;
 }
 
+// --- layer and RMS normalization (Note [Fused layer normalization]) --------------------------
+
+// The row's statistics in float64: mean (0 for rms) and rstd.
+template <typename T>
+inline void row_statistics(const T* xr, int64_t cols, double eps, bool rms, double& mean, double& rstd) {
+  double m = 0.0;
+  if (!rms) {
+    for (int64_t j = 0; j < cols; ++j) m += load(xr, j);
+    m /= static_cast<double>(cols);
+  }
+  double q = 0.0;
+  for (int64_t j = 0; j < cols; ++j) {
+    const double d = load(xr, j) - m;
+    q += d * d;
+  }
+  mean = m;
+  rstd = 1.0 / std::sqrt(q / static_cast<double>(cols) + eps);
+}
+
+template <typename T>
+void row_norm_forward_typed(const Array& x, const Array* gamma, const Array* beta,
+                            const kernels::RowNormParams& p, Array& y, Array& mean, Array& rstd) {
+  using S = stat_t<T>;
+  using C = compute_t<T>;
+  const T* xp = x.data<T>();
+  T* yp = y.data<T>();
+  const S* gp = gamma ? gamma->data<S>() : nullptr;
+  const S* bp = beta ? beta->data<S>() : nullptr;
+  S* mp = p.rms ? nullptr : mean.data<S>();
+  S* rp = rstd.data<S>();
+  const int64_t cols = p.cols;
+  parallel_for(p.rows, cols * 6, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = xp + r * cols;
+      T* yr = yp + r * cols;
+      double m, rs;
+      row_statistics(xr, cols, p.eps, p.rms, m, rs);
+      if (mp) mp[r] = static_cast<S>(m);
+      rp[r] = static_cast<S>(rs);
+      const C cm = static_cast<C>(m), cr = static_cast<C>(rs);
+      for (int64_t j = 0; j < cols; ++j) {
+        C v = (static_cast<C>(xr[j]) - cm) * cr;
+        if (gp) v *= static_cast<C>(gp[j]);
+        if (bp) v += static_cast<C>(bp[j]);
+        yr[j] = static_cast<T>(v);
+      }
+    }
+  });
+}
+
+bool row_norm_forward(const Array& x, const Array* gamma, const Array* beta, const kernels::RowNormParams& p,
+                      Array& y, Array& mean, Array& rstd) {
+  common::visit_floating_dtype(x.dtype(), "row_norm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    row_norm_forward_typed<T>(x, gamma, beta, p, y, mean, rstd);
+  });
+  return true;
+}
+
+template <typename T>
+void row_norm_backward_typed(const Array& x, const Array& gy, const Array* gamma, const Array& mean,
+                             const Array& rstd, const kernels::RowNormParams& p, Array& gx, Array* ggamma,
+                             Array* gbeta) {
+  using S = stat_t<T>;
+  const T* xp = x.data<T>();
+  const T* gyp = gy.data<T>();
+  T* gxp = gx.data<T>();
+  const S* gp = gamma ? gamma->data<S>() : nullptr;
+  const S* mp = p.rms ? nullptr : mean.data<S>();
+  const S* rp = rstd.data<S>();
+  const int64_t rows = p.rows, cols = p.cols;
+  const bool params = ggamma != nullptr || gbeta != nullptr;
+  // Per-chunk sums of the parameters' gradients (float64), merged after the rows.
+  const int chunks = params ? static_cast<int>(std::max<int64_t>(
+                                  1, std::min<int64_t>(max_threads(), rows * cols * 8 / kParallelGrain)))
+                            : 1;
+  std::vector<double> pg(params ? static_cast<size_t>(chunks * cols) : 0, 0.0), pb(pg.size(), 0.0);
+  const double inv_cols = 1.0 / static_cast<double>(cols);
+  auto run_rows = [&](int64_t r0, int64_t r1, double* sg, double* sb) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = xp + r * cols;
+      const T* gyr = gyp + r * cols;
+      T* gxr = gxp + r * cols;
+      const double m = mp ? static_cast<double>(mp[r]) : 0.0, rs = static_cast<double>(rp[r]);
+      double sum_g = 0.0, sum_gx = 0.0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double xh = (load(xr, j) - m) * rs;
+        const double gyv = load(gyr, j);
+        const double g = gp ? gyv * static_cast<double>(gp[j]) : gyv;
+        sum_g += g;
+        sum_gx += g * xh;
+        if (sg) sg[j] += gyv * xh;
+        if (sb) sb[j] += gyv;
+      }
+      const double a = p.rms ? 0.0 : sum_g * inv_cols, b = sum_gx * inv_cols;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double xh = (load(xr, j) - m) * rs;
+        const double gyv = load(gyr, j);
+        const double g = gp ? gyv * static_cast<double>(gp[j]) : gyv;
+        store(gxr, j, rs * (g - a - xh * b));
+      }
+    }
+  };
+  if (!params) {
+    parallel_for(rows, cols * 10, [&](int64_t r0, int64_t r1) { run_rows(r0, r1, nullptr, nullptr); });
+    return;
+  }
+  parallel_for(chunks, kParallelGrain, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      double* sg = ggamma ? pg.data() + k * cols : nullptr;
+      double* sb = gbeta ? pb.data() + k * cols : nullptr;
+      run_rows(rows * k / chunks, rows * (k + 1) / chunks, sg, sb);
+    }
+  });
+  for (int which = 0; which < 2; ++which) {
+    Array* out = which == 0 ? ggamma : gbeta;
+    if (out == nullptr) continue;
+    const std::vector<double>& part = which == 0 ? pg : pb;
+    S* op = out->data<S>();
+    for (int64_t j = 0; j < cols; ++j) {
+      double v = 0.0;
+      for (int k = 0; k < chunks; ++k) v += part[static_cast<size_t>(k * cols + j)];
+      op[j] = static_cast<S>(v);
+    }
+  }
+}
+
+bool row_norm_backward(const Array& x, const Array& gy, const Array* gamma, const Array& mean, const Array& rstd,
+                       const kernels::RowNormParams& p, Array& gx, Array* ggamma, Array* gbeta) {
+  common::visit_floating_dtype(x.dtype(), "row_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    row_norm_backward_typed<T>(x, gy, gamma, mean, rstd, p, gx, ggamma, gbeta);
+  });
+  return true;
+}
+
 }  // namespace
 
 void register_cpu_normalization_kernels() {
+  kernels::row_norm_forward.set(DeviceType::kCPU, &row_norm_forward);
+  kernels::row_norm_backward.set(DeviceType::kCPU, &row_norm_backward);
   kernels::batch_norm_statistics.set(DeviceType::kCPU, &batch_norm_statistics);
   kernels::batch_norm_normalize.set(DeviceType::kCPU, &batch_norm_normalize);
   kernels::batch_norm_backward_reduce.set(DeviceType::kCPU, &batch_norm_backward_reduce);

@@ -7,6 +7,7 @@
 #include "kusari/core/cuda.h"
 #include "kusari/core/random.h"
 #include "kusari/core/routines.h"
+#include "kusari/kusari.h"
 #include "test_util.h"
 
 namespace kusari {
@@ -218,6 +219,14 @@ TEST(DeviceParseTest, ParseAndErrors) {
     DeviceScope scope(Device::cpu());
     EXPECT_EQ(default_device(), Device::cpu());
   }
+}
+
+// kusari.h gives the headers' version as macros, and it is the version of the library that runs.
+TEST(BuildInfoTest, TheVersionMacrosMatchTheLibrary) {
+  EXPECT_EQ(std::string(KUSARI_VERSION), build_info().version);
+  EXPECT_EQ(std::to_string(KUSARI_VERSION_MAJOR) + "." + std::to_string(KUSARI_VERSION_MINOR) + "." +
+                std::to_string(KUSARI_VERSION_PATCH),
+            build_info().version);
 }
 
 TEST(DtypeTest, NamesRoundTrip) {

@@ -79,6 +79,12 @@ struct UnaryArith {
       KUSARI_UNARY_CASE(kSoftplus)
       KUSARI_UNARY_CASE(kLeakyRelu)
       KUSARI_UNARY_CASE(kElu)
+      KUSARI_UNARY_CASE(kGelu)
+      KUSARI_UNARY_CASE(kGeluTanh)
+      KUSARI_UNARY_CASE(kSilu)
+      KUSARI_UNARY_CASE(kGeluDerivative)
+      KUSARI_UNARY_CASE(kGeluTanhDerivative)
+      KUSARI_UNARY_CASE(kSiluDerivative)
       KUSARI_UNARY_CASE(kPowScalar)
       KUSARI_UNARY_CASE(kRPowScalar)
       default:

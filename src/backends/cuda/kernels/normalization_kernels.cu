@@ -22,6 +22,7 @@
 
 #include "backends/cuda/kernels/cuda_kernels.h"
 #include "backends/cuda/primitives/kernel_util.cuh"
+#include "backends/cuda/primitives/reduce.cuh"
 #include "kernels/normalization.h"
 
 namespace kusari::cuda {
@@ -834,9 +835,185 @@ bool batch_norm_backward_data(const Array& x, const Array& gy, const Array* relu
   return true;
 }
 
+// --- layer and RMS normalization (Note [Fused layer normalization]) --------------------------
+//
+// Note [Layer norm kernel geometry]
+// Forward and the gx pass give each row a block (128 threads for rows up to 1024 elements, 256
+// above; the row stays in L1 between its passes): the threads stride along the row, and
+// group_allreduce folds their sums. The parameters' gradients are column sums over the rows:
+// 32 x 8 blocks whose x runs along 32 consecutive columns (coalesced) and y along rows, a grid
+// column of `splits` blocks sharing the rows, partials into a workspace, and one thread per column
+// adding a column's partials in a fixed order (so the result does not change between runs).
+
+constexpr int kNormColsX = 32;
+constexpr int kNormRowsY = 8;
+
+inline int row_norm_block(int64_t cols) { return cols <= 1024 ? 128 : 256; }
+
+template <typename T, typename S>
+__global__ void row_norm_forward_kernel(const T* x, const S* gamma, const S* beta, int64_t cols, S eps, bool rms,
+                                        T* y, S* mean, S* rstd) {
+  __shared__ S smem[256 / kWarpSize];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * cols;
+  T* yr = y + row * cols;
+  const int group = blockDim.x;
+  const auto add = [](S a, S b) { return a + b; };
+  S m = S(0);
+  if (!rms) {
+    S sum = S(0);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) sum += static_cast<S>(to_compute(xr[j]));
+    m = group_allreduce(sum, add, group, smem) / static_cast<S>(cols);
+  }
+  S q = S(0);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const S d = static_cast<S>(to_compute(xr[j])) - m;
+    q += d * d;
+  }
+  q = group_allreduce(q, add, group, smem);
+  const S r = S(1) / sqrt(q / static_cast<S>(cols) + eps);
+  if (threadIdx.x == 0) {
+    if (mean != nullptr) mean[row] = m;
+    rstd[row] = r;
+  }
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    S v = (static_cast<S>(to_compute(xr[j])) - m) * r;
+    if (gamma != nullptr) v *= gamma[j];
+    if (beta != nullptr) v += beta[j];
+    yr[j] = from_compute<T>(static_cast<compute_t<T>>(v));
+  }
+}
+
+template <typename T, typename S>
+__global__ void row_norm_backward_data_kernel(const T* x, const T* gy, const S* gamma, const S* mean,
+                                              const S* rstd, int64_t cols, bool rms, T* gx) {
+  __shared__ S smem[256 / kWarpSize];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * cols;
+  const T* gyr = gy + row * cols;
+  T* gxr = gx + row * cols;
+  const S m = mean != nullptr ? mean[row] : S(0), r = rstd[row];
+  const auto add = [](S a, S b) { return a + b; };
+  S sum_g = S(0), sum_gx = S(0);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const S xh = (static_cast<S>(to_compute(xr[j])) - m) * r;
+    S g = static_cast<S>(to_compute(gyr[j]));
+    if (gamma != nullptr) g *= gamma[j];
+    sum_g += g;
+    sum_gx += g * xh;
+  }
+  const S inv_cols = S(1) / static_cast<S>(cols);
+  const S a = rms ? S(0) : group_allreduce(sum_g, add, static_cast<int>(blockDim.x), smem) * inv_cols;
+  const S b = group_allreduce(sum_gx, add, static_cast<int>(blockDim.x), smem) * inv_cols;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const S xh = (static_cast<S>(to_compute(xr[j])) - m) * r;
+    S g = static_cast<S>(to_compute(gyr[j]));
+    if (gamma != nullptr) g *= gamma[j];
+    gxr[j] = from_compute<T>(static_cast<compute_t<T>>(r * (g - a - xh * b)));
+  }
+}
+
+// Partial column sums of gy * x_hat and gy over a split of the rows: work[split][0 or 1][col].
+template <typename T, typename S>
+__global__ void row_norm_param_partials(const T* x, const T* gy, const S* mean, const S* rstd, int64_t rows,
+                                        int64_t cols, S* work) {
+  __shared__ S sg[kNormRowsY][kNormColsX + 1];
+  __shared__ S sb[kNormRowsY][kNormColsX + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kNormColsX + threadIdx.x;
+  S acc_g = S(0), acc_b = S(0);
+  if (c < cols) {
+    const int64_t step = static_cast<int64_t>(gridDim.y) * kNormRowsY;
+    for (int64_t r = static_cast<int64_t>(blockIdx.y) * kNormRowsY + threadIdx.y; r < rows; r += step) {
+      const S m = mean != nullptr ? mean[r] : S(0);
+      const S xh = (static_cast<S>(to_compute(x[r * cols + c])) - m) * rstd[r];
+      const S g = static_cast<S>(to_compute(gy[r * cols + c]));
+      acc_g += g * xh;
+      acc_b += g;
+    }
+  }
+  sg[threadIdx.y][threadIdx.x] = acc_g;
+  sb[threadIdx.y][threadIdx.x] = acc_b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    S tg = S(0), tb = S(0);
+#pragma unroll
+    for (int k = 0; k < kNormRowsY; ++k) {
+      tg += sg[k][threadIdx.x];
+      tb += sb[k][threadIdx.x];
+    }
+    work[(static_cast<int64_t>(blockIdx.y) * 2) * cols + c] = tg;
+    work[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * cols + c] = tb;
+  }
+}
+
+template <typename S>
+__global__ void row_norm_param_finish(const S* work, int splits, int64_t cols, S* ggamma, S* gbeta) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  S tg = S(0), tb = S(0);
+  for (int k = 0; k < splits; ++k) {
+    tg += work[(static_cast<int64_t>(k) * 2) * cols + c];
+    tb += work[(static_cast<int64_t>(k) * 2 + 1) * cols + c];
+  }
+  if (ggamma != nullptr) ggamma[c] = tg;
+  if (gbeta != nullptr) gbeta[c] = tb;
+}
+
+bool row_norm_forward(const Array& x, const Array* gamma, const Array* beta, const kernels::RowNormParams& p,
+                      Array& y, Array& mean, Array& rstd) {
+  if (p.rows >= (int64_t{1} << 31)) return false;
+  visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "row_norm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    using S = stat_t<T>;
+    cudaStream_t stream = prepare(x);
+    row_norm_forward_kernel<T, S><<<static_cast<unsigned>(p.rows), row_norm_block(p.cols), 0, stream>>>(
+        static_cast<const T*>(x.raw_data()), gamma ? gamma->data<S>() : nullptr, beta ? beta->data<S>() : nullptr,
+        p.cols, static_cast<S>(p.eps), p.rms, static_cast<T*>(y.raw_data()), p.rms ? nullptr : mean.data<S>(),
+        rstd.data<S>());
+    KUSARI_CUDA_CHECK_LAUNCH();
+  });
+  return true;
+}
+
+bool row_norm_backward(const Array& x, const Array& gy, const Array* gamma, const Array& mean, const Array& rstd,
+                       const kernels::RowNormParams& p, Array& gx, Array* ggamma, Array* gbeta) {
+  if (p.rows >= (int64_t{1} << 31)) return false;
+  visit_device_dtype<common::kFloatingDtypes>(x.dtype(), "row_norm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using S = stat_t<T>;
+    cudaStream_t stream = prepare(x);
+    const T* xp = static_cast<const T*>(x.raw_data());
+    const T* gyp = static_cast<const T*>(gy.raw_data());
+    const S* mp = p.rms ? nullptr : mean.data<S>();
+    row_norm_backward_data_kernel<T, S><<<static_cast<unsigned>(p.rows), row_norm_block(p.cols), 0, stream>>>(
+        xp, gyp, gamma ? gamma->data<S>() : nullptr, mp, rstd.data<S>(), p.cols, p.rms,
+        static_cast<T*>(gx.raw_data()));
+    KUSARI_CUDA_CHECK_LAUNCH();
+    if (ggamma == nullptr && gbeta == nullptr) return;
+    const int device = x.device().index();
+    const int64_t column_blocks = (p.cols + kNormColsX - 1) / kNormColsX;
+    const int64_t wanted = static_cast<int64_t>(sm_count(device)) * 8;
+    int64_t splits = (wanted + column_blocks - 1) / column_blocks;
+    splits = std::clamp<int64_t>(std::min<int64_t>(splits, (p.rows + kNormRowsY * 4 - 1) / (kNormRowsY * 4)), 1,
+                                 65535);
+    Array work = Array::empty({splits * 2 * p.cols}, dtype_of<S>, x.device());
+    row_norm_param_partials<T, S>
+        <<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(splits)), dim3(kNormColsX, kNormRowsY), 0,
+           stream>>>(xp, gyp, mp, rstd.data<S>(), p.rows, p.cols, work.data<S>());
+    KUSARI_CUDA_CHECK_LAUNCH();
+    row_norm_param_finish<S><<<static_cast<unsigned>((p.cols + 255) / 256), 256, 0, stream>>>(
+        work.data<S>(), static_cast<int>(splits), p.cols, ggamma ? ggamma->data<S>() : nullptr,
+        gbeta ? gbeta->data<S>() : nullptr);
+    KUSARI_CUDA_CHECK_LAUNCH();
+  });
+  return true;
+}
+
 }  // namespace
 
 void register_cuda_normalization_kernels() {
+  kernels::row_norm_forward.set(DeviceType::kCUDA, &row_norm_forward);
+  kernels::row_norm_backward.set(DeviceType::kCUDA, &row_norm_backward);
   kernels::batch_norm_statistics.set(DeviceType::kCUDA, &batch_norm_statistics);
   kernels::batch_norm_normalize.set(DeviceType::kCUDA, &batch_norm_normalize);
   kernels::batch_norm_backward_reduce.set(DeviceType::kCUDA, &batch_norm_backward_reduce);
