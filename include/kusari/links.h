@@ -12,3 +12,4 @@
 #include "kusari/links/linear.h"
 #include "kusari/links/link.h"
 #include "kusari/links/lstm.h"
+#include "kusari/links/transformer.h"

@@ -3,4 +3,5 @@
 //   namespace M = kusari::models;
 #pragma once
 
+#include "kusari/models/gpt.h"
 #include "kusari/models/resnet.h"

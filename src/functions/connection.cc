@@ -16,7 +16,8 @@ Variable linear(const Variable& x_in, const Variable& W, const Variable& b, int 
   Shape batch_shape(x_in.shape().begin(), x_in.shape().begin() + n_batch_axes);
   int64_t batch = batch_shape.numel();
   Variable x = x_in;
-  if (x_in.ndim() != n_batch_axes + 1) x = reshape(x_in, {batch, x_in.size() / std::max<int64_t>(batch, 1)});
+  const bool flatten = !(x_in.ndim() == 2 && n_batch_axes == 1);
+  if (flatten) x = reshape(x_in, {batch, x_in.size() / std::max<int64_t>(batch, 1)});
   KUSARI_CHECK(x.shape()[1] == W.shape()[1], ShapeError, "linear: x has ", x.shape()[1], " features (shape ",
                x_in.shape(), ") but W of shape ", W.shape(), " expects ", W.shape()[1]);
   KUSARI_CHECK(!b.defined() || (b.ndim() == 1 && b.shape()[0] == W.shape()[0]), ShapeError, "linear: b of shape ",
@@ -32,7 +33,7 @@ Variable linear(const Variable& x_in, const Variable& W, const Variable& b, int 
     if (ctx.num_inputs() > 2 && ctx.needs_input_grad(2)) ctx.set_input_grad(2, sum(gy, {0}));
   };
   Variable out = b.defined() ? record("linear", {x, W, b}, std::move(y), rule) : record("linear", {x, W}, std::move(y), rule);
-  if (x_in.ndim() != n_batch_axes + 1) {
+  if (flatten) {
     Shape os = batch_shape;
     os.push_back(W.shape()[0]);
     out = reshape(out, os);

@@ -1,5 +1,7 @@
 #include "kusari/links/linear.h"
 
+#include <algorithm>
+
 #include "kusari/functions/connection.h"
 
 namespace kusari::links {
@@ -20,17 +22,23 @@ Linear::Linear(std::optional<int64_t> in_size, int64_t out_size, bool nobias,
   }
 }
 
-Variable Linear::forward(const Variable& x) {
+Variable Linear::forward(const Variable& x) { return forward(x, 1); }
+
+Variable Linear::forward(const Variable& x, int n_batch_axes) {
+  KUSARI_CHECK(n_batch_axes >= 1 && n_batch_axes < std::max(x.ndim(), 2), ValueError,
+               "Linear: n_batch_axes must leave at least one feature axis of the input of shape ", x.shape(),
+               ", got ", n_batch_axes);
+  int64_t batch = 1;
+  for (int d = 0; d < std::min(n_batch_axes, x.ndim()); ++d) batch *= x.shape()[d];
   if (!W.is_initialized()) {
-    KUSARI_CHECK(x.ndim() >= 1 && x.shape()[0] > 0, ShapeError,
-                 "Linear: cannot infer in_size from input of shape ", x.shape());
-    W.initialize({out_size_, x.size() / x.shape()[0]});
+    KUSARI_CHECK(batch > 0, ShapeError, "Linear: cannot infer in_size from input of shape ", x.shape());
+    W.initialize({out_size_, x.size() / batch});
   }
-  const int64_t features = x.shape()[0] > 0 ? x.size() / x.shape()[0] : 0;
-  KUSARI_CHECK(W.ndim() != 2 || x.shape()[0] == 0 || W.shape()[1] == features, ShapeError,
+  const int64_t features = batch > 0 ? x.size() / batch : 0;
+  KUSARI_CHECK(W.ndim() != 2 || batch == 0 || W.shape()[1] == features, ShapeError,
                "Linear: the input has ", features, " features per example (shape ", x.shape(),
                ") but W of shape ", W.shape(), W.shape_origin(), " expects ", W.shape()[1]);
-  return functions::linear(x, W, b.defined() ? Variable(b) : Variable());
+  return functions::linear(x, W, b.defined() ? Variable(b) : Variable(), n_batch_axes);
 }
 
 }  // namespace kusari::links

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kusari/autograd/variable.h"
+#include "kusari/functions/math.h"
 #include "mn/nccl_library.h"
 #include "mn/reduce/bucket_reducer.h"
 #include "mn/reduce/mean_grad_pipeline.h"
@@ -155,6 +156,27 @@ void MultiNodeOptimizer::update(const std::function<Variable()>& lossfun) {
   options.retain_graph = false;  // Note [Freeing the graph during backward]
   loss.backward(options);
   loss = Variable();
+  step_after_backward();
+}
+
+void MultiNodeOptimizer::update_accumulated(int64_t n, const std::function<Variable(int64_t)>& lossfun) {
+  KUSARI_CHECK(target_, ValueError, "MultiNodeOptimizer: call setup(model) before update");
+  KUSARI_CHECK(n >= 1, ValueError, "MultiNodeOptimizer::update_accumulated: the number of micro-batches must be "
+               "positive, got ", n);
+  target_->cleargrads();
+  for (int64_t i = 0; i < n; ++i) {
+    Variable loss = lossfun(i);
+    if (n > 1) loss = functions::mul(loss, 1.0 / static_cast<double>(n));
+    BackwardOptions options;
+    if (actual_->loss_scale() != 1.0) options.loss_scale = actual_->loss_scale();
+    options.retain_graph = false;
+    if (i + 1 < n && reducer_) {
+      NoSync hold = no_sync();
+      loss.backward(options);
+    } else {
+      loss.backward(options);
+    }
+  }
   step_after_backward();
 }
 

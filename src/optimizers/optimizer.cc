@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kusari/core/routines.h"
+#include "kusari/functions/math.h"
 
 namespace kusari {
 
@@ -384,6 +385,23 @@ void Optimizer::update(const std::function<Variable()>& lossfun) {
   options.retain_graph = false;  // the loss is dropped next (Note [Freeing the graph during backward])
   loss.backward(options);
   loss = Variable();
+  update();
+}
+
+void Optimizer::update_accumulated(int64_t n, const std::function<Variable(int64_t)>& lossfun) {
+  KUSARI_CHECK(target_, ValueError, type_name(), ": call setup(link) before update");
+  KUSARI_CHECK(n >= 1, ValueError, type_name(), "::update_accumulated: the number of micro-batches must be positive, "
+               "got ", n);
+  target_->cleargrads();
+  settle_loss_scale();
+  for (int64_t i = 0; i < n; ++i) {
+    Variable loss = lossfun(i);
+    if (n > 1) loss = functions::mul(loss, 1.0 / static_cast<double>(n));
+    BackwardOptions options;
+    if (loss_scale_ != 1.0) options.loss_scale = loss_scale_;
+    options.retain_graph = false;
+    loss.backward(options);
+  }
   update();
 }
 

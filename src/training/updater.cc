@@ -30,6 +30,19 @@ void StandardUpdater::update() {
 StandardUpdater::~StandardUpdater() = default;
 
 void StandardUpdater::update_core() {
+  if (accumulation_steps_ > 1) {
+    Link* target = optimizer_->target();
+    optimizer_->update_accumulated(accumulation_steps_, [&](int64_t) {
+      std::vector<Example> batch = iterator_->next();
+      KUSARI_CHECK(!batch.empty(), ValueError,
+                   "StandardUpdater: the iterator has no more batches (a training iterator needs repeat=true)");
+      if (iterator_->is_new_epoch()) optimizer_->new_epoch();
+      std::vector<Array> arrays = converter_(batch, device_);
+      std::vector<Variable> inputs(arrays.begin(), arrays.end());
+      return loss_func_ ? loss_func_(inputs) : target->forward_batch(inputs);
+    });
+    return;
+  }
   std::vector<Example> batch = iterator_->next();
   KUSARI_CHECK(!batch.empty(), ValueError,
                "StandardUpdater: the iterator has no more batches (a training iterator needs repeat=true)");
@@ -48,9 +61,18 @@ void StandardUpdater::eager_step(const std::vector<Array>& arrays) {
   optimizer_->update([&]() { return loss_func_ ? loss_func_(inputs) : target->forward_batch(inputs); });
 }
 
+void StandardUpdater::set_accumulation_steps(int64_t steps) {
+  KUSARI_CHECK(steps >= 1, ValueError, "StandardUpdater::set_accumulation_steps: steps must be positive, got ", steps);
+  KUSARI_CHECK(steps == 1 || !use_cuda_graph_, ValueError, "StandardUpdater::set_accumulation_steps: gradient "
+               "accumulation cannot be replayed as a CUDA graph; turn set_use_cuda_graph off first");
+  accumulation_steps_ = steps;
+}
+
 void StandardUpdater::set_use_cuda_graph(bool use) {
   KUSARI_CHECK(!use || device_.is_cuda(), ValueError, "StandardUpdater::set_use_cuda_graph: the updater's device is ",
                device_, "; CUDA graphs record GPU work (give the updater a CUDA device)");
+  KUSARI_CHECK(!use || accumulation_steps_ == 1, ValueError, "StandardUpdater::set_use_cuda_graph: gradient "
+               "accumulation (", accumulation_steps_, " steps) cannot be replayed as a CUDA graph");
   use_cuda_graph_ = use;
   if (!use) recorded_.clear();
 }

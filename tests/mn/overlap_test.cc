@@ -143,6 +143,23 @@ struct Pair {
 
 class OverlapTest : public ::testing::TestWithParam<std::string> {};
 
+// Optimizer::update_accumulated: the overlapped optimizer holds back every backward but the
+// last (as under no_sync()) and takes the step the plain multi-node optimizer takes.
+TEST_P(OverlapTest, AccumulatedUpdatesEqualThoseWithoutOverlap) {
+  Pair pair(GetParam(), {});
+  const int rank = pair.comm_a->rank();
+  for (int t = 0; t < 4; ++t) {
+    Step s;
+    const int64_t t0 = pair.opt_a->t();
+    for (auto [model, opt] : {std::pair{pair.a.get(), pair.opt_a.get()}, std::pair{pair.b.get(), pair.opt_b.get()}}) {
+      manual_seed(900 + static_cast<uint64_t>(t));
+      opt->update_accumulated(3, [&, model = model](int64_t k) { return loss_of(*model, data(rank, 100 * t + k), s); });
+    }
+    expect_same(*pair.a, *pair.b, "accumulated step " + std::to_string(t), pair.opt_a->t() > t0);
+  }
+  EXPECT_EQ(pair.opt_b->t(), 3);  // (the first update broadcast instead of stepping)
+}
+
 TEST_P(OverlapTest, StepsEqualTheStepsWithoutOverlapBitForBit) {
   Pair pair(GetParam(), {});
   // Step 0 broadcasts and plans (without l3); step 2 creates l3 (broadcast, planned again);

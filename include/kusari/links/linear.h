@@ -20,6 +20,9 @@ class Linear : public Link {
   explicit Linear(int64_t out_size) : Linear(std::nullopt, out_size) {}
 
   Variable forward(const Variable& x) override;
+  /// With the first `n_batch_axes` axes of x kept (Chainer's n_batch_axes): x of shape
+  /// (B, T, in) and n_batch_axes 2 give (B, T, out), as a transformer applies its layers.
+  Variable forward(const Variable& x, int n_batch_axes);
 
   Parameter W;
   Parameter b;  // undefined when nobias

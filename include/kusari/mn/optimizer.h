@@ -75,6 +75,9 @@ class MultiNodeOptimizer : public Optimizer {
   void setup(std::shared_ptr<Link> target) override;
   void update() override;
   void update(const std::function<Variable()>& lossfun) override;
+  /// Accumulates the micro-batches' gradients locally (with overlap, the backward calls but the
+  /// last send nothing, as under no_sync()), then averages them over the processes once.
+  void update_accumulated(int64_t n, const std::function<Variable(int64_t)>& lossfun) override;
   void add_hook(std::shared_ptr<OptimizerHook> hook, const std::string& name = "") override;
   void remove_hook(const std::string& name) override;
   void new_epoch() override;

@@ -83,6 +83,12 @@ class Optimizer : public Serializable {
   virtual void update();
   /// Clears the gradients, computes lossfun() and its gradients, then takes one step.
   virtual void update(const std::function<Variable()>& lossfun);
+  /// Gradient accumulation: clears the gradients, adds those of lossfun(0), ..., lossfun(n - 1)
+  /// each divided by n (the gradient of the mean loss over n micro-batches: one step as with a
+  /// batch n times larger, in the memory of one micro-batch), then takes one step. Each
+  /// micro-batch's graph is freed by its backward. A multi-node optimizer averages over the
+  /// processes once, after the last micro-batch.
+  virtual void update_accumulated(int64_t n, const std::function<Variable(int64_t)>& lossfun);
 
   /// Adds a hook (its name defaults to hook->name()); names must be unique.
   virtual void add_hook(std::shared_ptr<OptimizerHook> hook, const std::string& name = "");

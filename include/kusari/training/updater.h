@@ -65,6 +65,12 @@ class StandardUpdater : public Updater {
   /// Note [Graph steps in the updater].
   void set_use_cuda_graph(bool use);
   bool use_cuda_graph() const { return use_cuda_graph_; }
+  /// Gradient accumulation: each update draws `steps` batches from the iterator (micro-batches)
+  /// and takes one optimizer step on their mean loss (Optimizer::update_accumulated); the
+  /// iteration count grows by one. The model's reports are the last micro-batch's. Not with a
+  /// CUDA graph (ValueError).
+  void set_accumulation_steps(int64_t steps);
+  int64_t accumulation_steps() const { return accumulation_steps_; }
   /// Steps run from a recording so far (diagnostics and tests).
   int64_t graph_replays() const { return graph_replays_; }
 
@@ -100,6 +106,7 @@ class StandardUpdater : public Updater {
   void graph_step(const std::vector<Array>& arrays);
 
   bool use_cuda_graph_ = false;
+  int64_t accumulation_steps_ = 1;
   int64_t graph_replays_ = 0;
   std::vector<std::unique_ptr<RecordedStep>> recorded_;
 };

@@ -78,8 +78,14 @@ EpochShift::EpochShift(std::string attr, const WarmupSchedule& schedule, std::st
     : EpochShift(std::move(attr), (schedule.validate(), std::function<double(double)>(schedule)),
                  std::move(optimizer)) {}
 
+double EpochShift::position(Trainer& trainer) const { return trainer.updater().epoch_detail(); }
+
+double IterationShift::position(Trainer& trainer) const {
+  return static_cast<double>(trainer.updater().iteration());
+}
+
 void EpochShift::set_value(Trainer& trainer) {
-  const double value = schedule_(trainer.updater().epoch_detail());
+  const double value = schedule_(position(trainer));
   trainer.updater().optimizer(optimizer_).hyperparam(attr_) = value;
   last_value_ = value;
 }

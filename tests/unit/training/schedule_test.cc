@@ -178,3 +178,43 @@ TEST(FailOnNonNumberTest, NamesTheParameterThatDiverged) {
 
 }  // namespace
 }  // namespace kusari::training::extensions
+
+namespace kusari::training::extensions {
+namespace {
+
+// IterationShift sets schedule(i) with i the iterations done; a WarmupSchedule counts in them.
+TEST(IterationShiftTest, WarmupAndCosineInIterations) {
+  WarmupSchedule s;
+  s.peak = 1.0;
+  s.warmup_start = 0.0;
+  s.warmup_epochs = 2;  // iterations, here
+  s.decay = WarmupSchedule::Decay::kCosine;
+  s.total_epochs = 6;
+  s.final_value = 0.0;
+  auto shift = std::make_shared<IterationShift>("lr", s);
+  EXPECT_EQ(shift->default_name(), "IterationShift");
+  // After iteration k the value set is schedule(k): 0.5, 1, then the cosine from 2 to 6.
+  std::vector<double> expected;
+  for (int k = 1; k <= 6; ++k) expected.push_back(s(k));
+  expect_values(lr_trace(shift, 6), expected);
+  EXPECT_DOUBLE_EQ(expected[0], 0.5);
+  EXPECT_DOUBLE_EQ(expected[5], 0.0);
+}
+
+// Two micro-batches of 2 per update take the step of one batch of 4, and count one iteration.
+TEST(GradientAccumulationTest, TheUpdaterStepsOnceOnTheMeanOfTheMicroBatches) {
+  auto big = make_setup(testing::fresh_out_dir("accumulate_big"), interval(1, "iteration"), 8, 4, 0.1);
+  auto small = make_setup(testing::fresh_out_dir("accumulate_small"), interval(1, "iteration"), 8, 2, 0.1);
+  small.updater->set_accumulation_steps(2);
+  EXPECT_EQ(small.updater->accumulation_steps(), 2);
+  big.updater->update();
+  small.updater->update();
+  EXPECT_EQ(small.updater->iteration(), 1);
+  EXPECT_DOUBLE_EQ(small.updater->epoch_detail(), 0.5);
+  EXPECT_NEAR(small.model->l->W.data().item<double>(), big.model->l->W.data().item<double>(), 1e-12);
+  EXPECT_NE(small.model->l->W.data().item<double>(), 0.5);  // (it moved)
+  EXPECT_THROW(small.updater->set_accumulation_steps(0), ValueError);
+}
+
+}  // namespace
+}  // namespace kusari::training::extensions

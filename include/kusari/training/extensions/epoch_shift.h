@@ -83,6 +83,10 @@ class EpochShift : public Extension {
   /// The last value set (nullopt before the first).
   std::optional<double> last_value() const { return last_value_; }
 
+ protected:
+  /// The schedule's argument: the updater's epoch_detail().
+  virtual double position(Trainer& trainer) const;
+
  private:
   void set_value(Trainer& trainer);
 
@@ -90,6 +94,24 @@ class EpochShift : public Extension {
   std::function<double(double)> schedule_;
   std::string optimizer_;
   std::optional<double> last_value_;
+};
+
+/// EpochShift over iterations: sets `attr` to schedule(i), i the number of iterations done (the
+/// step the next update takes is i + 1). A WarmupSchedule given here counts its warmup_epochs,
+/// decay_epochs and total_epochs in iterations, which is how language models are scheduled:
+///
+///   ext::WarmupSchedule s;                       // GPT-2 style: warm-up, then a cosine to 10%
+///   s.peak = 6e-4; s.warmup_epochs = 700; s.decay = ext::WarmupSchedule::Decay::kCosine;
+///   s.total_epochs = 19073; s.final_value = 6e-5;
+///   trainer.extend(std::make_shared<ext::IterationShift>("alpha", s));   // Adam's rate
+class IterationShift : public EpochShift {
+ public:
+  using EpochShift::EpochShift;
+  /// "IterationShift".
+  std::string default_name() const override { return "IterationShift"; }
+
+ protected:
+  double position(Trainer& trainer) const override;
 };
 
 }  // namespace kusari::training::extensions
