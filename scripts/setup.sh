@@ -40,7 +40,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   zlib1g-dev libzip-dev libcairo2-dev fonts-dejavu-core libpng-dev
   libturbojpeg0-dev libjpeg62-turbo-dev
-  libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev libpcre2-dev
   dataset-fashion-mnist
   python3-dev python3-numpy python3-pytest pybind11-dev libdlpack-dev  # the Python package and its tests
   iproute2  # ip netns, for the multi-host test (its unshare comes with util-linux, always installed)
