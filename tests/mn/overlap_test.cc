@@ -71,12 +71,21 @@ Array data(int rank, int step) {
 /// Checks that the parameters, and with `grads` the gradients, of `a` and `b` are equal. (After a
 /// step that broadcast instead of reducing, the overlapped gradients may hold the sums of the
 /// buckets sent during that backward: they are not compared then.)
-void expect_same(OverlapModel& a, OverlapModel& b, const std::string& where, bool grads = true) {
+/// `tolerance` > 0 compares within that relative tolerance instead of bit for bit.
+void expect_same(OverlapModel& a, OverlapModel& b, const std::string& where, bool grads = true,
+                 double tolerance = 0.0) {
   auto pa = a.namedparams(false), pb = b.namedparams(false);
   ASSERT_EQ(pa.size(), pb.size()) << where;
   for (size_t i = 0; i < pa.size(); ++i) {
     SCOPED_TRACE(where + " " + pa[i].first);
     ASSERT_EQ(pa[i].first, pb[i].first);
+    if (tolerance > 0) {
+      EXPECT_TRUE(testing::ArraysClose(pa[i].second.data(), pb[i].second.data(), tolerance)) << "parameter differs";
+      if (grads && pa[i].second.grad().defined()) {
+        EXPECT_TRUE(testing::ArraysClose(pa[i].second.grad(), pb[i].second.grad(), tolerance)) << "gradient differs";
+      }
+      continue;
+    }
     EXPECT_TRUE(array_equal(pa[i].second.data(), pb[i].second.data())) << "parameter differs";
     if (!grads) continue;
     const Array ga = pa[i].second.grad(), gb = pb[i].second.grad();
@@ -95,6 +104,8 @@ struct Pair {
   std::shared_ptr<OverlapModel> a, b;
   std::shared_ptr<Optimizer> opt_a, opt_b;
   MultiNodeOptimizer* overlapped = nullptr;
+  /// 0: the two must agree bit for bit; else the relative tolerance of the comparison.
+  double tolerance = 0.0;
 
   Pair(const std::string& kind, const CommunicatorOptions& copts, bool zero_fill = true,
        int64_t bucket_bytes = 400, int64_t first_bucket_bytes = 100) {
@@ -137,7 +148,7 @@ struct Pair {
       }
       opt->update();
     }
-    expect_same(*a, *b, "step " + std::to_string(step), opt_a->t() > t0);
+    expect_same(*a, *b, "step " + std::to_string(step), opt_a->t() > t0, tolerance);
   }
 };
 
@@ -359,9 +370,15 @@ TEST_P(OverlapTest, SixteenBitWireAndGradientsOutsideTheBuffer) {
 
 TEST_P(OverlapTest, BucketsLargerThanAnMpiMessageGoInPieces) {
   // Every collective in pieces of at most 7 elements, as allreduce_host cuts them too.
+  // The results agree within rounding, not bit for bit: MPI chooses its allreduce algorithm by
+  // the message's size (a piece shorter than the number of processes is reduced otherwise than a
+  // long one), so an element's order of summation follows where the cuts fall, and the packed
+  // buffer of the plain optimizer is cut elsewhere than the buckets. Uncut messages (the default
+  // limit is 2^30 elements) keep the bit-for-bit equality the other tests check.
   setenv("KUSARI_MN_MAX_MESSAGE_ELEMENTS", "7", 1);
   {
     Pair pair(GetParam(), {});
+    pair.tolerance = 1e-5;
     for (int t = 0; t < 3; ++t) {
       Step s;
       s.use_side = t != 1;

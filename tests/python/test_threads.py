@@ -11,7 +11,7 @@ import kusari.functions as F
 
 def test_python_runs_while_a_kernel_runs():
     kusari.set_blas_num_threads(1)
-    a = np.random.rand(600, 600).astype(np.float32)
+    a = np.random.rand(1200, 1200).astype(np.float32)
     done = threading.Event()
     ticks = [0]
 

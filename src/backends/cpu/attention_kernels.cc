@@ -1,9 +1,7 @@
 // CPU kernels: blocked scaled dot-product attention (Note [Blocked attention]). Each block of
 // queries is packed into a float buffer (double for float64 data) with the blocks of keys and
-// values it meets, the block products go to BLAS, and the online softmax runs between them; no
+// values it meets, the block products go to the CPU's GEMM (gemm.h), and the online softmax runs between them; no
 // buffer grows with the square of the sequence length.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,6 +12,7 @@
 #include "backends/common/dtype_visit.h"
 #include "backends/common/philox.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/loops.h"
 #include "kernels/attention.h"
 
@@ -33,16 +32,7 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <typename A>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const A* a, int64_t lda, const A* b, int64_t ldb,
           A beta, A* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  const CBLAS_TRANSPOSE ta_ = ta ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb_ = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<A, float>) {
-    cblas_sgemm(CblasRowMajor, ta_, tb_, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-                static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, ta_, tb_, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,
-                static_cast<int>(lda), b, static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-  }
+  cpu::gemm(ta, tb, m, n, k, A(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 // A (batch, heads, len, dim) array read through its strides.

@@ -6,7 +6,7 @@
 //   - oneDNN (when the build has it, KUSARI_HAVE_DNNL), for float32. Creating a oneDNN primitive
 //     is expensive (it picks and JIT-compiles an implementation), so primitives are built once per
 //     geometry and kept in a mutex-protected cache; see Note [oneDNN primitive cache].
-//   - im2col + GEMM (OpenBLAS), for float64 (oneDNN has no f64 convolution), for builds without
+//   - im2col + GEMM (gemm.h), for float64 (oneDNN has no f64 convolution), for builds without
 //     oneDNN, and whenever the environment variable KUSARI_CPU_CONV=im2col is set. A batch is
 //     processed in chunks of images whose column matrix stays under kColumnBudget elements; see
 //     Note [im2col layout].
@@ -18,8 +18,6 @@
 // arrays as they are (Note [oneDNN layouts]); im2col makes non-contiguous operands contiguous
 // first and computes a channels-last output into an NCHW buffer that one strided copy moves into
 // its NHWC memory.
-#include <cblas.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -35,6 +33,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm.h"
 #include "backends/cpu/loops.h"
 #include "kernels/elementwise.h"
 #include "kernels/nn.h"
@@ -103,8 +102,8 @@ ConvAlgorithm requested_algorithm() {
 //   gradient of x:   col_b (k, P)  = W_g^T @ gy_g (og, P), then col2im adds col back into gx
 //   gradient of W:   gW_g (og, k) += gy_g (og, P) @ col_b^T
 // without gathering y or gy into another layout. im2col and col2im work on the whole chunk in
-// one OpenMP region (few regions: OpenMP and OpenBLAS threads share the cores); the GEMMs use
-// OpenBLAS's own threads. Buffers are left uninitialised (every element is written first).
+// one OpenMP region (few regions: OpenMP and BLAS threads share the cores); the GEMMs use the
+// GEMM's own threads (gemm.h). Buffers are left uninitialised (every element is written first).
 
 /// Elements a column matrix may hold before the batch is split into chunks.
 constexpr int64_t kColumnBudget = int64_t{1} << 23;
@@ -122,16 +121,7 @@ std::unique_ptr<T[]> column_buffer(const ConvGeometry& g, int64_t chunk) {
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc) {
-  const CBLAS_TRANSPOSE ta_ = ta ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb_ = tb ? CblasTrans : CblasNoTrans;
-  const auto i = [](int64_t v) { return static_cast<int>(v); };
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta_, tb_, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), beta, c,
-                i(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, ta_, tb_, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), beta, c,
-                i(ldc));
-  }
+  cpu::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 /// Fills col (k, nb * P) from images [n0, n0 + nb) of x, group `group`.

@@ -1,10 +1,9 @@
-// CPU kernels: matrix products through CBLAS (OpenBLAS).
-#include <cblas.h>
-
+// CPU kernels: matrix products (Note [The CPU's GEMM] in gemm.h).
 #include <vector>
 
 #include "backends/matrix_layout.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/gemm.h"
 #include "kernels/linalg.h"
 #include "backends/cpu/loops.h"
 #include "kusari/core/routines.h"
@@ -12,20 +11,6 @@
 namespace kusari::cpu {
 namespace {
 
-
-template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
-          int64_t ldc) {
-  const CBLAS_TRANSPOSE ta_ = ta ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb_ = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta_, tb_, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
-                static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c, static_cast<int>(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, ta_, tb_, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,
-                static_cast<int>(lda), b, static_cast<int>(ldb), 0.0, c, static_cast<int>(ldc));
-  }
-}
 
 template <typename T>
 void matmul_blas(const Array& a_in, const Array& b_in, Array& out) {
@@ -51,7 +36,7 @@ void matmul_blas(const Array& a_in, const Array& b_in, Array& out) {
       oa += idx[d] * a.strides()[d];
       ob += idx[d] * b.strides()[d];
     }
-    gemm<T>(ma.transposed, mb.transposed, m, n, k, ap + oa, ma.ld, bp + ob, mb.ld, c + i * m * n, n);
+    gemm(ma.transposed, mb.transposed, m, n, k, T(1), ap + oa, ma.ld, bp + ob, mb.ld, T(0), c + i * m * n, n);
     for (int d = batch_shape.size() - 1; d >= 0; --d) {
       if (++idx[d] < batch_shape[d]) break;
       idx[d] = 0;
