@@ -15,7 +15,7 @@
 # CMAKE_PREFIX_PATH, the include and library paths, and the run-time search path point there.
 set -euo pipefail
 
-# Headers and libraries for the build (BLAS, oneDNN, GoogleTest, CLI11, nlohmann-json, libpng,
+# Headers and libraries for the build (BLAS, oneDNN, GoogleTest, CLI11, nlohmann-json, PCRE2, libpng,
 # libzip, libjpeg-turbo), with the run-time libraries those -dev packages point to. (oneDNN's
 # CMake configuration asks for OpenCL: its loader and headers come too. Without oneDNN the CPU
 # backend builds, but its float32 convolutions run as im2col + GEMM, several times slower.)
@@ -24,6 +24,7 @@ packages=(
   libdnnl-dev libdnnl2 ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers opencl-clhpp-headers
   libgtest-dev googletest
   libcli11-dev nlohmann-json3-dev
+  libpcre2-dev libpcre2-8-0  # GPT-2's tokenizer in examples/gpt
   libpng-dev libpng16-16 zlib1g-dev zlib1g
   libzip-dev libzip4
   libturbojpeg0-dev libturbojpeg0 libjpeg62-turbo-dev libjpeg62-turbo

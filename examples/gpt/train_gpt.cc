@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   int64_t batchsize = 8, seq_len = 128, iterations = 1000, accumulate = 1, warmup = 100, eval_interval = 100,
           eval_batches = 8, log_interval = 10, snapshot_interval = 0, generate = 0, top_k = 40, seed = 0;
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
-  double lr = 1e-3, min_lr = -1, weight_decay = 0.0, grad_clip = 1.0, dropout = 0.0, temperature = 0.8;
+  double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0, dropout = 0.0, temperature = 0.8;
   bool gpu = false, overlap = false, noplot = false;
   app.add_option("--text", text_path, "The text to learn (any file; 90% training, 10% validation)")
       ->capture_default_str();
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "The peak learning rate (Adam's alpha)")->capture_default_str()->check(kPositive);
   app.add_option("--min-lr", min_lr, "The rate the cosine ends at (default: lr / 10)");
   app.add_option("--warmup", warmup, "Iterations of linear warm-up")->capture_default_str()->check(kNonNegative);
-  app.add_option("--weight-decay", weight_decay, "AdamW's decoupled weight decay")
+  app.add_option("--weight-decay", weight_decay, "AdamW's decoupled weight decay, as PyTorch's: lr_t * wd * p per step (of the matrices; not of biases and norms)")
       ->capture_default_str()->check(kNonNegative);
   app.add_option("--grad-clip", grad_clip, "Largest global gradient norm (0: no clipping)")
       ->capture_default_str()->check(kNonNegative);
@@ -234,12 +234,14 @@ int main(int argc, char** argv) {
     kusari::optimizers::AdamOptions adam;
     adam.alpha = lr;
     adam.beta2 = 0.95;
-    adam.weight_decay_rate = weight_decay;
+    adam.weight_decay_rate = 0.0;  // (scheduled below)
     kusari::mn::MultiNodeOptimizerOptions mn_options;                          // (multi-node)
     mn_options.overlap = overlap;
     auto optimizer = kusari::mn::create_multi_node_optimizer(
         std::make_shared<kusari::optimizers::AdamW>(adam), comm, mn_options);
     optimizer->setup(model);
+    // Decay the matrices only (embeddings included), not the biases or the layer norms' scales.
+    optimizer->set_hyperparam_where("weight_decay_rate", 0.0, kusari::optimizers::is_bias_or_norm);
     if (grad_clip > 0) optimizer->add_hook(std::make_shared<kusari::optimizers::GradientClipping>(grad_clip));
     if (dtype != kusari::float32) {
       optimizer->use_fp32_update();                                            // (mixed precision)
@@ -259,6 +261,15 @@ int main(int argc, char** argv) {
     schedule.total_epochs = std::max(static_cast<double>(iterations), schedule.warmup_epochs + 1);
     schedule.final_value = min_lr;
     trainer.extend(std::make_shared<E::IterationShift>("alpha", schedule));
+    if (weight_decay > 0) {
+      // kusari's AdamW (Chainer's) decays by eta * rate * p per step, not scaled by alpha: the
+      // rate follows the same schedule times --weight-decay, which makes the decay PyTorch's
+      // lr_t * weight_decay * p.
+      E::WarmupSchedule decay = schedule;
+      decay.peak = lr * weight_decay;
+      decay.final_value = min_lr * weight_decay;
+      trainer.extend(std::make_shared<E::IterationShift>("weight_decay_rate", decay), "IterationShift(decay)");
+    }
     // Validation: the mean loss of --eval-batches windows (the same ones each time).
     auto evaluator = std::make_shared<E::Evaluator>(
         std::make_shared<kusari::SerialIterator>(

@@ -5,6 +5,7 @@ infer the input size at the first call; ``L.Convolution2D(out_channels, ksize)``
 """
 
 from kusari._kusari.links import (BatchNormalization, Classifier, Convolution2D, Deconvolution2D,  # noqa: F401
-                                  EmbedID, LSTM, Linear)
+                                  EmbedID, KVCache, LayerNormalization, LSTM, Linear, MultiHeadAttention,
+                                  RMSNormalization, TransformerBlock)
 from kusari._link import Chain, ChainList, Link, Sequential  # noqa: F401
 from kusari._kusari.mn import MultiNodeBatchNormalization  # noqa: F401

@@ -1,3 +1,6 @@
-"""The model zoo: ResNet-18/34/50/101/152 as torchvision builds them (kusari/models)."""
+"""The model zoo (kusari/models): ResNet-18/34/50/101/152 as torchvision builds them, and GPT as GPT-2 is
+built (124M parameters for gpt2_small, GPT-2's parameter names)."""
 
 from kusari._kusari.links.models import ResNet, resnet18, resnet34, resnet50, resnet101, resnet152  # noqa: F401
+from kusari._kusari.links.models import (GPT, GPTConfig, gpt2_medium, gpt2_medium_config, gpt2_small,  # noqa: F401
+                                         gpt2_small_config, gpt_tiny_config)

@@ -28,3 +28,4 @@ AdaGrad = _o.AdaGrad
 RMSpropWarmup = _o.RMSpropWarmup
 LARS = _o.LARS
 LAMB = _o.LAMB
+is_bias_or_norm = _o.is_bias_or_norm

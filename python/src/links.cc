@@ -1,5 +1,5 @@
 // kusari.links: Link, Chain, ChainList and Sequential (subclassable in Python), every link of
-// kusari/links, the initializers, and the ResNet zoo.
+// kusari/links, the initializers, and the model zoo (ResNets, GPT).
 //
 // Note [Links written in Python]
 // A Chain written in Python is a C++ Chain whose forward() and forward_batch() call back into
@@ -479,6 +479,98 @@ void init_links(py::module_& m) {
         return c.accuracy.defined() ? py::cast(c.accuracy) : py::none();
       });
 
+  // --- the transformer's links
+  py::class_<L::LayerNormalization, Link, std::shared_ptr<L::LayerNormalization>>(m, "LayerNormalization",
+                                                                                   py::dynamic_attr())
+      .def(py::init<int64_t, double, bool>(), py::arg("size"), py::arg("eps") = 1e-5, py::arg("use_beta") = true)
+      .def("__call__", [](L::LayerNormalization& l, const VarArg& x) {
+        py::gil_scoped_release r;
+        return l.forward(x.v);
+      }, py::arg("x"))
+      .def_property_readonly("gamma", [](const L::LayerNormalization& l) { return param_or_none(l.gamma); })
+      .def_property_readonly("beta", [](const L::LayerNormalization& l) { return param_or_none(l.beta); })
+      .def_readonly("eps", &L::LayerNormalization::eps);
+  py::class_<L::RMSNormalization, Link, std::shared_ptr<L::RMSNormalization>>(m, "RMSNormalization", py::dynamic_attr())
+      .def(py::init<int64_t, double>(), py::arg("size"), py::arg("eps") = 1e-6)
+      .def("__call__", [](L::RMSNormalization& l, const VarArg& x) {
+        py::gil_scoped_release r;
+        return l.forward(x.v);
+      }, py::arg("x"))
+      .def_property_readonly("gamma", [](const L::RMSNormalization& l) { return param_or_none(l.gamma); })
+      .def_readonly("eps", &L::RMSNormalization::eps);
+  py::class_<L::KVCache, std::shared_ptr<L::KVCache>>(m, "KVCache",
+                                                      "The keys and values a MultiHeadAttention has seen (generation).")
+      .def(py::init<>())
+      .def_property_readonly("length", &L::KVCache::length)
+      .def_property_readonly("k", [](const L::KVCache& c) { return c.k.defined() ? py::cast(c.k) : py::none(); })
+      .def_property_readonly("v", [](const L::KVCache& c) { return c.v.defined() ? py::cast(c.v) : py::none(); })
+      .def("clear", &L::KVCache::clear);
+  auto mask_of = [](py::handle mask) { return mask.is_none() ? Array() : array_from_python(mask, "MultiHeadAttention"); };
+  py::class_<L::MultiHeadAttention, Link, std::shared_ptr<L::MultiHeadAttention>>(m, "MultiHeadAttention",
+                                                                                   py::dynamic_attr())
+      .def(py::init([](int64_t size, int64_t n_heads, int64_t kv_size, bool causal, double dropout, bool bias,
+                       py::handle initialW, py::handle initial_out_W) {
+             L::MultiHeadAttentionOptions o;
+             o.kv_size = kv_size;
+             o.causal = causal;
+             o.dropout = dropout;
+             o.bias = bias;
+             o.initialW = initializer_of(initialW, "MultiHeadAttention");
+             o.initial_out_W = initializer_of(initial_out_W, "MultiHeadAttention");
+             return std::make_shared<L::MultiHeadAttention>(size, n_heads, o);
+           }),
+           py::arg("size"), py::arg("n_heads"), py::kw_only(), py::arg("kv_size") = 0, py::arg("causal") = false,
+           py::arg("dropout") = 0.0, py::arg("bias") = true, py::arg("initialW") = py::none(),
+           py::arg("initial_out_W") = py::none())
+      .def("__call__", [mask_of](L::MultiHeadAttention& a, const VarArg& x, py::handle memory, py::handle mask,
+                                 L::KVCache* cache) {
+        Array m = mask_of(mask);
+        if (!memory.is_none()) {
+          KUSARI_CHECK(cache == nullptr, ValueError,
+                       "MultiHeadAttention: a KV cache is for self-attention; got one with memory (cross-attention)");
+          Variable mem = variable_from_python(memory, false, "MultiHeadAttention");
+          py::gil_scoped_release r;
+          return a.forward(x.v, mem, m);
+        }
+        py::gil_scoped_release r;
+        return a.forward(x.v, cache, m);
+      }, py::arg("x"), py::arg("memory") = py::none(), py::kw_only(), py::arg("mask") = py::none(),
+         py::arg("cache") = static_cast<L::KVCache*>(nullptr),
+         "Self-attention of x (batch, length, size), with an optional KV cache, or cross-attention to memory.")
+      .def_property_readonly("size", &L::MultiHeadAttention::size)
+      .def_property_readonly("n_heads", &L::MultiHeadAttention::n_heads)
+      .def_readonly("c_attn", &L::MultiHeadAttention::c_attn)
+      .def_readonly("q_proj", &L::MultiHeadAttention::q_proj)
+      .def_readonly("kv_proj", &L::MultiHeadAttention::kv_proj)
+      .def_readonly("c_proj", &L::MultiHeadAttention::c_proj);
+  py::class_<L::TransformerBlock, Link, std::shared_ptr<L::TransformerBlock>>(m, "TransformerBlock", py::dynamic_attr())
+      .def(py::init([](int64_t size, int64_t n_heads, int64_t mlp_ratio, bool causal, double dropout, bool bias,
+                       double eps, bool gelu_tanh, py::handle initialW, py::handle initial_residual_W) {
+             L::TransformerBlockOptions o;
+             o.mlp_ratio = mlp_ratio;
+             o.causal = causal;
+             o.dropout = dropout;
+             o.bias = bias;
+             o.eps = eps;
+             o.gelu_tanh = gelu_tanh;
+             o.initialW = initializer_of(initialW, "TransformerBlock");
+             o.initial_residual_W = initializer_of(initial_residual_W, "TransformerBlock");
+             return std::make_shared<L::TransformerBlock>(size, n_heads, o);
+           }),
+           py::arg("size"), py::arg("n_heads"), py::kw_only(), py::arg("mlp_ratio") = 4, py::arg("causal") = true,
+           py::arg("dropout") = 0.0, py::arg("bias") = true, py::arg("eps") = 1e-5, py::arg("gelu_tanh") = true,
+           py::arg("initialW") = py::none(), py::arg("initial_residual_W") = py::none())
+      .def("__call__", [](L::TransformerBlock& b, const VarArg& x, L::KVCache* cache) {
+        py::gil_scoped_release r;
+        return cache ? b.forward(x.v, cache) : b.forward(x.v);
+      }, py::arg("x"), py::kw_only(), py::arg("cache") = static_cast<L::KVCache*>(nullptr))
+      .def_readonly("ln_1", &L::TransformerBlock::ln_1)
+      .def_readonly("attn", &L::TransformerBlock::attn)
+      .def_readonly("ln_2", &L::TransformerBlock::ln_2)
+      .def_readonly("mlp", &L::TransformerBlock::mlp)
+      .def_readonly("c_fc", &L::TransformerBlock::c_fc)
+      .def_readonly("c_proj", &L::TransformerBlock::c_proj);
+
   // --- the ResNet zoo (kusari.models)
   py::module_ models = m.def_submodule("models", "The model zoo");
   py::class_<models::ResNet, Chain, std::shared_ptr<models::ResNet>>(models, "ResNet", py::dynamic_attr())
@@ -503,6 +595,73 @@ void init_links(py::module_& m) {
   resnet("resnet50", &models::resnet50);
   resnet("resnet101", &models::resnet101);
   resnet("resnet152", &models::resnet152);
+
+  // --- GPT (kusari.models)
+  py::class_<models::GPTConfig>(models, "GPTConfig", "The size of a GPT (kusari/models/gpt.h).")
+      .def(py::init([](int64_t vocab_size, int64_t block_size, int64_t n_layer, int64_t n_head, int64_t n_embd,
+                       double dropout, bool bias, bool gelu_tanh, Dtype dtype) {
+             models::GPTConfig c;
+             c.vocab_size = vocab_size;
+             c.block_size = block_size;
+             c.n_layer = n_layer;
+             c.n_head = n_head;
+             c.n_embd = n_embd;
+             c.dropout = dropout;
+             c.bias = bias;
+             c.gelu_tanh = gelu_tanh;
+             c.dtype = dtype;
+             return c;
+           }),
+           py::kw_only(), py::arg("vocab_size") = 50257, py::arg("block_size") = 1024, py::arg("n_layer") = 12,
+           py::arg("n_head") = 12, py::arg("n_embd") = 768, py::arg("dropout") = 0.0, py::arg("bias") = true,
+           py::arg("gelu_tanh") = true, py::arg("dtype") = Dtype::kFloat32)
+      .def_readwrite("vocab_size", &models::GPTConfig::vocab_size)
+      .def_readwrite("block_size", &models::GPTConfig::block_size)
+      .def_readwrite("n_layer", &models::GPTConfig::n_layer)
+      .def_readwrite("n_head", &models::GPTConfig::n_head)
+      .def_readwrite("n_embd", &models::GPTConfig::n_embd)
+      .def_readwrite("dropout", &models::GPTConfig::dropout)
+      .def_readwrite("bias", &models::GPTConfig::bias)
+      .def_readwrite("gelu_tanh", &models::GPTConfig::gelu_tanh)
+      .def_readwrite("dtype", &models::GPTConfig::dtype)
+      .def("__repr__", [](const models::GPTConfig& c) {
+        return "GPTConfig(vocab_size=" + std::to_string(c.vocab_size) + ", block_size=" + std::to_string(c.block_size) +
+               ", n_layer=" + std::to_string(c.n_layer) + ", n_head=" + std::to_string(c.n_head) +
+               ", n_embd=" + std::to_string(c.n_embd) + ")";
+      });
+  models.def("gpt2_small_config", &models::gpt2_small_config);
+  models.def("gpt2_medium_config", &models::gpt2_medium_config);
+  models.def("gpt_tiny_config", &models::gpt_tiny_config, py::arg("vocab_size") = 256);
+  py::class_<models::GPT, Chain, std::shared_ptr<models::GPT>>(models, "GPT", py::dynamic_attr())
+      .def(py::init([](const models::GPTConfig& c) { return std::make_shared<models::GPT>(c); }), py::arg("config"))
+      .def("__call__", [](models::GPT& g, const ArrArg& idx, py::handle targets) {
+        if (targets.is_none()) {
+          py::gil_scoped_release r;
+          return g.forward(Variable(idx.a));
+        }
+        Array t = array_from_python(targets, "GPT");
+        py::gil_scoped_release r;
+        return g.forward_batch({Variable(idx.a), Variable(t)});
+      }, py::arg("idx"), py::arg("targets") = py::none(),
+         "model(idx): the logits (batch, T, vocab) of the next token; model(idx, targets): the mean "
+         "cross-entropy (targets of -1 ignored), reported as 'loss'.")
+      .def("generate", [](models::GPT& g, const ArrArg& prompt, int64_t max_new_tokens, double temperature,
+                          int64_t top_k) {
+        Array out;
+        {
+          py::gil_scoped_release r;
+          out = g.generate(prompt.a, max_new_tokens, temperature, top_k);
+        }
+        return array_to_python(out);
+      }, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0, py::arg("top_k") = 0)
+      .def("flops_per_token", &models::GPT::flops_per_token, py::arg("T"))
+      .def_property_readonly("config", &models::GPT::config)
+      .def_readonly("wte", &models::GPT::wte)
+      .def_readonly("wpe", &models::GPT::wpe)
+      .def_readonly("h", &models::GPT::h)
+      .def_readonly("ln_f", &models::GPT::ln_f);
+  models.def("gpt2_small", [] { return models::gpt2_small(); });
+  models.def("gpt2_medium", [] { return models::gpt2_medium(); });
 }
 
 }  // namespace kusari::python

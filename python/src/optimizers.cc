@@ -122,6 +122,21 @@ void init_optimizers(py::module_& m) {
              if (!scale.is_none()) s = scale.cast<double>();
              o.loss_scaling(interval, s);
            }, py::arg("interval") = 1000, py::arg("scale") = py::none())
+      .def("set_hyperparam_where", [](Optimizer& o, const std::string& name, double value, py::function select) {
+             // (called from update(), which runs without the GIL; released with it held)
+             std::shared_ptr<py::function> f(new py::function(std::move(select)), [](py::function* p) {
+               py::gil_scoped_acquire g;
+               delete p;
+             });
+             o.set_hyperparam_where(name, value, [f](const std::string& path, const Parameter& param) {
+               py::gil_scoped_acquire g;
+               return py::bool_((*f)(path, param)).cast<bool>();
+             });
+           },
+           py::arg("name"), py::arg("value"), py::arg("select"),
+           "Gives the parameters that select(path, param) picks their own value of a hyperparameter, e.g. "
+           "opt.set_hyperparam_where('weight_decay_rate', 0.0, kusari.optimizers.is_bias_or_norm).")
+      .def_property_readonly("per_parameter_hyperparams", &Optimizer::per_parameter_hyperparams)
       .def_property_readonly("hyperparam_names", &Optimizer::hyperparam_names)
       .def("__getattr__", [](Optimizer& o, const std::string& name) -> py::object {
         if (o.has_hyperparam(name)) {
@@ -135,6 +150,9 @@ void init_optimizers(py::module_& m) {
       .def("_has_hyperparam", &Optimizer::has_hyperparam)
       .def("_set_hyperparam", [](Optimizer& o, const std::string& name, double value) { o.hyperparam(name) = value; })
       .def("__repr__", [](const Optimizer& o) { return std::string(o.type_name()) + "()"; });
+
+  m.def("is_bias_or_norm", &O::is_bias_or_norm, py::arg("path"), py::arg("param"),
+        "A selector for set_hyperparam_where: biases and normalization parameters (at most one axis).");
 
   py::class_<O::SGD, Optimizer, std::shared_ptr<O::SGD>>(m, "SGD").def(py::init<double>(), py::arg("lr") = 0.01);
   py::class_<O::MomentumSGD, Optimizer, std::shared_ptr<O::MomentumSGD>>(m, "MomentumSGD")

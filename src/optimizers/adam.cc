@@ -48,7 +48,7 @@ void Adam::init_state(ParamState& s) {
 std::optional<Optimizer::UpdateStep> Adam::update_step(ParamState& s) {
   const Array& data = s.param.data();
   // As Chainer does: an eps that rounds to zero in the compute type would divide by zero.
-  const double e = eps();
+  const double e = hyperparam_for(s, "eps");
   KUSARI_CHECK(e == 0.0 || data.dtype() == Dtype::kFloat64 || static_cast<float>(e) != 0.0f,
                ValueError, type_name(), ": eps (", e, ") is too small for ",
                dtype_name(data.dtype()), " parameters");
@@ -58,7 +58,8 @@ std::optional<Optimizer::UpdateStep> Adam::update_step(ParamState& s) {
   if (ams) state.push_back(&s.get("vhat"));
   return UpdateStep{
       UpdateRule::kAdam,
-      {bias_corrected_alpha(s.t), beta1(), beta2(), e, eta(), weight_decay_rate(), ams ? 1.0 : 0.0},
+      {bias_corrected_alpha(s.t), hyperparam_for(s, "beta1"), hyperparam_for(s, "beta2"), e,
+       hyperparam_for(s, "eta"), hyperparam_for(s, "weight_decay_rate"), ams ? 1.0 : 0.0},
       std::move(state)};
 }
 

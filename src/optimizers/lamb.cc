@@ -27,7 +27,7 @@ void LAMB::update_one(ParamState& s) {
   const Array& g = s.param.grad();
   Array& m = s.get("m");
   Array& v = s.get("v");
-  const double beta1 = hyperparam("beta1"), beta2 = hyperparam("beta2");
+  const double beta1 = hyperparam_for(s, "beta1"), beta2 = hyperparam_for(s, "beta2");
   m.assign(m * beta1 + g * (1.0 - beta1));
   v.assign(v * beta2 + g * g * (1.0 - beta2));
   double c1 = 1.0, c2 = 1.0;  // bias corrections from the parameter's step count
@@ -35,13 +35,13 @@ void LAMB::update_one(ParamState& s) {
     c1 = 1.0 - std::pow(beta1, static_cast<double>(s.t));
     c2 = 1.0 - std::pow(beta2, static_cast<double>(s.t));
   }
-  Array direction = (m * (1.0 / c1)) / (sqrt(v * (1.0 / c2)) + hyperparam("eps"));
+  Array direction = (m * (1.0 / c1)) / (sqrt(v * (1.0 / c2)) + hyperparam_for(s, "eps"));
   const double lr = hyperparam("lr");
   if (exclude && exclude(s.path, s.param)) {
     p.assign(p - direction * lr);
     return;
   }
-  const double wd = hyperparam("weight_decay_rate");
+  const double wd = hyperparam_for(s, "weight_decay_rate");
   if (wd != 0.0) direction = direction + p * wd;
   const Array w_norm = detail::l2_norm(p), r_norm = detail::l2_norm(direction);
   const Array trust = detail::trust_ratio(w_norm, r_norm, w_norm / r_norm);

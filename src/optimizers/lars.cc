@@ -35,15 +35,15 @@ void LARS::update_one(ParamState& s) {
   Array p = s.param.data();  // handles to the parameter's and the state's memory
   const Array& g = s.param.grad();
   Array& v = s.get("v");
-  const double lr = hyperparam("lr"), momentum = hyperparam("momentum");
+  const double lr = hyperparam("lr"), momentum = hyperparam_for(s, "momentum");
   Array step;  // lr x trust x the direction
   if (exclude && exclude(s.path, s.param)) {
     step = g * lr;
   } else {
-    const double wd = hyperparam("weight_decay_rate");
+    const double wd = hyperparam_for(s, "weight_decay_rate");
     const Array w_norm = detail::l2_norm(p), g_norm = detail::l2_norm(g);
-    const Array denom = g_norm + w_norm * wd + hyperparam("eps");
-    const Array trust = detail::trust_ratio(w_norm, g_norm, w_norm * hyperparam("eta") / denom);
+    const Array denom = g_norm + w_norm * wd + hyperparam_for(s, "eps");
+    const Array trust = detail::trust_ratio(w_norm, g_norm, w_norm * hyperparam_for(s, "eta") / denom);
     step = (wd != 0.0 ? g + p * wd : g) * (trust * lr);
   }
   v.assign(v * momentum - step);

@@ -439,6 +439,29 @@ double& Optimizer::hyperparam(const std::string& name) {
   KUSARI_THROW(ValueError, type_name(), ": no hyperparameter named '", name, "' (it has: ", names.str(), ")");
 }
 
+void Optimizer::set_hyperparam_where(const std::string& name, double value,
+                                     std::function<bool(const std::string&, const Parameter&)> select) {
+  hyperparam(name);  // ValueError naming the valid ones
+  const std::vector<std::string> allowed = per_parameter_hyperparams();
+  if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+    std::ostringstream names;
+    for (size_t i = 0; i < allowed.size(); ++i) names << (i ? ", " : "") << allowed[i];
+    KUSARI_THROW(ValueError, type_name(), ": set_hyperparam_where('", name, "'): ", type_name(),
+                 " reads '", name, "' once for all parameters; it reads per parameter: ",
+                 allowed.empty() ? std::string("none") : names.str());
+  }
+  KUSARI_CHECK(static_cast<bool>(select), ValueError, type_name(), ": set_hyperparam_where('", name,
+               "') needs a selector, got an empty function");
+  hyperparam_rules_.push_back({name, value, std::move(select)});
+}
+
+double Optimizer::hyperparam_for(const ParamState& state, const std::string& name) const {
+  for (auto r = hyperparam_rules_.rbegin(); r != hyperparam_rules_.rend(); ++r) {
+    if (r->name == name && r->select(state.path, state.param)) return r->value;
+  }
+  return hyperparam(name);
+}
+
 bool Optimizer::has_hyperparam(const std::string& name) const {
   return std::any_of(hyperparams_.begin(), hyperparams_.end(), [&](const auto& h) { return h.first == name; });
 }

@@ -58,6 +58,8 @@ RUN_SMALL = {
     "train_dcgan": ([(("-e", "--epoch"), "1"), (("--train-size",), "300")], []),
     "train_charlm": ([(("-e", "--epoch"), "1"), (("--lines",), "40"), (("-u", "--unit"), "16")], []),
     "train_a2c": ([(("--steps",), "20"), (("--envs",), "4")], []),
+    "train_gpt": ([(("-i", "--iterations"), "10"), (("--eval-interval",), "5"), (("--log-interval",), "5")],
+                  ["--noplot"]),
     "train_mnist.py": ([(("-e", "--epoch"), "1"), (("-u", "--unit"), "50")], ["--noplot"]),
 }
 

@@ -96,6 +96,14 @@ class MultiNodeOptimizer : public Optimizer {
   int64_t last_update_calls() const override { return actual_->last_update_calls(); }
   double& hyperparam(const std::string& name) override;
   bool has_hyperparam(const std::string& name) const override;
+  void set_hyperparam_where(const std::string& name, double value,
+                            std::function<bool(const std::string&, const Parameter&)> select) override {
+    actual_->set_hyperparam_where(name, value, std::move(select));
+  }
+  std::vector<std::string> per_parameter_hyperparams() const override { return actual_->per_parameter_hyperparams(); }
+  double hyperparam_for(const ParamState& state, const std::string& name) const override {
+    return actual_->hyperparam_for(state, name);
+  }
   double lr() const override;
   std::vector<ParamState>& param_states() override;
   void serialize(Serializer& serializer) override;

@@ -77,6 +77,9 @@ class Adam : public Optimizer {
   double bias_corrected_alpha(int64_t t) const;
 
   const char* type_name() const override { return "Adam"; }
+  std::vector<std::string> per_parameter_hyperparams() const override {
+    return {"beta1", "beta2", "eps", "eta", "weight_decay_rate"};
+  }
 
  protected:
   void init_state(ParamState& state) override;

@@ -48,6 +48,9 @@ class LAMB : public Optimizer {
   /// The tensors left out of the adaptation and the weight decay.
   ParamPredicate exclude;
   const char* type_name() const override { return "LAMB"; }
+  std::vector<std::string> per_parameter_hyperparams() const override {
+    return {"beta1", "beta2", "eps", "weight_decay_rate"};
+  }
 
  protected:
   void init_state(ParamState& state) override;

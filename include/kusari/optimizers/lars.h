@@ -44,6 +44,9 @@ class LARS : public Optimizer {
   /// The tensors left out of the adaptation and the weight decay.
   ParamPredicate exclude;
   const char* type_name() const override { return "LARS"; }
+  std::vector<std::string> per_parameter_hyperparams() const override {
+    return {"momentum", "eps", "eta", "weight_decay_rate"};
+  }
 
  protected:
   void init_state(ParamState& state) override;

@@ -116,6 +116,21 @@ class Optimizer : public Serializable {
   std::vector<std::string> hyperparam_names() const;
   /// The learning rate steps are taken with (observe_lr reports it); Adam's depends on t.
   virtual double lr() const { return hyperparam("lr"); }
+  /// Gives the parameters that `select` picks (by path, "/h/0/ln_1/gamma", and parameter) their
+  /// own fixed value of the hyperparameter `name` (Chainer's param.update_rule.hyperparam.NAME,
+  /// PyTorch's parameter groups); the others keep the optimizer's value, schedules included.
+  /// Where several calls pick a parameter, the last one wins. `name` must be one that the
+  /// optimizer reads per parameter (per_parameter_hyperparams(): Adam's and AdamW's beta1,
+  /// beta2, eps, eta and weight_decay_rate; LAMB's and LARS's), else ValueError. The usual use,
+  /// no decay on biases and normalization scales:
+  ///   opt.set_hyperparam_where("weight_decay_rate", 0.0, optimizers::is_bias_or_norm (hooks.h));
+  /// Not serialized (configuration, like the hooks): a resumed run sets it again.
+  virtual void set_hyperparam_where(const std::string& name, double value,
+                                    std::function<bool(const std::string& path, const Parameter& param)> select);
+  /// The hyperparameters that set_hyperparam_where can set for some parameters.
+  virtual std::vector<std::string> per_parameter_hyperparams() const { return {}; }
+  /// The value of the hyperparameter `name` that `state`'s parameter is stepped with.
+  virtual double hyperparam_for(const ParamState& state, const std::string& name) const;
 
   /// The per-parameter states, in sorted parameter-path order, refreshed against the target's
   /// current parameters (lazily sized parameters appear once initialised).
@@ -194,6 +209,13 @@ class Optimizer : public Serializable {
 
   std::shared_ptr<Link> target_;
   std::vector<std::pair<std::string, double>> hyperparams_;
+  /// set_hyperparam_where's rules, in the order they were set.
+  struct HyperparamRule {
+    std::string name;
+    double value;
+    std::function<bool(const std::string&, const Parameter&)> select;
+  };
+  std::vector<HyperparamRule> hyperparam_rules_;
   std::vector<std::pair<std::string, std::shared_ptr<OptimizerHook>>> hooks_;
   std::vector<ParamState> states_;
   // States loaded by serialize() for parameters that were not initialised yet (lazily sized

@@ -313,6 +313,50 @@ TEST_P(OptimizersTest, AdamWDecayIsDecoupledFromTheGradient) {
   EXPECT_EQ(opt.hyperparam("weight_decay_rate"), 0.1);
 }
 
+TEST_P(OptimizersTest, PerParameterWeightDecaySparesBiases) {
+  // AdamW with decay 0.1, eta 0.5 and zero gradients: a step is the decay alone, so the matrix
+  // shrinks by eta wd and the bias, exempted by is_bias_or_norm, stays as it was.
+  auto model = std::make_shared<Chain>();
+  auto l1 = model->add_link("l1", std::make_shared<links::Linear>(2, 2));
+  l1->to_device(device());
+  l1->W.set_data(make({1.0, 2.0, 3.0, 4.0}, float32).reshape({2, 2}));
+  l1->b.set_data(make({5.0, 6.0}, float32));
+  O::AdamW opt(0.001, 0.9, 0.999, 1e-8, 0.5, 0.1);
+  opt.setup(model);
+  opt.set_hyperparam_where("weight_decay_rate", 0.0, O::is_bias_or_norm);
+  l1->W.set_grad(Array::zeros({2, 2}, float32, device()));
+  l1->b.set_grad(Array::zeros({2}, float32, device()));
+  opt.update();
+  EXPECT_TRUE(testing::ArraysClose(l1->W.data(), make({0.95, 1.9, 2.85, 3.8}, float32).reshape({2, 2}), 1e-6));
+  EXPECT_TRUE(testing::ArraysClose(l1->b.data(), make({5.0, 6.0}, float32), 0));
+  // The optimizer's own value is untouched; the last rule that picks a parameter wins.
+  EXPECT_EQ(opt.weight_decay_rate(), 0.1);
+  opt.set_hyperparam_where("weight_decay_rate", 0.2, [](const std::string& path, const Parameter&) {
+    return path == "/l1/b";
+  });
+  for (auto& st : opt.param_states()) {
+    EXPECT_EQ(opt.hyperparam_for(st, "weight_decay_rate"), st.path == "/l1/b" ? 0.2 : 0.1) << st.path;
+  }
+}
+
+TEST(OptimizerHyperparams, PerParameterValuesOnlyWhereTheRuleReadsThem) {
+  O::Adam adam;
+  try {
+    adam.set_hyperparam_where("alpha", 0.0, O::is_bias_or_norm);
+    FAIL() << "alpha is read once per step";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("Adam: set_hyperparam_where('alpha'): Adam reads 'alpha' once for all "
+                                         "parameters; it reads per parameter: beta1, beta2, eps, eta, "
+                                         "weight_decay_rate"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(adam.set_hyperparam_where("momentum", 0.0, O::is_bias_or_norm), ValueError);
+  O::SGD sgd;
+  EXPECT_THROW(sgd.set_hyperparam_where("lr", 0.0, O::is_bias_or_norm), ValueError);
+  EXPECT_THROW(adam.set_hyperparam_where("eps", 0.0, nullptr), ValueError);
+}
+
 TEST_P(OptimizersTest, AmsgradSwitchedOnLaterGainsVhat) {
   auto model = std::make_shared<Holder>(make(kStart));
   O::Adam opt;
