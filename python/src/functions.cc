@@ -53,6 +53,14 @@ void init_functions(py::module_& f) {
   f.def("log_softmax", [](const VarArg& x, int axis) { return F::log_softmax(x.v, axis); }, py::arg("x"),
         py::arg("axis") = 1, R());
 
+  f.def("selu", [](const VarArg& x, double alpha, double scale) { return F::selu(x.v, alpha, scale); }, py::arg("x"),
+        py::arg("alpha") = 1.6732632423543772848170429916717, py::arg("scale") = 1.0507009873554804934193349852946,
+        R());
+  f.def("hard_sigmoid", [](const VarArg& x) { return F::hard_sigmoid(x.v); }, py::arg("x"), R());
+  f.def("crelu", [](const VarArg& x, int axis) { return F::crelu(x.v, axis); }, py::arg("x"), py::arg("axis") = 1, R());
+  f.def("maxout", [](const VarArg& x, int64_t pool_size, int axis) { return F::maxout(x.v, pool_size, axis); },
+        py::arg("x"), py::arg("pool_size"), py::arg("axis") = 1, R());
+
   // --- array manipulation
   f.def("reshape", [](const VarArg& x, const Shape& shape) { return F::reshape(x.v, shape); }, py::arg("x"),
         py::arg("shape"), R());
@@ -145,6 +153,20 @@ void init_functions(py::module_& f) {
   f.def("sigmoid_cross_entropy", [](const VarArg& x, const ArrArg& t, bool normalize, const std::string& reduce) {
           return F::sigmoid_cross_entropy(x.v, t.a, normalize, reduce_of(reduce, "F.sigmoid_cross_entropy"));
         }, py::arg("x"), py::arg("t"), py::arg("normalize") = true, py::arg("reduce") = "mean");
+  f.def("huber_loss", [](const VarArg& x, const VarArg& t, double delta, const std::string& reduce) {
+          F::HuberReduce red;
+          if (reduce == "sum_along_second_axis") {
+            red = F::HuberReduce::kSumAlongSecondAxis;
+          } else if (reduce == "no") {
+            red = F::HuberReduce::kNone;
+          } else {
+            throw py::value_error("F.huber_loss: reduce must be 'sum_along_second_axis' or 'no', got '" + reduce + "'");
+          }
+          return F::huber_loss(x.v, t.v, delta, red);
+        }, py::arg("x"), py::arg("t"), py::arg("delta"), py::arg("reduce") = "sum_along_second_axis");
+  f.def("sigmoid_focal_loss", [](const VarArg& x, const ArrArg& t, double alpha, double gamma, const std::string& reduce) {
+          return F::sigmoid_focal_loss(x.v, t.a, alpha, gamma, reduce_of(reduce, "F.sigmoid_focal_loss"));
+        }, py::arg("x"), py::arg("t"), py::arg("alpha") = 0.25, py::arg("gamma") = 2.0, py::arg("reduce") = "no");
   f.def("mean_squared_error", [](const VarArg& a, const VarArg& b) { return F::mean_squared_error(a.v, b.v); },
         py::arg("x0"), py::arg("x1"), R());
 
@@ -211,6 +233,14 @@ void init_functions(py::module_& f) {
           py::gil_scoped_release r;
           return F::layer_normalization(x.v, g, b, eps);
         }, py::arg("x"), py::arg("gamma") = py::none(), py::arg("beta") = py::none(), py::arg("eps") = 1e-5);
+  f.def("group_normalization", [](const VarArg& x, int64_t groups, const VarArg& gamma, const VarArg& beta, double eps) {
+          py::gil_scoped_release r;
+          return F::group_normalization(x.v, groups, gamma.v, beta.v, eps);
+        }, py::arg("x"), py::arg("groups"), py::arg("gamma"), py::arg("beta"), py::arg("eps") = 1e-5);
+  f.def("local_response_normalization", [](const VarArg& x, int64_t n, double k, double alpha, double beta) {
+          py::gil_scoped_release r;
+          return F::local_response_normalization(x.v, n, k, alpha, beta);
+        }, py::arg("x"), py::arg("n") = 5, py::arg("k") = 2.0, py::arg("alpha") = 1e-4, py::arg("beta") = 0.75);
   f.def("rms_normalization", [](const VarArg& x, py::handle gamma, double eps) {
           Variable g = gamma.is_none() ? Variable() : variable_from_python(gamma, false, "F.rms_normalization");
           py::gil_scoped_release r;
@@ -308,6 +338,16 @@ void init_functions(py::module_& f) {
         },
         py::arg("x"), py::arg("ksize"), py::arg("stride") = py::none(), py::arg("pad") = 0,
         py::arg("cover_all") = true);
+  f.def("unpooling_2d",
+        [](const VarArg& x, F::IntPair ksize, py::handle stride, F::IntPair pad, py::handle outsize, bool cover_all) {
+          std::optional<F::IntPair> s, o;
+          if (!stride.is_none()) s = stride.cast<F::IntPair>();
+          if (!outsize.is_none()) o = outsize.cast<F::IntPair>();
+          py::gil_scoped_release r;
+          return F::unpooling_2d(x.v, ksize, s, pad, o, cover_all);
+        },
+        py::arg("x"), py::arg("ksize"), py::arg("stride") = py::none(), py::arg("pad") = 0,
+        py::arg("outsize") = py::none(), py::arg("cover_all") = true);
   f.def("average_pooling_2d",
         [](const VarArg& x, F::IntPair ksize, py::handle stride, F::IntPair pad) {
           std::optional<F::IntPair> s;

@@ -2,6 +2,7 @@
 
 #include "functions/function_util.h"
 #include "kusari/core/routines.h"
+#include "kusari/functions/array.h"
 #include "kusari/functions/math.h"
 
 namespace kusari::functions {
@@ -173,6 +174,51 @@ Variable log_softmax(const Variable& x, int axis_in) {
         ctx.set_input_grad(0, sub(gy, mul(exp(ctx.output()), sum(gy, {axis}, true))));
       },
       kRetainOutput);
+}
+
+// Note [Composed Chainer functions]
+// selu, hard_sigmoid, crelu, maxout, huber_loss, sigmoid_focal_loss, group_normalization,
+// local_response_normalization and unpooling_2d are written with other differentiable functions,
+// so they run on every device that has those, have gradients of every order, and need no kernel
+// of their own (Chainer's F. of the same names; docs/functions.md).
+
+Variable selu(const Variable& x, double alpha, double scale) {
+  detail::check_floating("selu", x);
+  return mul(elu(x, alpha), scale);
+}
+
+Variable hard_sigmoid(const Variable& x) {
+  detail::check_floating("hard_sigmoid", x);
+  return clip(add(mul(x, 0.2), 0.5), 0.0, 1.0);
+}
+
+Variable crelu(const Variable& x, int axis) {
+  detail::check_floating("crelu", x);
+  const int nd = x.ndim();
+  KUSARI_CHECK(axis >= -nd && axis < nd, ValueError, "crelu: axis ", axis, " is out of range for a ", nd,
+               "-d input of shape ", x.shape());
+  return concat({relu(x), relu(neg(x))}, axis);
+}
+
+Variable maxout(const Variable& x, int64_t pool_size, int axis) {
+  detail::check_floating("maxout", x);
+  const int nd = x.ndim();
+  KUSARI_CHECK(axis >= -nd && axis < nd, ValueError, "maxout: axis ", axis, " is out of range for a ", nd,
+               "-d input of shape ", x.shape());
+  if (axis < 0) axis += nd;
+  const int64_t m = x.shape()[axis];
+  KUSARI_CHECK(pool_size > 0 && m % pool_size == 0, ValueError, "maxout: pool_size ", pool_size,
+               " must be positive and divide the size ", m, " of axis ", axis, " of x ", x.shape());
+  Shape s;
+  for (int d = 0; d < nd; ++d) {
+    if (d == axis) {
+      s.push_back(m / pool_size);
+      s.push_back(pool_size);
+    } else {
+      s.push_back(x.shape()[d]);
+    }
+  }
+  return max(reshape(x, s), {axis + 1});
 }
 
 }  // namespace kusari::functions

@@ -167,4 +167,40 @@ Variable mean_squared_error(const Variable& x0, const Variable& x1) {
   });
 }
 
+// (Note [Composed Chainer functions] in activation.cc.)
+Variable huber_loss(const Variable& x, const Variable& t, double delta, HuberReduce reduce) {
+  detail::check_floating("huber_loss", x);
+  KUSARI_CHECK(x.shape() == t.shape() && x.dtype() == t.dtype(), ValueError,
+               "huber_loss: x and t must have the same shape and dtype, got ", x.shape(), " ",
+               dtype_name(x.dtype()), " and ", t.shape(), " ", dtype_name(t.dtype()));
+  KUSARI_CHECK(delta > 0, ValueError, "huber_loss: delta must be positive, got ", delta);
+  // With a = |x - t| and q = min(a, delta): 0.5 q^2 + delta (a - q) is 0.5 a^2 inside and
+  // delta (a - 0.5 delta) outside, with one expression (and its gradients) for both.
+  const Variable a = abs(sub(x, t));
+  const Variable q = minimum(a, Variable(Array::full_like(a.data(), delta)));
+  Variable loss = add(mul(square(q), 0.5), mul(sub(a, q), delta));
+  if (reduce == HuberReduce::kNone || loss.ndim() < 2) return loss;
+  Axes rest;
+  for (int d = 1; d < loss.ndim(); ++d) rest.push_back(d);
+  return sum(loss, rest);
+}
+
+Variable sigmoid_focal_loss(const Variable& x, const Array& t, double alpha, double gamma, Reduce reduce) {
+  detail::check_floating("sigmoid_focal_loss", x);
+  KUSARI_CHECK(t.shape() == x.shape(), ValueError, "sigmoid_focal_loss: t's shape ", t.shape(),
+               " is not x's ", x.shape());
+  KUSARI_CHECK(gamma >= 0, ValueError, "sigmoid_focal_loss: gamma must be non-negative, got ", gamma);
+  KUSARI_CHECK(alpha <= 1, ValueError, "sigmoid_focal_loss: alpha must be at most 1 (negative: no weighting), got ",
+               alpha);
+  const Variable tv(t.astype(x.dtype()).to_device(x.device()));
+  // The cross entropy of logits, softplus(x) - x t, stable in both tails.
+  const Variable ce = sub(softplus(x), mul(x, tv));
+  const Variable p = sigmoid(x);
+  // 1 - p_t = p + t - 2 p t.
+  const Variable one_minus_pt = sub(add(p, tv), mul(mul(p, tv), 2.0));
+  Variable loss = gamma == 0 ? ce : mul(ce, pow(one_minus_pt, gamma));
+  if (alpha >= 0) loss = mul(loss, add(mul(tv, 2.0 * alpha - 1.0), 1.0 - alpha));  // alpha t + (1 - alpha)(1 - t)
+  return reduce == Reduce::kMean ? mean(loss) : loss;
+}
+
 }  // namespace kusari::functions

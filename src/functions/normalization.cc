@@ -12,6 +12,7 @@
 #include "kusari/core/routines.h"
 #include "kusari/functions/activation.h"
 #include "kusari/functions/array.h"
+#include "kusari/functions/convolution.h"
 #include "kusari/functions/math.h"
 #include "routines/normalization.h"
 
@@ -694,6 +695,46 @@ Variable layer_normalization(const Variable& x, const Variable& gamma, const Var
 
 Variable rms_normalization(const Variable& x, const Variable& gamma, double eps) {
   return row_normalization("rms_normalization", x, gamma, Variable(), eps, true);
+}
+
+// (Note [Composed Chainer functions] in activation.cc.)
+Variable group_normalization(const Variable& x, int64_t groups, const Variable& gamma, const Variable& beta,
+                             double eps) {
+  detail::check_floating("group_normalization", x);
+  KUSARI_CHECK(x.ndim() >= 2, ValueError, "group_normalization: x must be (N, C, ...), got shape ", x.shape());
+  const int64_t n = x.shape()[0], c = x.shape()[1];
+  KUSARI_CHECK(groups > 0 && c % groups == 0, ValueError, "group_normalization: groups ", groups,
+               " must be positive and divide the channels ", c, " of x ", x.shape());
+  KUSARI_CHECK(gamma.defined() && beta.defined() && gamma.shape() == Shape{c} && beta.shape() == Shape{c},
+               ValueError, "group_normalization: gamma and beta must be (", c, ",), got ",
+               gamma.defined() ? gamma.shape() : Shape{}, " and ", beta.defined() ? beta.shape() : Shape{});
+  KUSARI_CHECK(eps > 0, ValueError, "group_normalization: eps must be positive, got ", eps);
+  const bool half = x.dtype() == Dtype::kFloat16 || x.dtype() == Dtype::kBFloat16;
+  const Variable xf = half ? cast(x, float32) : x;
+  const Variable g = reshape(xf, {n, groups, -1});
+  const Variable centred = sub(g, mean(g, {2}, true));
+  const Variable y = mul(centred, pow(add(mean(square(centred), {2}, true), eps), -0.5));
+  Shape affine;
+  for (int d = 0; d < x.ndim(); ++d) affine.push_back(d == 1 ? c : 1);
+  const Variable gm = gamma.dtype() == xf.dtype() ? gamma : cast(gamma, xf.dtype());
+  const Variable bt = beta.dtype() == xf.dtype() ? beta : cast(beta, xf.dtype());
+  Variable out = add(mul(reshape(y, x.shape()), reshape(gm, affine)), reshape(bt, affine));
+  return half ? cast(out, x.dtype()) : out;
+}
+
+Variable local_response_normalization(const Variable& x, int64_t n, double k, double alpha, double beta) {
+  detail::check_floating("local_response_normalization", x);
+  KUSARI_CHECK(x.ndim() >= 2, ValueError, "local_response_normalization: x must be (N, C, ...), got shape ",
+               x.shape());
+  KUSARI_CHECK(n > 0, ValueError, "local_response_normalization: n must be positive, got ", n);
+  const int64_t half_n = n / 2, batch = x.shape()[0], c = x.shape()[1];
+  const int64_t rest = c == 0 ? 0 : x.size() / (batch * c);
+  // The window sums over channels as a convolution of x^2, seen as (N, 1, C, rest), with a
+  // (2 half_n + 1) x 1 kernel of ones, padded by half_n channels of zeros on each side.
+  const Variable sq = reshape(square(x), {batch, 1, c, rest});
+  const Variable ones(Array::ones({1, 1, 2 * half_n + 1, 1}, x.dtype(), x.device()));
+  const Variable s = reshape(convolution_2d(sq, ones, Variable(), 1, IntPair{half_n, 0}), x.shape());
+  return mul(x, pow(add(mul(s, alpha), k), -beta));
 }
 
 }  // namespace kusari::functions

@@ -7,6 +7,8 @@
 
 #include "functions/function_util.h"
 #include "kusari/core/routines.h"
+#include "kusari/functions/array.h"
+#include "kusari/functions/convolution.h"
 
 namespace kusari::functions {
 namespace {
@@ -159,6 +161,34 @@ Variable max_pooling_2d(const Variable& x, IntPair ksize, std::optional<IntPair>
 Variable average_pooling_2d(const Variable& x, IntPair ksize, std::optional<IntPair> stride,
                             IntPair pad) {
   return average_pool_impl(x, make_params(PoolKind::kAverage, ksize, stride, pad, false));
+}
+
+// (Note [Composed Chainer functions] in activation.cc.) A transposed convolution of each channel
+// with a window of ones: deconvolution adds every input pixel into its window of the output.
+Variable unpooling_2d(const Variable& x, IntPair ksize, std::optional<IntPair> stride, IntPair pad,
+                      std::optional<IntPair> outsize, bool cover_all) {
+  KUSARI_CHECK(x.ndim() == 4, ShapeError, "unpooling_2d: x must be (N, C, H, W), got shape ", x.shape());
+  KUSARI_CHECK(is_floating(x.dtype()), DtypeError, "unpooling_2d: x must be floating, got ",
+               dtype_name(x.dtype()));
+  const IntPair s = stride.value_or(ksize);
+  KUSARI_CHECK(ksize.h > 0 && ksize.w > 0 && s.h > 0 && s.w > 0 && pad.h >= 0 && pad.w >= 0, ValueError,
+               "unpooling_2d: ksize ", ksize.h, "x", ksize.w, " and stride ", s.h, "x", s.w,
+               " must be positive and pad ", pad.h, "x", pad.w, " non-negative");
+  const int64_t c = x.shape()[1];
+  // The output of the whole windows; cover_all (or a smaller outsize) cuts the last ones off, as
+  // Chainer's col2im drops what falls outside, and a larger outsize (up to stride - 1 more) is
+  // the transposed convolution's own.
+  const IntPair full{s.h * (x.shape()[2] - 1) + ksize.h - 2 * pad.h, s.w * (x.shape()[3] - 1) + ksize.w - 2 * pad.w};
+  const IntPair out = outsize.value_or(IntPair{full.h - (cover_all ? s.h - 1 : 0), full.w - (cover_all ? s.w - 1 : 0)});
+  KUSARI_CHECK(out.h > 0 && out.w > 0 && out.h < full.h + s.h && out.w < full.w + s.w, ValueError,
+               "unpooling_2d: the output size ", out.h, "x", out.w, " does not suit x ", x.shape(), " with ksize ",
+               ksize.h, "x", ksize.w, ", stride ", s.h, "x", s.w, " and pad ", pad.h, "x", pad.w,
+               " (expected 1 to ", full.h + s.h - 1, " rows and 1 to ", full.w + s.w - 1, " columns)");
+  const Variable ones(Array::ones({c, 1, ksize.h, ksize.w}, x.dtype(), x.device()));
+  const IntPair made{std::max(out.h, full.h), std::max(out.w, full.w)};
+  Variable y = deconvolution_2d(x, ones, Variable(), s, pad, made, 1, c);
+  if (made.h == out.h && made.w == out.w) return y;
+  return get_item(y, {Slice(), Slice(), Slice(0, out.h), Slice(0, out.w)});
 }
 
 }  // namespace kusari::functions

@@ -129,3 +129,27 @@ def test_transformer_functions_against_numpy(rng):
         F.gelu(x, approximate='erf')
     with pytest.raises(ValueError, match="scaled_dot_product_attention: q's head dim 8 differs from k's 5"):
         F.scaled_dot_product_attention(q, k[..., :5], v)
+
+
+def test_chainers_composed_functions(rng):
+    x = rng.randn(4, 6).astype(np.float64)
+    a, s = 1.6732632423543772, 1.0507009873554805
+    np.testing.assert_allclose(F.selu(x).array, s * np.where(x >= 0, x, a * (np.exp(x) - 1)), rtol=1e-12)
+    np.testing.assert_allclose(F.hard_sigmoid(x).array, np.clip(0.2 * x + 0.5, 0, 1), rtol=1e-12)
+    np.testing.assert_allclose(F.crelu(x).array, np.concatenate([np.maximum(x, 0), np.maximum(-x, 0)], axis=1))
+    np.testing.assert_allclose(F.maxout(x, 3).array, x.reshape(4, 2, 3).max(axis=2))
+    t = rng.randn(4, 6)
+    d = np.abs(x - t)
+    huber = np.where(d <= 1.0, 0.5 * d ** 2, d - 0.5)
+    np.testing.assert_allclose(F.huber_loss(x, t, 1.0).array, huber.sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(F.huber_loss(x, t, 1.0, reduce='no').array, huber, rtol=1e-12)
+    with pytest.raises(ValueError, match="reduce must be 'sum_along_second_axis' or 'no'"):
+        F.huber_loss(x, t, 1.0, reduce='mean')
+    y = F.group_normalization(rng.randn(2, 4, 3).astype(np.float32), 2, np.ones(4, np.float32), np.zeros(4, np.float32))
+    g = np.asarray(y.array).reshape(2, 2, 6)
+    np.testing.assert_allclose(g.mean(-1), 0, atol=1e-5)
+    assert F.local_response_normalization(rng.randn(1, 7, 2, 2)).shape == (1, 7, 2, 2)
+    up = F.unpooling_2d(np.arange(4.0).reshape(1, 1, 2, 2), 2, cover_all=False).array
+    np.testing.assert_array_equal(up[0, 0], np.kron(np.arange(4.0).reshape(2, 2), np.ones((2, 2))))
+    focal = F.sigmoid_focal_loss(x, (t > 0).astype(np.float64), reduce='mean')
+    assert focal.shape == ()

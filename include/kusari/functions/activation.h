@@ -29,4 +29,17 @@ Variable softmax(const Variable& x, int axis = 1);
 /// x - logsumexp(x) along `axis`.
 Variable log_softmax(const Variable& x, int axis = 1);
 
+/// scale * elu(x, alpha): the self-normalising activation (Klambauer et al. 2017), with their
+/// constants by default (Chainer's selu).
+Variable selu(const Variable& x, double alpha = 1.6732632423543772848170429916717,
+              double scale = 1.0507009873554804934193349852946);
+/// clip(0.2 x + 0.5, 0, 1) (Chainer's hard_sigmoid); the gradient is 0.2 inside (-2.5, 2.5).
+Variable hard_sigmoid(const Variable& x);
+/// concat(relu(x), relu(-x)) along `axis`: the concatenated ReLU (Shang et al. 2016); that axis
+/// doubles.
+Variable crelu(const Variable& x, int axis = 1);
+/// The maximum over groups of `pool_size` consecutive entries of `axis` (Goodfellow et al. 2013,
+/// Chainer's maxout): that axis shrinks from M to M / pool_size (ValueError unless it divides).
+Variable maxout(const Variable& x, int64_t pool_size, int axis = 1);
+
 }  // namespace kusari::functions

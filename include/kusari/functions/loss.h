@@ -29,4 +29,23 @@ Variable sigmoid_cross_entropy(const Variable& x, const Array& t, bool normalize
 /// mean((x0 - x1)^2) over all elements; x0 and x1 must have the same shape and dtype.
 Variable mean_squared_error(const Variable& x0, const Variable& x1);
 
+/// How huber_loss reduces its elementwise values (Chainer's reduce argument).
+enum class HuberReduce {
+  kSumAlongSecondAxis,  ///< the sum over every axis but the first: one loss per sample
+  kNone,                ///< the elementwise values
+};
+
+/// Huber's loss of x against t (same shape and dtype): 0.5 d^2 where |d| <= delta, else
+/// delta (|d| - 0.5 delta), d = x - t (Chainer's huber_loss; with delta = 1 the smooth L1 loss of
+/// Fast R-CNN). Both x and t get gradients. delta must be positive.
+Variable huber_loss(const Variable& x, const Variable& t, double delta,
+                    HuberReduce reduce = HuberReduce::kSumAlongSecondAxis);
+
+/// The focal loss of RetinaNet (Lin et al. 2017) on logits x against binary targets t (x's
+/// shape; 0 or 1 as a floating array): the elementwise sigmoid cross entropy times
+/// (1 - p_t)^gamma, times alpha_t = alpha t + (1 - alpha)(1 - t) when alpha >= 0 (torchvision's
+/// sigmoid_focal_loss). Reduce::kMean averages over every element; kNone keeps them.
+Variable sigmoid_focal_loss(const Variable& x, const Array& t, double alpha = 0.25, double gamma = 2.0,
+                            Reduce reduce = Reduce::kNone);
+
 }  // namespace kusari::functions

@@ -74,4 +74,17 @@ Variable layer_normalization(const Variable& x, const Variable& gamma, const Var
 /// and kernels as in layer_normalization.
 Variable rms_normalization(const Variable& x, const Variable& gamma, double eps = 1e-6);
 
+/// Group normalization (Wu and He 2018, Chainer's group_normalization): x (N, C, ...) is
+/// normalized over each group of C / groups channels and every spatial position, then scaled by
+/// gamma (C) and shifted by beta (C) per channel. ValueError unless groups divides C; 16-bit x is
+/// normalized in float32 and returned in its dtype.
+Variable group_normalization(const Variable& x, int64_t groups, const Variable& gamma, const Variable& beta,
+                             double eps = 1e-5);
+
+/// Local response normalization across channels (Krizhevsky et al. 2012, Chainer's): for x
+/// (N, C, ...), y = x / (k + alpha s)^beta with s the sum of x^2 over the channels c - n/2 ..
+/// c + n/2 (n/2 rounded down; missing channels count 0).
+Variable local_response_normalization(const Variable& x, int64_t n = 5, double k = 2.0, double alpha = 1e-4,
+                                      double beta = 0.75);
+
 }  // namespace kusari::functions

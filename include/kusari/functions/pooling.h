@@ -22,4 +22,12 @@ Variable max_pooling_2d(const Variable& x, IntPair ksize,
 Variable average_pooling_2d(const Variable& x, IntPair ksize,
                             std::optional<IntPair> stride = std::nullopt, IntPair pad = 0);
 
+/// The inverse of pooling (Chainer's unpooling_2d): every pixel of x (N, C, H, W) is copied
+/// into its ksize window of the output, windows `stride` apart (ksize by default) and overlapping
+/// windows adding up. The output size is outsize, or s (h - 1) + k - 2 p, minus s - 1 with
+/// cover_all (Chainer's default, matching a pooling that covered every input pixel); what falls
+/// outside it is dropped, as Chainer's col2im does.
+Variable unpooling_2d(const Variable& x, IntPair ksize, std::optional<IntPair> stride = std::nullopt,
+                      IntPair pad = 0, std::optional<IntPair> outsize = std::nullopt, bool cover_all = true);
+
 }  // namespace kusari::functions

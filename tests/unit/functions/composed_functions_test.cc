@@ -1,0 +1,203 @@
+// Chainer's functions written with other differentiable functions (Note [Composed Chainer
+// functions]): selu, hard_sigmoid, crelu, maxout, huber_loss, sigmoid_focal_loss,
+// group_normalization, local_response_normalization and unpooling_2d. Gradient checks on every
+// device, values against formulas computed here element by element, and the errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "function_test_util.h"
+#include "kusari/functions.h"
+
+namespace kusari {
+namespace {
+
+namespace F = functions;
+using testing::ArraysClose;
+
+class ComposedFunctionsTest : public testing::FunctionTest {
+ protected:
+  Array vec(const std::vector<double>& v, const Shape& s, Dtype d = float64) {
+    return Array::from_vector(v, s, device()).astype(d);
+  }
+};
+
+TEST_P(ComposedFunctionsTest, ActivationsMatchTheirFormulas) {
+  const std::vector<double> xs = {-3.0, -1.0, -0.2, 0.3, 1.0, 2.7};
+  std::vector<double> selu, hs;
+  const double a = 1.6732632423543772, s = 1.0507009873554805;
+  for (double x : xs) {
+    selu.push_back(s * (x >= 0 ? x : a * (std::exp(x) - 1)));
+    hs.push_back(std::min(1.0, std::max(0.0, 0.2 * x + 0.5)));
+  }
+  const Array x = vec(xs, {6});
+  EXPECT_TRUE(ArraysClose(F::selu(Variable(x)).data(), vec(selu, {6}), 1e-12));
+  EXPECT_TRUE(ArraysClose(F::hard_sigmoid(Variable(x)).data(), vec(hs, {6}), 1e-12));
+  // crelu: (2, 3) -> (2, 6) along axis 1, the positive parts first.
+  const Array x23 = vec({1, -2, 3, -4, 5, -6}, {2, 3});
+  EXPECT_TRUE(ArraysClose(F::crelu(Variable(x23)).data(), vec({1, 0, 3, 0, 2, 0, 0, 5, 0, 4, 0, 6}, {2, 6}), 0));
+  EXPECT_EQ(F::crelu(Variable(x23), 0).shape(), (Shape{4, 3}));
+  // maxout over pairs of axis 1: (2, 4) -> (2, 2).
+  const Array x24 = vec({1, 5, -2, -3, 0, 0.5, 7, 2}, {2, 4});
+  EXPECT_TRUE(ArraysClose(F::maxout(Variable(x24), 2).data(), vec({5, -2, 0.5, 7}, {2, 2}), 0));
+  EXPECT_TRUE(ArraysClose(F::maxout(Variable(x24), 4).data(), vec({5, 7}, {2, 1}), 0));
+  EXPECT_THROW(F::maxout(Variable(x24), 3), ValueError);
+  EXPECT_THROW(F::crelu(Variable(x24), 2), ValueError);
+}
+
+TEST_P(ComposedFunctionsTest, ActivationGradients) {
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check([](const Variable& v) { return F::selu(v); }, away_from_zero({3, 4}, d, 0.1, 2));
+    check([](const Variable& v) { return F::hard_sigmoid(v); }, uniform({3, 4}, d, -2, 2), false);
+    check([](const Variable& v) { return F::crelu(v); }, away_from_zero({2, 3, 2}, d));
+    // Distinct values, so the maximum of each group is unique (the gradient is defined).
+    Array x = Array::arange(24, float64, device()).reshape({2, 6, 2});
+    x = (kusari::sin(x) * 3.0).astype(d);
+    check([](const Variable& v) { return F::maxout(v, 3); }, x, false);
+  }
+}
+
+TEST_P(ComposedFunctionsTest, HuberLossIsQuadraticInsideAndLinearOutside) {
+  // d = x - t = (0.5, -2, 3, -0.25); delta 1.
+  const Array x = vec({1.5, 0, 3, 0.75}, {2, 2});
+  const Array t = vec({1, 2, 0, 1}, {2, 2});
+  const Array none = F::huber_loss(Variable(x), Variable(t), 1.0, F::HuberReduce::kNone).data();
+  EXPECT_TRUE(ArraysClose(none, vec({0.125, 1.5, 2.5, 0.03125}, {2, 2}), 1e-12));
+  const Array per_sample = F::huber_loss(Variable(x), Variable(t), 1.0).data();
+  EXPECT_TRUE(ArraysClose(per_sample, vec({1.625, 2.53125}, {2}), 1e-12));
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    // |x - t| away from delta (the kink) and from 0.
+    Array xs = away_from_zero({3, 4}, d, 0.1, 0.8);
+    Array ts = kusari::add(xs, away_from_zero({3, 4}, d, 1.3, 2.5));
+    ts = kusari::where(kusari::less(uniform({3, 4}, d, 0, 1), 0.5), ts, kusari::add(xs, uniform({3, 4}, d, -0.8, 0.8)));
+    check(
+        [](const std::vector<Variable>& v) { return std::vector<Variable>{F::huber_loss(v[0], v[1], 1.0)}; },
+        {xs, ts});
+  }
+  EXPECT_THROW(F::huber_loss(Variable(x), Variable(t), 0.0), ValueError);
+  EXPECT_THROW(F::huber_loss(Variable(x), Variable(vec({1, 2}, {2})), 1.0), ValueError);
+}
+
+TEST_P(ComposedFunctionsTest, SigmoidFocalLossMatchesTorchvisionsFormula) {
+  const std::vector<double> xs = {-2.0, -0.5, 0.0, 0.7, 3.0, -40.0}, ts = {0, 1, 1, 0, 1, 1};
+  std::vector<double> want;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double p = 1 / (1 + std::exp(-xs[i])), t = ts[i];
+    const double ce = -(t * std::log(p) + (1 - t) * std::log1p(-p));
+    const double pt = p * t + (1 - p) * (1 - t);
+    want.push_back((0.25 * t + 0.75 * (1 - t)) * ce * (1 - pt) * (1 - pt));
+  }
+  // (the last logit, -40 with target 1, is where a naive log(sigmoid) would lose digits: ce = 40)
+  want.back() = 0.25 * 40.0 * std::pow(1 - 1 / (1 + std::exp(40.0)), 2);
+  const Array x = vec(xs, {6}), t = vec(ts, {6});
+  EXPECT_TRUE(ArraysClose(F::sigmoid_focal_loss(Variable(x), t).data(), vec(want, {6}), 1e-9));
+  double m = 0;
+  for (double w : want) m += w / 6;
+  EXPECT_NEAR(F::sigmoid_focal_loss(Variable(x), t, 0.25, 2.0, F::Reduce::kMean).data().item<double>(), m, 1e-9);
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    Array targets = kusari::less(uniform({3, 4}, d, 0, 1), 0.5).astype(d);
+    check([targets](const Variable& v) { return F::sigmoid_focal_loss(v, targets); }, uniform({3, 4}, d, -3, 3));
+    check([targets](const Variable& v) { return F::sigmoid_focal_loss(v, targets, -1, 1.5); },
+          uniform({3, 4}, d, -3, 3), false);
+  }
+  EXPECT_THROW(F::sigmoid_focal_loss(Variable(x), vec({1, 0}, {2})), ValueError);
+  EXPECT_THROW(F::sigmoid_focal_loss(Variable(x), t, 0.25, -1.0), ValueError);
+}
+
+TEST_P(ComposedFunctionsTest, GroupNormalizationNormalizesEachGroup) {
+  Array x = uniform({2, 6, 3, 2}, float64, -2, 5);
+  Array gamma = uniform({6}, float64, 0.5, 1.5), beta = uniform({6}, float64, -1, 1);
+  const Array y = F::group_normalization(Variable(x), 3, Variable(gamma), Variable(beta)).data();
+  // Element by element: group g of sample n holds channels 2g, 2g + 1.
+  std::vector<double> xv = x.to_vector<double>(), yv = y.to_vector<double>(), gv = gamma.to_vector<double>(),
+                      bv = beta.to_vector<double>();
+  for (int n = 0; n < 2; ++n) {
+    for (int g = 0; g < 3; ++g) {
+      const int begin = (n * 6 + 2 * g) * 6, count = 12;
+      double mu = 0, var = 0;
+      for (int i = 0; i < count; ++i) mu += xv[begin + i] / count;
+      for (int i = 0; i < count; ++i) var += (xv[begin + i] - mu) * (xv[begin + i] - mu) / count;
+      for (int i = 0; i < count; ++i) {
+        const int ch = 2 * g + i / 6;
+        EXPECT_NEAR(yv[begin + i], (xv[begin + i] - mu) / std::sqrt(var + 1e-5) * gv[ch] + bv[ch], 1e-10);
+      }
+    }
+  }
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check(
+        [](const std::vector<Variable>& v) {
+          return std::vector<Variable>{F::group_normalization(v[0], 2, v[1], v[2])};
+        },
+        {uniform({2, 4, 3}, d, -1, 2), uniform({4}, d, 0.5, 1.5), uniform({4}, d, -1, 1)}, false);
+  }
+  const Array h = F::group_normalization(Variable(x.astype(bfloat16)), 3, Variable(gamma.astype(float32)),
+                                         Variable(beta.astype(float32)))
+                      .data();
+  EXPECT_EQ(h.dtype(), Dtype::kBFloat16);
+  EXPECT_TRUE(ArraysClose(h.astype(float64), y, 3e-2, 3e-2));
+  EXPECT_THROW(F::group_normalization(Variable(x), 4, Variable(gamma), Variable(beta)), ValueError);
+  EXPECT_THROW(F::group_normalization(Variable(x), 3, Variable(beta.reshape({2, 3})), Variable(beta)), ValueError);
+}
+
+TEST_P(ComposedFunctionsTest, LocalResponseNormalizationSumsAWindowOfChannels) {
+  Array x = uniform({2, 5, 2, 3}, float64, -2, 2);
+  const double k = 2, alpha = 0.3, beta = 0.75;
+  const int n = 3;  // channels c - 1 .. c + 1
+  const Array y = F::local_response_normalization(Variable(x), n, k, alpha, beta).data();
+  std::vector<double> xv = x.to_vector<double>(), yv = y.to_vector<double>();
+  for (int b = 0; b < 2; ++b) {
+    for (int c = 0; c < 5; ++c) {
+      for (int p = 0; p < 6; ++p) {
+        double s = 0;
+        for (int cc = std::max(0, c - 1); cc <= std::min(4, c + 1); ++cc) {
+          const double v = xv[(b * 5 + cc) * 6 + p];
+          s += v * v;
+        }
+        const int i = (b * 5 + c) * 6 + p;
+        EXPECT_NEAR(yv[i], xv[i] / std::pow(k + alpha * s, beta), 1e-12);
+      }
+    }
+  }
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check([](const Variable& v) { return F::local_response_normalization(v, 5, 2.0, 0.1, 0.75); },
+          uniform({2, 6, 2, 2}, d, -2, 2), false);
+  }
+  EXPECT_THROW(F::local_response_normalization(Variable(x), 0), ValueError);
+}
+
+TEST_P(ComposedFunctionsTest, UnpoolingCopiesEachPixelIntoItsWindow) {
+  const Array x = vec({1, 2, 3, 4}, {1, 1, 2, 2});
+  // ksize 2 = stride, cover_all false: each pixel becomes a 2x2 block.
+  const Array y = F::unpooling_2d(Variable(x), 2, std::nullopt, 0, std::nullopt, false).data();
+  EXPECT_TRUE(ArraysClose(y, vec({1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, {1, 1, 4, 4}), 0));
+  // cover_all (Chainer's default) gives s (h - 1) + k - s + 1 = 3 rows and columns.
+  // the last windows cut off, as Chainer's col2im drops what falls outside.
+  EXPECT_TRUE(ArraysClose(F::unpooling_2d(Variable(x), 2).data(), vec({1, 1, 2, 1, 1, 2, 3, 3, 4}, {1, 1, 3, 3}), 0));
+  // Overlapping windows (ksize 3, stride 2) add up where they meet.
+  const Array o = F::unpooling_2d(Variable(x), 3, 2, 0, std::nullopt, false).data();
+  EXPECT_EQ(o.shape(), (Shape{1, 1, 5, 5}));
+  EXPECT_TRUE(ArraysClose(o, vec({1, 1, 3, 2, 2, 1, 1, 3, 2, 2, 4, 4, 10, 6, 6, 3, 3, 7, 4, 4, 3, 3, 7, 4, 4},
+                                 {1, 1, 5, 5}),
+                          0));
+  EXPECT_EQ(F::unpooling_2d(Variable(x), 2, std::nullopt, 0, F::IntPair{5, 5}).shape(), (Shape{1, 1, 5, 5}));
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check([](const Variable& v) { return F::unpooling_2d(v, 2, std::nullopt, 0, std::nullopt, false); },
+          uniform({2, 3, 2, 3}, d));
+    check([](const Variable& v) { return F::unpooling_2d(v, 3, 2, 1); }, uniform({1, 2, 3, 3}, d));
+  }
+  EXPECT_THROW(F::unpooling_2d(Variable(x.reshape({2, 2})), 2), ShapeError);
+  EXPECT_THROW(F::unpooling_2d(Variable(x), 0), ValueError);
+  EXPECT_THROW(F::unpooling_2d(Variable(x), 2, std::nullopt, 0, F::IntPair{6, 6}), ValueError);
+}
+
+KUSARI_INSTANTIATE_DEVICE_TEST(ComposedFunctionsTest);
+
+}  // namespace
+}  // namespace kusari
