@@ -62,6 +62,13 @@ void init_functions(py::module_& f) {
         py::arg("x"), py::arg("pool_size"), py::arg("axis") = 1, R());
 
   // --- array manipulation
+  f.def("resize_images", [](const VarArg& x, const Shape& output_shape, const std::string& mode, bool align_corners) {
+          if (mode != "bilinear") {
+            throw py::value_error("F.resize_images: mode '" + mode + "' is not available; kusari has 'bilinear'");
+          }
+          py::gil_scoped_release r;
+          return F::resize_images(x.v, output_shape, align_corners);
+        }, py::arg("x"), py::arg("output_shape"), py::arg("mode") = "bilinear", py::arg("align_corners") = true);
   f.def("reshape", [](const VarArg& x, const Shape& shape) { return F::reshape(x.v, shape); }, py::arg("x"),
         py::arg("shape"), R());
   f.def("transpose", [](const VarArg& x, py::handle axes) { return F::transpose(x.v, axes_of(axes)); }, py::arg("x"),

@@ -178,9 +178,9 @@ Variable log_softmax(const Variable& x, int axis_in) {
 
 // Note [Composed Chainer functions]
 // selu, hard_sigmoid, crelu, maxout, huber_loss, sigmoid_focal_loss, group_normalization,
-// local_response_normalization and unpooling_2d are written with other differentiable functions,
-// so they run on every device that has those, have gradients of every order, and need no kernel
-// of their own (Chainer's F. of the same names; docs/functions.md).
+// local_response_normalization, unpooling_2d and resize_images (array.cc) are written with other
+// differentiable functions, so they run on every device that has those, have gradients of every
+// order, and need no kernel of their own (Chainer's F. of the same names; docs/functions.md).
 
 Variable selu(const Variable& x, double alpha, double scale) {
   detail::check_floating("selu", x);

@@ -1,7 +1,12 @@
 #include "kusari/functions/array.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "functions/function_util.h"
 #include "kusari/core/routines.h"
+#include "kusari/functions/math.h"
 
 namespace kusari::functions {
 
@@ -151,6 +156,45 @@ Variable where(const Array& cond, const Variable& a, const Variable& b) {
     if (ctx.needs_input_grad(0)) ctx.set_input_grad(0, sum_to(where(cond, gy, zero), ctx.input(0).shape()));
     if (ctx.needs_input_grad(1)) ctx.set_input_grad(1, sum_to(where(cond, zero, gy), ctx.input(1).shape()));
   });
+}
+
+namespace {
+
+/// The (out, in) matrix of 1-d linear interpolation weights (Note on resize_images in array.h).
+std::vector<double> interpolation_matrix(int64_t in, int64_t out, bool align_corners) {
+  std::vector<double> a(static_cast<size_t>(out * in), 0.0);
+  for (int64_t i = 0; i < out; ++i) {
+    double u;
+    if (align_corners) {
+      u = out > 1 ? static_cast<double>(i) * static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+    } else {
+      u = (static_cast<double>(i) + 0.5) * static_cast<double>(in) / static_cast<double>(out) - 0.5;
+      u = std::clamp(u, 0.0, static_cast<double>(in - 1));
+    }
+    const int64_t i0 = std::min(static_cast<int64_t>(std::floor(u)), in - 1);
+    const int64_t i1 = std::min(i0 + 1, in - 1);
+    const double w1 = u - static_cast<double>(i0);
+    a[static_cast<size_t>(i * in + i0)] += 1.0 - w1;
+    a[static_cast<size_t>(i * in + i1)] += w1;
+  }
+  return a;
+}
+
+}  // namespace
+
+Variable resize_images(const Variable& x, const Shape& output_shape, bool align_corners) {
+  KUSARI_CHECK(x.ndim() == 4, ShapeError, "resize_images: x must be (N, C, H, W), got shape ", x.shape());
+  detail::check_floating("resize_images", x);
+  KUSARI_CHECK(output_shape.size() == 2 && output_shape[0] > 0 && output_shape[1] > 0, ValueError,
+               "resize_images: output_shape must be (out_h, out_w) with positive sizes, got ", output_shape);
+  const int64_t h = x.shape()[2], w = x.shape()[3], oh = output_shape[0], ow = output_shape[1];
+  KUSARI_CHECK(h > 0 && w > 0, ValueError, "resize_images: x ", x.shape(), " has no pixels to interpolate");
+  const Variable ah(Array::from_vector(interpolation_matrix(h, oh, align_corners), Shape{oh, h}, x.device())
+                        .astype(x.dtype()));
+  const Variable awt(Array::from_vector(interpolation_matrix(w, ow, align_corners), Shape{ow, w}, x.device())
+                         .astype(x.dtype())
+                         .transpose());
+  return matmul(matmul(ah, x), awt);
 }
 
 }  // namespace kusari::functions

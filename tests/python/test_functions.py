@@ -153,3 +153,8 @@ def test_chainers_composed_functions(rng):
     np.testing.assert_array_equal(up[0, 0], np.kron(np.arange(4.0).reshape(2, 2), np.ones((2, 2))))
     focal = F.sigmoid_focal_loss(x, (t > 0).astype(np.float64), reduce='mean')
     assert focal.shape == ()
+    img = np.array([[[[0.0, 2.0], [4.0, 6.0]]]])
+    np.testing.assert_allclose(F.resize_images(img, (3, 3)).array[0, 0], [[0, 1, 2], [2, 3, 4], [4, 5, 6]])
+    with pytest.raises(ValueError, match="mode 'nearest' is not available"):
+        F.resize_images(img, (3, 3), mode='nearest')
+

@@ -38,4 +38,11 @@ Variable get_item(const Variable& x, const std::vector<Index>& indices);
 /// cond ? a : b (cond is a bool array, not differentiated).
 Variable where(const Array& cond, const Variable& a, const Variable& b);
 
+/// Resizes images x (N, C, H, W) to (N, C, out_h, out_w) by bilinear interpolation (Chainer's
+/// resize_images, mode 'bilinear'). With align_corners (Chainer's default) the corner pixels of
+/// input and output coincide: output pixel i samples input coordinate i (H - 1) / (out_h - 1);
+/// without, pixel centres do: (i + 0.5) H / out_h - 0.5, clamped to the image. Written as two
+/// products with interpolation matrices, so it is differentiable on every device.
+Variable resize_images(const Variable& x, const Shape& output_shape, bool align_corners = true);
+
 }  // namespace kusari::functions

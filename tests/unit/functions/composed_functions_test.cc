@@ -1,6 +1,6 @@
 // Chainer's functions written with other differentiable functions (Note [Composed Chainer
 // functions]): selu, hard_sigmoid, crelu, maxout, huber_loss, sigmoid_focal_loss,
-// group_normalization, local_response_normalization and unpooling_2d. Gradient checks on every
+// group_normalization, local_response_normalization, unpooling_2d and resize_images. Gradient checks on every
 // device, values against formulas computed here element by element, and the errors.
 #include <gtest/gtest.h>
 
@@ -195,6 +195,42 @@ TEST_P(ComposedFunctionsTest, UnpoolingCopiesEachPixelIntoItsWindow) {
   EXPECT_THROW(F::unpooling_2d(Variable(x.reshape({2, 2})), 2), ShapeError);
   EXPECT_THROW(F::unpooling_2d(Variable(x), 0), ValueError);
   EXPECT_THROW(F::unpooling_2d(Variable(x), 2, std::nullopt, 0, F::IntPair{6, 6}), ValueError);
+}
+
+TEST_P(ComposedFunctionsTest, ResizeImagesInterpolatesBilinearly) {
+  // A 2x2 image to 3x3 with aligned corners: the centre is the mean, the edges' middles the means
+  // of their ends.
+  const Array x = vec({0, 2, 4, 6}, {1, 1, 2, 2});
+  EXPECT_TRUE(ArraysClose(F::resize_images(Variable(x), {3, 3}).data(), vec({0, 1, 2, 2, 3, 4, 4, 5, 6}, {1, 1, 3, 3}),
+                          1e-12));
+  // Without aligned corners, 2 -> 4: centres at -0.25, 0.25, 0.75, 1.25, clamped to [0, 1].
+  const Array row = vec({0, 4}, {1, 1, 1, 2});
+  EXPECT_TRUE(ArraysClose(F::resize_images(Variable(row), {1, 4}, false).data(), vec({0, 1, 3, 4}, {1, 1, 1, 4}),
+                          1e-12));
+  // Element by element against the formula, shrinking and growing, on several channels.
+  Array img = uniform({2, 3, 5, 4}, float64);
+  const Array y = F::resize_images(Variable(img), {3, 7}).data();
+  const std::vector<double> iv = img.to_vector<double>(), yv = y.to_vector<double>();
+  for (int nc = 0; nc < 6; ++nc) {
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 7; ++j) {
+        const double u = i * 4.0 / 2.0, v = j * 3.0 / 6.0;
+        const int u0 = std::min(static_cast<int>(u), 3), v0 = std::min(static_cast<int>(v), 2);
+        const double du = u - u0, dv = v - v0;
+        auto at = [&](int a, int b) { return iv[nc * 20 + a * 4 + b]; };
+        const double want = (1 - du) * ((1 - dv) * at(u0, v0) + dv * at(u0, v0 + 1)) +
+                            du * ((1 - dv) * at(u0 + 1, v0) + dv * at(u0 + 1, v0 + 1));
+        EXPECT_NEAR(yv[nc * 21 + i * 7 + j], want, 1e-12) << nc << " " << i << " " << j;
+      }
+    }
+  }
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check([](const Variable& v) { return F::resize_images(v, {5, 3}); }, uniform({1, 2, 3, 4}, d));
+    check([](const Variable& v) { return F::resize_images(v, {2, 6}, false); }, uniform({2, 1, 4, 3}, d));
+  }
+  EXPECT_THROW(F::resize_images(Variable(x.reshape({2, 2})), {3, 3}), ShapeError);
+  EXPECT_THROW(F::resize_images(Variable(x), {0, 3}), ValueError);
 }
 
 KUSARI_INSTANTIATE_DEVICE_TEST(ComposedFunctionsTest);
