@@ -20,6 +20,15 @@ Adam::Adam(double alpha, double beta1, double beta2, double eps, double eta,
 Adam::Adam(const AdamOptions& o)
     : Adam(o.alpha, o.beta1, o.beta2, o.eps, o.eta, o.weight_decay_rate, o.amsgrad) {}
 
+namespace {
+
+/// sqrt(1 - beta2^t) / (1 - beta1^t), Adam's bias correction of the step size.
+double bias_correction(int64_t t, double beta1, double beta2) {
+  return std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t))) / (1.0 - std::pow(beta1, static_cast<double>(t)));
+}
+
+}  // namespace
+
 double Adam::bias_corrected_alpha(int64_t t) const {
   KUSARI_CHECK(t >= 1, ValueError, type_name(),
                ": the bias-corrected step size needs a step count t >= 1, got ", t);
@@ -56,11 +65,14 @@ std::optional<Optimizer::UpdateStep> Adam::update_step(ParamState& s) {
   if (ams && !s.find("vhat")) s.add("vhat", Array());  // amsgrad switched on after the first step
   std::vector<Array*> state{&s.get("m"), &s.get("v")};
   if (ams) state.push_back(&s.get("vhat"));
-  return UpdateStep{
-      UpdateRule::kAdam,
-      {bias_corrected_alpha(s.t), hyperparam_for(s, "beta1"), hyperparam_for(s, "beta2"), e,
-       hyperparam_for(s, "eta"), hyperparam_for(s, "weight_decay_rate"), ams ? 1.0 : 0.0},
-      std::move(state)};
+  // The betas may be the parameter's own (set_hyperparam_where): so may its bias correction.
+  const double b1 = hyperparam_for(s, "beta1"), b2 = hyperparam_for(s, "beta2");
+  const double alpha_t =
+      b1 == beta1() && b2 == beta2() ? bias_corrected_alpha(s.t) : alpha() * bias_correction(s.t, b1, b2);
+  return UpdateStep{UpdateRule::kAdam,
+                    {alpha_t, b1, b2, e, hyperparam_for(s, "eta"), hyperparam_for(s, "weight_decay_rate"),
+                     ams ? 1.0 : 0.0},
+                    std::move(state)};
 }
 
 }  // namespace kusari::optimizers

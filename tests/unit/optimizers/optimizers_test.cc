@@ -339,6 +339,24 @@ TEST_P(OptimizersTest, PerParameterWeightDecaySparesBiases) {
   }
 }
 
+TEST_P(OptimizersTest, PerParameterBetasAlsoCorrectTheirBias) {
+  // One parameter with its own betas steps exactly as an Adam with those betas would.
+  auto with_rule = std::make_shared<Holder>(make(kStart));
+  auto alone = std::make_shared<Holder>(make(kStart));
+  O::Adam a(0.01), b(0.01, 0.5, 0.7);
+  a.setup(with_rule);
+  b.setup(alone);
+  a.set_hyperparam_where("beta1", 0.5, [](const std::string&, const Parameter&) { return true; });
+  a.set_hyperparam_where("beta2", 0.7, [](const std::string&, const Parameter&) { return true; });
+  for (const Vec& g : kGrads) {
+    with_rule->w.set_grad(make(g));
+    alone->w.set_grad(make(g));
+    a.update();
+    b.update();
+    EXPECT_TRUE(testing::ArraysClose(with_rule->w.data(), alone->w.data(), 1e-14, 0));
+  }
+}
+
 TEST(OptimizerHyperparams, PerParameterValuesOnlyWhereTheRuleReadsThem) {
   O::Adam adam;
   try {
