@@ -7,6 +7,7 @@
 #include "kusari/functions/attention.h"
 #include "kusari/functions/connection.h"
 #include "kusari/functions/convolution.h"
+#include "kusari/functions/detection.h"
 #include "kusari/functions/evaluation.h"
 #include "kusari/functions/loss.h"
 #include "kusari/functions/lstm.h"

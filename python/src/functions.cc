@@ -335,6 +335,14 @@ void init_functions(py::module_& f) {
         py::arg("x"), py::arg("gamma"), py::arg("beta"), py::arg("mean"), py::arg("var"),
         py::arg("residual") = py::none(), py::arg("eps") = 2e-5);
 
+  // --- detection (ChainerCV's box conventions)
+  f.def("bbox_iou", [](const VarArg& a, const VarArg& b) { return F::bbox_iou(a.v, b.v); }, py::arg("bbox_a"),
+        py::arg("bbox_b"), R());
+  f.def("bbox_to_loc", [](const VarArg& src, const VarArg& dst) { return F::bbox_to_loc(src.v, dst.v); },
+        py::arg("src_bbox"), py::arg("dst_bbox"), R());
+  f.def("loc_to_bbox", [](const VarArg& src, const VarArg& loc) { return F::loc_to_bbox(src.v, loc.v); },
+        py::arg("src_bbox"), py::arg("loc"), R());
+
   // --- pooling
   f.def("max_pooling_2d",
         [](const VarArg& x, F::IntPair ksize, py::handle stride, F::IntPair pad, bool cover_all) {

@@ -157,4 +157,9 @@ def test_chainers_composed_functions(rng):
     np.testing.assert_allclose(F.resize_images(img, (3, 3)).array[0, 0], [[0, 1, 2], [2, 3, 4], [4, 5, 6]])
     with pytest.raises(ValueError, match="mode 'nearest' is not available"):
         F.resize_images(img, (3, 3), mode='nearest')
+    a = np.array([[0.0, 0.0, 2.0, 2.0]])
+    b = np.array([[1.0, 1.0, 3.0, 3.0], [0.0, 0.0, 2.0, 2.0]])
+    np.testing.assert_allclose(F.bbox_iou(a, b).array, [[1 / 7, 1.0]])
+    loc = F.bbox_to_loc(b[:1], np.array([[1.0, 0.0, 3.0, 8.0]]))
+    np.testing.assert_allclose(F.loc_to_bbox(b[:1], loc).array, [[1.0, 0.0, 3.0, 8.0]], atol=1e-12)
 

@@ -1,6 +1,7 @@
 // Chainer's functions written with other differentiable functions (Note [Composed Chainer
 // functions]): selu, hard_sigmoid, crelu, maxout, huber_loss, sigmoid_focal_loss,
-// group_normalization, local_response_normalization, unpooling_2d and resize_images. Gradient checks on every
+// group_normalization, local_response_normalization, unpooling_2d, resize_images, and the boxes of
+// detection (bbox_iou, bbox_to_loc, loc_to_bbox). Gradient checks on every
 // device, values against formulas computed here element by element, and the errors.
 #include <gtest/gtest.h>
 
@@ -231,6 +232,32 @@ TEST_P(ComposedFunctionsTest, ResizeImagesInterpolatesBilinearly) {
   }
   EXPECT_THROW(F::resize_images(Variable(x.reshape({2, 2})), {3, 3}), ShapeError);
   EXPECT_THROW(F::resize_images(Variable(x), {0, 3}), ValueError);
+}
+
+TEST_P(ComposedFunctionsTest, BoxesOverlapsAndOffsets) {
+  // (y_min, x_min, y_max, x_max): a 2x2 box, one sharing a 1x1 corner with it, one far away.
+  const Array a = vec({0, 0, 2, 2, 10, 10, 11, 12}, {2, 4});
+  const Array b = vec({1, 1, 3, 3, 0, 0, 2, 2, 5, 5, 6, 6}, {3, 4});
+  EXPECT_TRUE(ArraysClose(F::bbox_iou(Variable(a), Variable(b)).data(), vec({1.0 / 7, 1, 0, 0, 0, 0}, {2, 3}), 1e-12));
+  // Offsets and back: loc_to_bbox(src, bbox_to_loc(src, dst)) == dst; a box onto itself is 0.
+  const Array src = vec({0, 0, 2, 4, 1, 1, 5, 3}, {2, 4}), dst = vec({1, 0, 3, 8, 0, 2, 2, 3}, {2, 4});
+  const Array loc = F::bbox_to_loc(Variable(src), Variable(dst)).data();
+  // First pair: centres (1, 2) -> (2, 4), sizes (2, 4) -> (2, 8).
+  EXPECT_TRUE(ArraysClose(loc.at({0}), vec({0.5, 0.5, 0, std::log(2.0)}, {4}), 1e-12));
+  EXPECT_TRUE(ArraysClose(F::loc_to_bbox(Variable(src), Variable(loc)).data(), dst, 1e-12));
+  EXPECT_TRUE(ArraysClose(F::bbox_to_loc(Variable(src), Variable(src)).data(), Array::zeros({2, 4}, float64, device()),
+                          0, 1e-15));
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    const Array s = vec({0, 0, 2, 4, 1, 1, 5, 3}, {2, 4}, d);
+    check([s](const Variable& l) { return F::loc_to_bbox(Variable(s), l); }, uniform({2, 4}, d, -0.5, 0.5));
+    // Overlapping boxes with no tie between their corners (the maximum and minimum have a gradient).
+    const Array boxes = vec({0, 0, 2, 3, 1.1, 0.4, 2.7, 2.5}, {2, 4}, d);
+    const Array others = vec({0.5, 0.2, 2.4, 2.6, -0.3, 1.3, 1.6, 3.3, 0.7, 0.9, 1.9, 2.2}, {3, 4}, d);
+    check([others](const Variable& v) { return F::bbox_iou(v, Variable(others)); }, boxes, false);
+  }
+  EXPECT_THROW(F::bbox_iou(Variable(a.reshape({4, 2})), Variable(b)), ShapeError);
+  EXPECT_THROW(F::bbox_to_loc(Variable(src), Variable(b)), ValueError);
 }
 
 KUSARI_INSTANTIATE_DEVICE_TEST(ComposedFunctionsTest);
