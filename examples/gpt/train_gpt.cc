@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
           eval_batches = 8, log_interval = 10, snapshot_interval = 0, generate = 0, top_k = 40, seed = 0;
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0, dropout = 0.0, temperature = 0.8;
-  bool gpu = false, overlap = false, noplot = false;
+  bool gpu = false, overlap = false, noplot = false, elastic = false;
   app.add_option("--text", text_path, "The text to learn (any file; 90% training, 10% validation)")
       ->capture_default_str();
   app.add_option("--tokenizer", tokenizer_name, "bytes (256 ids) or gpt2 (GPT-2's BPE, 50257 ids, from --bpe-dir)")
@@ -123,7 +124,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(kNonNegative);
   app.add_option("-o,--out", out, "Directory of the log, the snapshots and the model (gpt.npz)")
       ->capture_default_str();
-  app.add_option("-r,--resume", resume, "Resume from a snapshot (each process loads its own file under mpiexec)");
+  app.add_option("-r,--resume", resume,
+                 "Resume from a snapshot (each process loads its own file under mpiexec); a folder (or the --out "
+                 "folder): its newest complete snapshot set, or a fresh start when there is none");
+  app.add_flag("--elastic", elastic,
+               "Every process takes its part of each global batch of one order of the whole text "
+               "(DistributedIterator), so that a snapshot resumes on another number of processes (kusari-run)");
   app.add_option("--load", load, "Start from a model file written by an earlier run (out/gpt.npz)");
   app.add_option("--prompt", prompt, "Text to continue after training")->capture_default_str();
   app.add_option("--generate", generate, "Tokens to sample after the prompt (0: none)")
@@ -195,7 +201,9 @@ int main(int argc, char** argv) {
                  static_cast<long long>(seq_len), static_cast<long long>(10 * (seq_len + batchsize) + 10));
     return 1;
   }
-  auto train = kusari::mn::scatter_dataset(train_all, comm, 0, true, static_cast<uint64_t>(seed));  // (multi-node)
+  // With --elastic every process keeps every training window (Note [Distributed iterator]).
+  auto train = elastic ? std::shared_ptr<kusari::Dataset>(train_all)
+                       : kusari::mn::scatter_dataset(train_all, comm, 0, true, static_cast<uint64_t>(seed));  // (multi-node)
   auto val = kusari::mn::scatter_dataset(val_all, comm, 0, true, static_cast<uint64_t>(seed));
   kusari::mn::check_same_settings(comm,                                        // (multi-node)
                                   {{"--model", model_name}, {"--batchsize", std::to_string(batchsize)},
@@ -203,7 +211,7 @@ int main(int argc, char** argv) {
                                    {"--accumulate", std::to_string(accumulate)}, {"--seed", std::to_string(seed)},
                                    {"tokens of the text", std::to_string(n_tokens)}, {"--dtype", dtype_name},
                                    {"--communicator", communicator}, {"--gpu", gpu ? "on" : "off"},
-                                   {"--overlap", overlap ? "on" : "off"}},
+                                   {"--overlap", overlap ? "on" : "off"}, {"--elastic", elastic ? "on" : "off"}},
                                   "train_gpt");
 
   kusari::manual_seed(static_cast<uint64_t>(seed));
@@ -247,8 +255,15 @@ int main(int argc, char** argv) {
       optimizer->use_fp32_update();                                            // (mixed precision)
       if (dtype == kusari::float16) optimizer->loss_scaling();
     }
-    auto train_iter =
-        std::make_shared<kusari::SerialIterator>(train, batchsize, true, true, static_cast<uint64_t>(seed + comm->rank()));
+    std::shared_ptr<kusari::Iterator> train_iter;
+    if (elastic) {
+      kusari::mn::DistributedIteratorOptions order;
+      order.seed = static_cast<uint64_t>(seed);
+      train_iter = std::make_shared<kusari::mn::DistributedIterator>(train, batchsize, comm, order);
+    } else {
+      train_iter = std::make_shared<kusari::SerialIterator>(train, batchsize, true, true,
+                                                            static_cast<uint64_t>(seed + comm->rank()));
+    }
     auto val_iter = std::make_shared<kusari::SerialIterator>(val, batchsize, true, true, static_cast<uint64_t>(seed));
     auto updater = std::make_shared<kusari::training::StandardUpdater>(train_iter, optimizer, device);
     updater->set_accumulation_steps(accumulate);
@@ -306,7 +321,13 @@ int main(int argc, char** argv) {
       }
       trainer.extend(std::make_shared<E::ProgressBar>());
     }
-    if (!resume.empty()) kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);  // (multi-node)
+    const auto folder_name = [](const std::string& p) { return (std::filesystem::path(p) / "").lexically_normal(); };
+    if (!resume.empty() && (std::filesystem::is_directory(resume) || folder_name(resume) == folder_name(out))) {
+      // The newest complete snapshot set (of any number of processes with --elastic).
+      kusari::mn::load_newest_snapshot_set(resume, trainer, comm);
+    } else if (!resume.empty()) {
+      kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);  // (multi-node)
+    }
     trainer.run();
     if (comm->rank() == 0) {
       kusari::save_npz(out + "/gpt.npz", *model);

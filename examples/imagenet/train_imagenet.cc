@@ -293,7 +293,8 @@ int main(int argc, char** argv) {
       "-r,--resume", resume,
       "Resume the training from a snapshot, e.g. result/snapshot_iter_600; under mpiexec "
       "each process writes its own snapshot_iter_<iteration>.<rank> and resumes from its "
-      "own file (give the name without the rank, and as many processes)");
+      "own file (give the name without the rank, and as many processes). A folder (or the --out folder): "
+      "its newest snapshot set that every process completed, or a fresh start when there is none");
   app.add_option("-f,--frequency", frequency,
                  "Frequency of taking a snapshot (epochs, a positive number; -1: at the end)")
       ->capture_default_str()
@@ -693,7 +694,12 @@ int main(int argc, char** argv) {
 
   // An exception from here on (an unreadable image, a snapshot of another model) ends the whole
   // job: the library prints it and aborts every process, so none waits on a dead peer.
-  if (!resume.empty()) {
+  const auto folder_name = [](const std::string& p) { return (std::filesystem::path(p) / "").lexically_normal(); };
+  if (!resume.empty() && (std::filesystem::is_directory(resume) || folder_name(resume) == folder_name(out))) {
+    // The newest snapshot set that every process wrote (each process's loader state is its own:
+    // the set must come from as many processes; Note [Resuming on another number of processes]).
+    kusari::mn::load_newest_snapshot_set(resume, trainer, comm);
+  } else if (!resume.empty()) {
     // Every process loads its own file of the snapshot (<resume>.<rank> under mpiexec): the same
     // weights, and its own loader position and order, so the run goes on bit for bit. (multi-node)
     kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);

@@ -5,6 +5,7 @@
 //   mpiexec -n 8 ./train_mnist --gpu --communicator pure_nccl       # one GPU per process
 //   ./train_mnist --dtype bfloat16                                  # mixed precision
 //   ./train_mnist --predict result/mlp.npz                          # the trained model's predictions
+//   kusari-run -n 2:3 -- ./train_mnist --elastic -r result          # go on when a process is lost
 //
 // The two lines that make a single-device program multi-node are marked "(multi-node)"; the
 // lines that train in float16 or bfloat16 are marked "(mixed precision)".
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -131,7 +133,9 @@ CLI::Validator positive_integer(const std::string& what) {
 int main(int argc, char** argv) {
   CLI::App app{"kusari example: data-parallel MNIST"};
   int batchsize = 100, epoch = 20, unit = 1000, frequency = -1, threads = 0;
-  bool gpu = false, noplot = false, double_buffering = false, cuda_graph = false;
+  bool gpu = false, noplot = false, double_buffering = false, cuda_graph = false, elastic = false;
+  std::string elastic_batch = "global";
+  int64_t snapshot_interval = 0;
   std::string communicator = "pure_nccl", out = "result", resume, data, dtype_name = "float32";
   std::string iterator_kind = "serial";
   double dropout = 0;
@@ -154,7 +158,9 @@ int main(int argc, char** argv) {
       "-r,--resume", resume,
       "Resume the training from a snapshot, e.g. result/snapshot_iter_600; under mpiexec each "
       "process writes its own snapshot_iter_<iteration>.<rank> and resumes from its own file "
-      "(give the name without the rank, and as many processes)");
+      "(give the name without the rank, and as many processes). A folder instead: the newest snapshot set "
+      "every process of the job that wrote it completed, or a fresh start when it holds none (with --elastic "
+      "the set may come from another number of processes)");
   app.add_option("-u,--unit", unit, "Number of units")->capture_default_str()->check(positive_integer("the number of units"));
   // 0 and negatives other than -1 used to mean "every epoch" silently; they are refused.
   app.add_option("-f,--frequency", frequency, "Frequency of taking a snapshot (epochs, a positive number; -1: at the end)")
@@ -197,6 +203,19 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.95));
   app.add_flag("--noplot", noplot, "Disable PlotReport extension");
+  app.add_flag("--elastic", elastic,
+               "Every process reads the whole training set and takes its part of each global batch "
+               "(DistributedIterator), so that a snapshot resumes on another number of processes (kusari-run)");
+  app.add_option("--elastic-batch", elastic_batch,
+                 "With --elastic, what a resume on another number of processes keeps: the global batch (global: "
+                 "the same steps and samples) or each process's batch (process: the learning rate scales with the "
+                 "global batch)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"global", "process"}));
+  app.add_option("--snapshot-interval", snapshot_interval,
+                 "Take a snapshot every this many iterations instead of by --frequency (0: by --frequency)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   app.add_flag("--double-buffering", double_buffering,
                "Overlap each step's gradient allreduce with the next step (NCCL communicators; one step stale)");
   app.add_flag("--cuda-graph", cuda_graph,
@@ -211,6 +230,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (cuda_graph && !gpu) {
     std::fprintf(stderr, "Error: --cuda-graph records GPU work; add --gpu\n");
+    return 1;
+  }
+  if (app.count("--elastic-batch") > 0 && !elastic) {
+    std::fprintf(stderr, "Error: --elastic-batch %s chooses how an --elastic run resumes; add --elastic\n",
+                 elastic_batch.c_str());
     return 1;
   }
   if (kusari::only_check_arguments("train_mnist")) return 0;
@@ -258,8 +282,9 @@ int main(int argc, char** argv) {
   // Parameters in the training dtype; the lazily sized l1.W is created in it.   (mixed precision)
   model->to_dtype(dtype);
   // Average the gradients over the processes before each update.               (multi-node)
-  auto optimizer =
-      kusari::mn::create_multi_node_optimizer(std::make_shared<kusari::optimizers::Adam>(), comm, double_buffering);
+  auto adam = std::make_shared<kusari::optimizers::Adam>();
+  const double base_alpha = adam->alpha();
+  auto optimizer = kusari::mn::create_multi_node_optimizer(adam, comm, double_buffering);
   optimizer->setup(model);
   if (dtype != kusari::float32) {
     optimizer->use_fp32_update();                                           // (mixed precision)
@@ -274,9 +299,10 @@ int main(int argc, char** argv) {
     return arrays;
   };
 
-  // Rank 0 reads the dataset and every process receives its shard.
+  // Rank 0 reads the dataset and every process receives its shard. With --elastic every process
+  // reads it and keeps the whole training set (Note [Distributed iterator]).
   std::shared_ptr<kusari::Dataset> train, test;
-  if (comm->rank() == 0) {
+  if (comm->rank() == 0 || elastic) {
     kusari::MnistOptions options;
     std::pair<std::shared_ptr<kusari::TupleDataset>, std::shared_ptr<kusari::TupleDataset>> sets;
     if (data.empty()) {
@@ -288,17 +314,17 @@ int main(int argc, char** argv) {
     train = sets.first;
     test = sets.second;
   }
-  train = kusari::mn::scatter_dataset(train, comm, 0, true);
+  if (!elastic) train = kusari::mn::scatter_dataset(train, comm, 0, true);
   test = kusari::mn::scatter_dataset(test, comm, 0, true);
 
   // Every process must have been started with the same settings: a batch size or a number of
   // epochs that differs between them would make them wait for each other forever.   (multi-node)
   const int64_t shard = train->size();
-  const int64_t common = std::gcd(shard, static_cast<int64_t>(batchsize));
+  const int64_t step = elastic ? static_cast<int64_t>(batchsize) * comm->size() : batchsize;
+  const int64_t common = std::gcd(shard, step);
   std::string iterations_per_epoch = std::to_string(shard / common);
-  if (common != batchsize) iterations_per_epoch += "/" + std::to_string(batchsize / common);
-  iterations_per_epoch +=
-      " (" + std::to_string(shard) + " examples in batches of " + std::to_string(batchsize) + ")";
+  if (common != step) iterations_per_epoch += "/" + std::to_string(step / common);
+  iterations_per_epoch += " (" + std::to_string(shard) + " examples in batches of " + std::to_string(step) + ")";
   kusari::mn::check_same_settings(comm,
                                   {{"--batchsize", std::to_string(batchsize)},
                                    {"iterations per epoch", iterations_per_epoch},
@@ -310,11 +336,20 @@ int main(int argc, char** argv) {
                                    {"--double-buffering", double_buffering ? "on" : "off"},
                                    {"--dtype", dtype_name},
                                    {"--dropout", std::to_string(dropout)},
-                                   {"--resume", resume.empty() ? "(none)" : "given"}},
+                                   {"--resume", resume.empty() ? "(none)" : "given"},
+                                   {"--elastic", elastic ? elastic_batch : "off"},
+                                   {"--snapshot-interval", std::to_string(snapshot_interval)}},
                                   "train_mnist");
 
   std::shared_ptr<kusari::Iterator> train_iter;
-  if (iterator_kind == "multithread") {
+  std::shared_ptr<kusari::mn::DistributedIterator> elastic_iter;
+  if (elastic) {
+    kusari::mn::DistributedIteratorOptions options;
+    options.resize =
+        elastic_batch == "global" ? kusari::mn::ElasticBatch::kKeepGlobal : kusari::mn::ElasticBatch::kKeepPerProcess;
+    elastic_iter = std::make_shared<kusari::mn::DistributedIterator>(train, batchsize, comm, options);
+    train_iter = elastic_iter;
+  } else if (iterator_kind == "multithread") {
     train_iter = std::make_shared<kusari::MultithreadIterator>(train, batchsize, true, true, std::nullopt, 2);
   } else {
     train_iter = std::make_shared<kusari::SerialIterator>(train, batchsize);
@@ -331,11 +366,12 @@ int main(int argc, char** argv) {
   // Snapshots: one process writes Chainer's snapshot_iter_<iteration>; under mpiexec each process
   // writes its own snapshot_iter_<iteration>.<rank>, with its own iterator state.   (multi-node)
   const int snapshot_every = frequency == -1 ? epoch : frequency;
+  auto snapshot_trigger = snapshot_interval > 0 ? kusari::training::interval(snapshot_interval, "iteration")
+                                                : kusari::training::interval(snapshot_every, "epoch");
   if (comm->size() == 1) {
-    trainer.extend(E::snapshot(), "", kusari::training::interval(snapshot_every, "epoch"));
+    trainer.extend(E::snapshot(), "", snapshot_trigger);
   } else {
-    trainer.extend(kusari::mn::multi_node_snapshot(comm, E::snapshot()), "",
-                   kusari::training::interval(snapshot_every, "epoch"));
+    trainer.extend(kusari::mn::multi_node_snapshot(comm, E::snapshot()), "", snapshot_trigger);
   }
 
   // Some display and output extensions are necessary only for one worker.
@@ -352,7 +388,24 @@ int main(int argc, char** argv) {
     trainer.extend(std::make_shared<E::ProgressBar>());
   }
 
-  if (!resume.empty()) {
+  // -r naming a folder, or the --out folder even before it exists (a first start), resumes from
+  // the newest complete snapshot set in it, if any.
+  const auto folder_name = [](const std::string& p) { return (std::filesystem::path(p) / "").lexically_normal(); };
+  if (!resume.empty() && (std::filesystem::is_directory(resume) || folder_name(resume) == folder_name(out))) {
+    // A folder: the newest snapshot set that every process of the job that wrote it completed,
+    // possibly another number of processes (Note [Resuming on another number of processes]).
+    kusari::mn::load_newest_snapshot_set(resume, trainer, comm);
+    if (elastic_iter && elastic_iter->learning_rate_factor() != 1.0) {
+      // --elastic-batch process: the global batch changed with the number of processes; the
+      // linear scaling rule changes the step size with it.
+      adam->alpha() = base_alpha * elastic_iter->learning_rate_factor();
+      if (comm->rank() == 0) {
+        std::printf("The global batch is %lld (it was %lld at the first start): Adam's alpha is %g\n",
+                    static_cast<long long>(elastic_iter->global_batch_size()),
+                    static_cast<long long>(elastic_iter->initial_global_batch_size()), adam->alpha());
+      }
+    }
+  } else if (!resume.empty()) {
     // Every process loads its own file of the snapshot (<resume>.<rank> under mpiexec): the same
     // weights, and its own iterator position and order, so the run goes on bit for bit.
     kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);  // (multi-node)

@@ -43,7 +43,14 @@ def main():
     parser.add_argument('--epoch', '-e', type=int, default=20, help='Number of sweeps over the dataset to train')
     parser.add_argument('--gpu', '-g', action='store_true', help='Use GPU')
     parser.add_argument('--out', '-o', default='result', help='Directory to output the result')
-    parser.add_argument('--resume', '-r', default='', help='Resume the training from snapshot')
+    parser.add_argument('--resume', '-r', default='',
+                        help='Resume the training from snapshot; a folder (or the --out folder): its newest complete '
+                             'snapshot set, or a fresh start when there is none')
+    parser.add_argument('--elastic', action='store_true',
+                        help='Every process takes its part of each global batch of one order of the whole training '
+                             'set, so that a snapshot resumes on another number of processes (kusari-run)')
+    parser.add_argument('--snapshot-interval', type=int, default=0,
+                        help='Take a snapshot of every process every this many iterations (0: none)')
     parser.add_argument('--unit', '-u', type=int, default=1000, help='Number of units')
     parser.add_argument('--data', default=None,
                         help='Folder of the MNIST IDX files; default: Fashion-MNIST (Debian\'s dataset-fashion-mnist)')
@@ -54,6 +61,8 @@ def main():
     for name in ('batchsize', 'epoch', 'unit'):
         if getattr(args, name) <= 0:
             parser.error('--{} must be a positive number, got {}'.format(name, getattr(args, name)))
+    if args.snapshot_interval < 0:
+        parser.error('--snapshot-interval must be 0 (none) or a positive number, got {}'.format(args.snapshot_interval))
     if args.cuda_graph and not args.gpu:
         parser.error('--cuda-graph records GPU work; add --gpu')
     if kusari.only_check_arguments():  # KUSARI_CHECK_ARGS: the arguments only
@@ -98,17 +107,22 @@ def main():
     optimizer.setup(model)
 
     # Split and distribute the dataset. Only worker 0 loads the whole dataset.         (multi-node)
-    if comm.rank == 0:
+    # (With --elastic every worker loads it and keeps the whole training set.)
+    if comm.rank == 0 or args.elastic:
         if args.data:
             train, test = kusari.datasets.get_mnist(directory=args.data)
         else:
             train, test = kusari.datasets.get_fashion_mnist()
     else:
         train, test = None, None
-    train = kusari.mn.scatter_dataset(train, comm, shuffle=True)
+    if not args.elastic:
+        train = kusari.mn.scatter_dataset(train, comm, shuffle=True)
     test = kusari.mn.scatter_dataset(test, comm, shuffle=True)
 
-    train_iter = kusari.iterators.SerialIterator(train, args.batchsize)
+    if args.elastic:
+        train_iter = kusari.mn.DistributedIterator(train, args.batchsize, comm)
+    else:
+        train_iter = kusari.iterators.SerialIterator(train, args.batchsize)
     test_iter = kusari.iterators.SerialIterator(test, args.batchsize, repeat=False, shuffle=False)
 
     updater = training.StandardUpdater(train_iter, optimizer, device=device)
@@ -133,7 +147,16 @@ def main():
                                                'validation/main/accuracy', 'elapsed_time']))
         trainer.extend(extensions.ProgressBar())
 
-    if args.resume:
+    if args.snapshot_interval > 0:
+        trainer.extend(kusari.mn.multi_node_snapshot(comm, extensions.snapshot()),
+                       trigger=(args.snapshot_interval, 'iteration'))
+
+    def folder(path):
+        return os.path.join(os.path.normpath(path), '')
+
+    if args.resume and (os.path.isdir(args.resume) or folder(args.resume) == folder(args.out)):
+        kusari.mn.load_newest_snapshot_set(args.resume, trainer, comm)
+    elif args.resume:
         kusari.mn.load_snapshot_of_each_rank(args.resume, trainer, comm)
 
     trainer.run()

@@ -15,6 +15,7 @@
 #include "kusari/mn/dataset.h"
 #include "kusari/mn/extensions.h"
 #include "kusari/mn/functions.h"
+#include "kusari/mn/iterator.h"
 #include "kusari/mn/links.h"
 #include "kusari/mn/object.h"
 #include "kusari/mn/optimizer.h"

@@ -281,6 +281,31 @@ void init_mn(py::module_& m) {
         py::arg("seed") = py::none(), py::arg("max_buf_len") = py::none(), py::arg("force_equal_length") = true,
         "This rank's part of the dataset (a kusari dataset or any sequence; None on ranks other than the root, "
         "which then sends them their examples).");
+  py::class_<MN::DistributedIterator, Iterator, std::shared_ptr<MN::DistributedIterator>>(m, "DistributedIterator")
+      .def(py::init([](py::handle dataset, int64_t batch_size, CommPtr comm, bool shuffle, py::handle seed,
+                       const std::string& resize) {
+             MN::DistributedIteratorOptions o;
+             o.shuffle = shuffle;
+             if (!seed.is_none()) o.seed = seed.cast<uint64_t>();
+             KUSARI_CHECK(resize == "global" || resize == "process", ValueError,
+                          "DistributedIterator: resize is '", resize, "'; expected 'global' (keep the global batch) "
+                          "or 'process' (keep each process's batch)");
+             o.resize = resize == "global" ? MN::ElasticBatch::kKeepGlobal : MN::ElasticBatch::kKeepPerProcess;
+             std::shared_ptr<Dataset> d = dataset_from_python(dataset, "DistributedIterator");
+             py::gil_scoped_release r;
+             return std::make_shared<MN::DistributedIterator>(d, batch_size, comm, o);
+           }),
+           py::arg("dataset"), py::arg("batch_size"), py::arg("comm"), py::kw_only(), py::arg("shuffle") = true,
+           py::arg("seed") = py::none(), py::arg("resize") = "global",
+           "Batches of one order of the whole dataset shared by every process, each taking its part of every global "
+           "batch; its snapshot resumes on another number of processes (docs/elastic.md).")
+      .def("next_indices", &MN::DistributedIterator::next_indices,
+           "This process's part of the next global batch, as dataset indices.")
+      .def_property_readonly("global_batch_size", &MN::DistributedIterator::global_batch_size)
+      .def_property_readonly("initial_global_batch_size", &MN::DistributedIterator::initial_global_batch_size)
+      .def_property_readonly("learning_rate_factor", &MN::DistributedIterator::learning_rate_factor)
+      .def_property_readonly("loaded_size", &MN::DistributedIterator::loaded_size)
+      .def_property_readonly("current_position", &MN::DistributedIterator::current_position);
   m.def("scatter_index", [](int64_t n, CommPtr comm, int root, bool force_equal_length) {
           return MN::scatter_index(n, comm, root, force_equal_length);
         }, py::arg("n_total_samples"), py::arg("comm"), py::arg("root") = 0, py::arg("force_equal_length") = true, R());
@@ -342,6 +367,19 @@ void init_mn(py::module_& m) {
   m.def("load_snapshot_of_each_rank", [](const std::string& path, T::Trainer& trainer, CommPtr comm) {
           return MN::load_snapshot_of_each_rank(path, trainer, comm);
         }, py::arg("path"), py::arg("trainer"), py::arg("comm"), R());
+
+  m.def("load_newest_snapshot_set",
+        [](const std::string& folder, T::Trainer& trainer, CommPtr comm, const std::string& prefix) -> py::object {
+          std::optional<int64_t> it;
+          {
+            py::gil_scoped_release r;
+            it = MN::load_newest_snapshot_set(folder, trainer, comm, prefix);
+          }
+          return it ? py::object(py::int_(*it)) : py::object(py::none());
+        },
+        py::arg("folder"), py::arg("trainer"), py::arg("comm"), py::arg("prefix") = "snapshot_iter_",
+        "Resumes the trainer from the newest complete snapshot set in the folder, of any number of processes; "
+        "returns its iteration, or None (nothing loaded) when there is none.");
 
   py::class_<MN::AllreducePersistent, T::Extension, std::shared_ptr<MN::AllreducePersistent>>(m, "AllreducePersistent")
       .def(py::init<std::shared_ptr<Link>, CommPtr>(), py::arg("model"), py::arg("comm"), py::keep_alive<1, 2>());

@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string_view>
 
 #include "kusari/mn/object.h"
+#include "mn/comm/heartbeat.h"
 #include "kusari/mn/optimizer.h"
 #include "kusari/serializers/npz.h"
 #include "kusari/training/trainer.h"
@@ -417,6 +419,11 @@ void MultiNodeSnapshot::finalize() {
 
 void MultiNodeSnapshot::serialize(Serializer& serializer) {
   snapshot_->serialize(serializer);
+  // The size of the job that wrote the file (Note [Resuming on another number of processes]).
+  if (!serializer.is_loading()) {
+    int64_t size = comm_->size();
+    serializer("mn_world_size", size);
+  }
 }
 
 void MultiNodeSnapshot::initialize(training::Trainer& trainer) {
@@ -561,7 +568,137 @@ int64_t load_snapshot_of_each_rank(const std::string& path, training::Trainer& t
   if (auto* multi = dynamic_cast<MultiNodeOptimizer*>(&trainer.updater().optimizer())) {
     multi->mark_parameters_synchronized();
   }
+  detail::heartbeat_resumed_from(reports[0].iterations.at(0));  // Note [Heartbeat files]
+  detail::heartbeat_iteration(reports[0].iterations.at(0));
   return reports[0].iterations.at(0);
+}
+
+namespace {
+
+/// "<prefix><iteration>" or "<prefix><iteration>.<rank>": (iteration, rank or -1).
+std::optional<std::pair<int64_t, int>> parse_snapshot_name(const std::string& name, const std::string& prefix) {
+  if (!name.starts_with(prefix)) return std::nullopt;
+  const char* p = name.data() + prefix.size();
+  const char* end = name.data() + name.size();
+  int64_t iteration = 0;
+  auto [after, ec] = std::from_chars(p, end, iteration);
+  if (ec != std::errc() || after == p) return std::nullopt;
+  if (after == end) return std::make_pair(iteration, -1);
+  if (*after != '.') return std::nullopt;
+  int rank = 0;
+  const char* q = after + 1;
+  auto [after_rank, ec2] = std::from_chars(q, end, rank);
+  if (ec2 != std::errc() || after_rank != end || after_rank == q || rank < 0) return std::nullopt;
+  return std::make_pair(iteration, rank);
+}
+
+/// The job size a multi-node snapshot file records, or nullopt when it records none or cannot be read.
+std::optional<int> recorded_world_size(const std::string& path) {
+  try {
+    NpzFile npz(path, "load_newest_snapshot_set");
+    for (const std::string& key : npz.keys()) {
+      if (key == "mn_world_size" || key.ends_with("/mn_world_size")) {
+        const int64_t n = npz.get(key).astype(int64).to_vector<int64_t>().at(0);
+        if (n >= 1 && n <= (1 << 24)) return static_cast<int>(n);
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<SnapshotSet> newest_complete_snapshot_set(const std::string& folder, const std::string& prefix) {
+  std::map<int64_t, std::map<int, std::string>, std::greater<>> by_iteration;  // rank -1: one process's file
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return std::nullopt;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    const std::string name = entry.path().filename().string();
+    if (auto parsed = parse_snapshot_name(name, prefix)) {
+      by_iteration[parsed->first][parsed->second] = entry.path().string();
+    }
+  }
+  for (const auto& [iteration, files] : by_iteration) {
+    if (auto single = files.find(-1); single != files.end()) {
+      return SnapshotSet{iteration, 1, {single->second}};
+    }
+    auto first = files.find(0);
+    if (first == files.end()) continue;
+    const std::optional<int> size = recorded_world_size(first->second);
+    if (!size) continue;
+    SnapshotSet set{iteration, *size, {}};
+    for (int r = 0; r < *size; ++r) {
+      auto f = files.find(r);
+      if (f == files.end()) break;
+      set.files.push_back(f->second);
+    }
+    if (static_cast<int>(set.files.size()) == *size) return set;
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> load_newest_snapshot_set(const std::string& folder, training::Trainer& trainer,
+                                                Communicator& comm, const std::string& prefix) {
+  const char* fn = "load_newest_snapshot_set";
+  // Rank 0 looks, everyone hears what it found (Note [Resuming on another number of processes]).
+  std::optional<SnapshotSet> found;
+  if (comm.rank() == 0) found = newest_complete_snapshot_set(folder, prefix);
+  ByteWriter w;
+  w.put<uint8_t>(found ? 1 : 0);
+  if (found) {
+    w.put<int64_t>(found->iteration);
+    w.put<int64_t>(found->size);
+    for (const std::string& f : found->files) w.put_string(f);
+  }
+  const Bytes agreed = comm.bcast_obj(w.take(), 0);
+  ByteReader r(agreed);
+  if (r.get<uint8_t>() == 0) {
+    if (comm.rank() == 0) {
+      std::printf("%s: no complete snapshot set in '%s'; starting from the beginning\n", fn, folder.c_str());
+      std::fflush(stdout);
+    }
+    return std::nullopt;
+  }
+  SnapshotSet set;
+  set.iteration = r.get<int64_t>();
+  set.size = static_cast<int>(r.get<int64_t>());
+  for (int k = 0; k < set.size; ++k) set.files.push_back(r.get_string());
+  const std::string& file = set.files.at(static_cast<size_t>(comm.rank() % set.size));
+  RankReport mine;
+  try {
+    load_npz(file, trainer);
+    mine.iterations = {trainer.updater().iteration()};
+  } catch (const std::exception& e) {
+    mine.failed = true;
+    mine.error = kusari::detail::concat("'", file, "': ", e.what());
+  }
+  const std::vector<RankReport> reports = exchange(comm, mine);
+  throw_if_any_failed(reports, kusari::detail::concat(fn, ": resuming ", comm.size(), " processes from the set of iteration ",
+                                      set.iteration, " that ", set.size, " processes wrote in '", folder, "'"));
+  for (size_t k = 0; k < reports.size(); ++k) {
+    KUSARI_CHECK(reports[k].iterations == reports[0].iterations, IOError, fn, ": rank ", k, " resumed iteration ",
+                 reports[k].iterations.at(0), " but rank 0 resumed ", reports[0].iterations.at(0), " from '", folder,
+                 "'; every rank must resume the same iteration");
+  }
+  if (auto* multi = dynamic_cast<MultiNodeOptimizer*>(&trainer.updater().optimizer())) {
+    multi->mark_parameters_synchronized();
+  }
+  if (comm.rank() == 0) {
+    // Killed writes of ranks this job no longer has: nobody else removes their temporary files.
+    const int size = comm.size();
+    remove_stale_temporary_files(folder, [&](const std::string& target) {
+      auto parsed = parse_snapshot_name(target, prefix);
+      return parsed && parsed->second >= size;
+    });
+    std::printf("%s: %d processes resumed from iteration %lld, which %d processes wrote in '%s'\n", fn, size,
+                static_cast<long long>(set.iteration), set.size, folder.c_str());
+    std::fflush(stdout);
+  }
+  detail::heartbeat_resumed_from(set.iteration);  // Note [Heartbeat files]
+  detail::heartbeat_iteration(set.iteration);
+  return set.iteration;
 }
 
 }  // namespace kusari::mn

@@ -4,6 +4,7 @@
 
 #include "kusari/autograd/variable.h"
 #include "kusari/functions/math.h"
+#include "mn/comm/heartbeat.h"
 #include "mn/nccl_library.h"
 #include "mn/reduce/bucket_reducer.h"
 #include "mn/reduce/mean_grad_pipeline.h"
@@ -111,6 +112,18 @@ void MultiNodeOptimizer::mark_parameters_synchronized() {
 }
 
 void MultiNodeOptimizer::step_after_backward() {
+  // However the step ends, the heartbeat tells how many updates were done (Note [Heartbeat files]).
+  // Only when one beats, and not at every step: t() may wait for the GPU's loss-scale verdict.
+  struct Beat {
+    const MultiNodeOptimizer& optimizer;
+    ~Beat() {
+      if (detail::heartbeat_wants_iteration()) {
+        detail::heartbeat_iteration(optimizer.t());
+      } else {
+        detail::heartbeat_step();  // (a step dynamic loss scaling skips is corrected at the next read)
+      }
+    }
+  } beat{*this};
   if (parameters_changed()) {
     if (double_buffering_) {
       pipeline_of(comm_.get())->cancel_mean_grads();

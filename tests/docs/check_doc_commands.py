@@ -10,7 +10,8 @@ checked here (CTest `docs_commands`):
   - a kusari program (an example, a tool or a benchmark of this build, named by its path under a
     build folder, as ./name, or by its bare name) runs with KUSARI_CHECK_ARGS=1: it parses and
     checks its arguments and exits (kusari::only_check_arguments), so GPU and cluster commands
-    are checked on a machine without either; with `mpiexec`/`srun` in front, the program alone;
+    are checked on a machine without either; with `mpiexec`/`srun`/`kusari-run` in front, the program
+    alone (the launcher's own options are its tests' business);
   - the programs of RUN_SMALL also run for real, at small sizes (the flags below replace the
     command's own), one page's commands in order in one scratch folder, when the command needs no
     GPU, no launcher option but -n, at most 3 processes and no placeholder argument: so a
@@ -78,7 +79,7 @@ for line, context, code in spec['blocks']:
         print('FAILED %d' % line)
         sys.exit(1)
 """
-LAUNCHERS = {"mpiexec", "mpirun", "srun"}
+LAUNCHERS = {"mpiexec", "mpirun", "srun", "kusari-run"}
 SCRIPT_CHECK_MARK = "KUSARI_CHECK_ARGS"
 
 

@@ -271,4 +271,50 @@ inline int64_t load_snapshot_of_each_rank(const std::string& path, training::Tra
   return load_snapshot_of_each_rank(path, trainer, detail::communicator_of(comm, "load_snapshot_of_each_rank"));
 }
 
+/// A set of snapshot files written at one iteration by every process of a job.
+struct SnapshotSet {
+  /// The updater's iteration the files hold.
+  int64_t iteration = 0;
+  /// The number of processes that wrote them.
+  int size = 0;
+  /// The files, by the rank that wrote them (full paths).
+  std::vector<std::string> files;
+};
+
+/// The newest complete snapshot set in `folder`, whatever the number of processes that wrote it;
+/// nullopt when there is none. Local: no communication. See Note [Resuming on another number of
+/// processes].
+std::optional<SnapshotSet> newest_complete_snapshot_set(const std::string& folder,
+                                                        const std::string& prefix = "snapshot_iter_");
+
+/// Resumes `trainer` from the newest complete snapshot set in `folder` that a job of any number of
+/// processes wrote (with multi_node_snapshot(comm, snapshot), or one process with snapshot()),
+/// and returns its iteration; nullopt, with nothing loaded on any rank, when the folder holds no
+/// complete set (a first start). Collective.
+///
+/// Note [Resuming on another number of processes]
+/// A set is complete when the files <prefix><iteration>.<r> of every rank r of the job that wrote
+/// it exist; each file holds that number (multi_node_snapshot's "mn_world_size"), and the writes
+/// are atomic, so a set whose writer died half-way lacks files instead of holding a broken one.
+/// Rank 0 looks (the folder must be one that every process sees) and tells the others; rank r of M
+/// then loads the file of rank r mod N. The model and the optimizer state are the same in every
+/// file of a data-parallel job (the multi-node optimizer keeps them equal); rank 0 gets rank 0's,
+/// which holds the log of the rank-0-only extensions; an iterator that resumes at another size is
+/// a DistributedIterator (Note [Distributed iterator]), whose state is the same in every file. A
+/// SerialIterator over a scatter_dataset shard cannot be continued by another number of processes:
+/// its snapshot holds a position in a shard that no longer exists, and loading it at another size
+/// is an error naming the iterator. The ranks agree (one allgather) that every load succeeded and
+/// resumed the same iteration, or all throw the same IOError. Rank 0 also removes the temporary
+/// files that killed writes of ranks this job no longer has left in the folder (Note [Stale
+/// temporary files]), which no rank's own snapshot extension would.
+std::optional<int64_t> load_newest_snapshot_set(const std::string& folder, training::Trainer& trainer,
+                                                Communicator& comm, const std::string& prefix = "snapshot_iter_");
+/// load_newest_snapshot_set with the communicator as create_communicator returns it.
+inline std::optional<int64_t> load_newest_snapshot_set(const std::string& folder, training::Trainer& trainer,
+                                                       const std::shared_ptr<Communicator>& comm,
+                                                       const std::string& prefix = "snapshot_iter_") {
+  return load_newest_snapshot_set(folder, trainer, detail::communicator_of(comm, "load_newest_snapshot_set"),
+                                  prefix);
+}
+
 }  // namespace kusari::mn

@@ -13,11 +13,12 @@ import functools
 import operator
 
 from kusari._kusari.mn import (AllreducePersistent, Communicator, CommunicatorError,  # noqa: F401
-                               MultiNodeBatchNormalization, MultiNodeCheckpointer, MultiNodeEarlyStoppingTrigger,
+                               DistributedIterator, MultiNodeBatchNormalization, MultiNodeCheckpointer, MultiNodeEarlyStoppingTrigger,
                                ObservationAggregator, communicator_names, create_communicator, create_mnbn_model,
                                create_multi_node_checkpointer, create_multi_node_evaluator,
                                create_multi_node_iterator, create_multi_node_optimizer, create_synchronized_iterator,
-                               load_snapshot_of_each_rank, multi_node_snapshot, scatter_dataset, scatter_index)
+                               load_newest_snapshot_set, load_snapshot_of_each_rank, multi_node_snapshot,
+                               scatter_dataset, scatter_index)
 from kusari.mn import functions  # noqa: F401
 
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kusari/core/half.h"
+#include "mn/comm/heartbeat.h"
 #include "mn/comm/op_tracker.h"
 
 namespace kusari::mn::detail {
@@ -232,12 +233,14 @@ void print_failure(const std::string& what, bool end_job) noexcept {
   int len = 0;
   if (live) MPI_Get_processor_name(host, &len);
   std::fflush(stdout);
+  const bool by_peer = live && size > 1 && caused_by_peer_failure(what);
+  heartbeat_final(by_peer ? "peer_failed" : "failed", what);  // Note [Heartbeat files]
   if (!end_job) {
     std::fprintf(stderr, "\n[kusari.mn] rank %d of %d on host %s failed: %s\n", rank, size, host, what.c_str());
     std::fflush(stderr);
     return;
   }
-  if (live && size > 1 && caused_by_peer_failure(what)) {
+  if (by_peer) {
     // The rank that failed reports it; this one only waited for it. It stays until the reporter
     // has printed and ended (mpiexec then ends this process too): an exit now would make mpiexec
     // end the job before the report is out.
@@ -310,6 +313,7 @@ void print_failure(const std::string& what, bool end_job) noexcept {
 // the communicators still alive and wait for the other ranks (Note [A rank that finishes early]).
 int at_mpi_finalize(MPI_Comm, int, void*, void*) {
   finish_all_trackers();
+  heartbeat_final("done", "");
   return MPI_SUCCESS;
 }
 
@@ -401,6 +405,10 @@ void ensure_mpi_initialized() {
     if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_mpi_finalize, &key, nullptr) == MPI_SUCCESS)
       MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr);
     choose_allreduce_algorithm();
+    int world_rank = 0, world_size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    start_heartbeat(world_rank, world_size);  // Note [Heartbeat files]
   });
 }
 

@@ -53,6 +53,23 @@ def test_scatter_dataset_of_a_python_list():
     assert set(everything) == set(range(11))
 
 
+def test_distributed_iterator_parts_cover_each_global_batch():
+    data = [(np.float32(i), np.int32(i % 3)) for i in range(30)]  # every rank holds all of it
+    it = kusari.mn.DistributedIterator(data, 2, comm)
+    assert it.global_batch_size == 2 * comm.size and it.batch_size == 2 and it.learning_rate_factor == 1.0
+    seen = []
+    for _ in range(3):
+        mine = it.next_indices()
+        assert len(mine) == 2
+        seen += [i for part in comm.allgather_obj(mine) for i in part]
+    # One order shared by every rank: the parts of 3 steps never overlap.
+    assert len(set(seen)) == 6 * comm.size
+    batch = it.next()
+    assert len(batch) == 2
+    with pytest.raises(ValueError, match="resize is 'both'"):
+        kusari.mn.DistributedIterator(data, 2, comm, resize='both')
+
+
 def test_multi_node_optimizer_keeps_the_ranks_equal():
     kusari.manual_seed(comm.rank)  # different initial weights: the first update broadcasts rank 0's
     model = L.Classifier(L.Linear(4, 3))
