@@ -321,8 +321,7 @@ int main(int argc, char** argv) {
       }
       trainer.extend(std::make_shared<E::ProgressBar>());
     }
-    const auto folder_name = [](const std::string& p) { return (std::filesystem::path(p) / "").lexically_normal(); };
-    if (!resume.empty() && (std::filesystem::is_directory(resume) || folder_name(resume) == folder_name(out))) {
+    if (kusari::mn::names_snapshot_folder(resume, out)) {
       // The newest complete snapshot set (of any number of processes with --elastic).
       kusari::mn::load_newest_snapshot_set(resume, trainer, comm);
     } else if (!resume.empty()) {

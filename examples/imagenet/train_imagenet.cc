@@ -694,8 +694,7 @@ int main(int argc, char** argv) {
 
   // An exception from here on (an unreadable image, a snapshot of another model) ends the whole
   // job: the library prints it and aborts every process, so none waits on a dead peer.
-  const auto folder_name = [](const std::string& p) { return (std::filesystem::path(p) / "").lexically_normal(); };
-  if (!resume.empty() && (std::filesystem::is_directory(resume) || folder_name(resume) == folder_name(out))) {
+  if (kusari::mn::names_snapshot_folder(resume, out)) {
     // The newest snapshot set that every process wrote (each process's loader state is its own:
     // the set must come from as many processes; Note [Resuming on another number of processes]).
     kusari::mn::load_newest_snapshot_set(resume, trainer, comm);

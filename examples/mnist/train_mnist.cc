@@ -390,8 +390,7 @@ int main(int argc, char** argv) {
 
   // -r naming a folder, or the --out folder even before it exists (a first start), resumes from
   // the newest complete snapshot set in it, if any.
-  const auto folder_name = [](const std::string& p) { return (std::filesystem::path(p) / "").lexically_normal(); };
-  if (!resume.empty() && (std::filesystem::is_directory(resume) || folder_name(resume) == folder_name(out))) {
+  if (kusari::mn::names_snapshot_folder(resume, out)) {
     // A folder: the newest snapshot set that every process of the job that wrote it completed,
     // possibly another number of processes (Note [Resuming on another number of processes]).
     kusari::mn::load_newest_snapshot_set(resume, trainer, comm);

@@ -151,10 +151,8 @@ def main():
         trainer.extend(kusari.mn.multi_node_snapshot(comm, extensions.snapshot()),
                        trigger=(args.snapshot_interval, 'iteration'))
 
-    def folder(path):
-        return os.path.join(os.path.normpath(path), '')
-
-    if args.resume and (os.path.isdir(args.resume) or folder(args.resume) == folder(args.out)):
+    # -r naming a folder, or the --out folder even before it exists: its newest complete snapshot set.
+    if kusari.mn.names_snapshot_folder(args.resume, args.out):
         kusari.mn.load_newest_snapshot_set(args.resume, trainer, comm)
     elif args.resume:
         kusari.mn.load_snapshot_of_each_rank(args.resume, trainer, comm)

@@ -474,7 +474,25 @@ void init_array(py::module_& m) {
         if (a.dtype() == Dtype::kBool) return py::bool_(a.item<bool>());
         return py::int_(a.item<int64_t>());
       })
-      .def("__dlpack__", [](const Array& a, py::handle stream) { return to_dlpack(a); }, py::arg("stream") = py::none())
+      // The DLPack protocol of 2023 (NumPy 2, PyTorch 2) asks with max_version, dl_device and copy
+      // first and falls back on a TypeError; kusari takes them all and exports a DLPack 0.x capsule
+      // ("dltensor"), which every consumer accepts. A copy is made only when asked for.
+      .def("__dlpack__", [](const Array& a, py::handle stream, py::handle max_version, py::handle dl_device,
+                            py::handle copy) {
+             if (!dl_device.is_none()) {
+               const auto want = dl_device.cast<std::pair<int, int>>();
+               const int type = a.device().is_cpu() ? kDLCPU : kDLCUDA;
+               if (want.first != type || want.second != a.device().index()) {
+                 throw py::buffer_error("kusari.ndarray.__dlpack__: dl_device (" + std::to_string(want.first) + ", " +
+                                        std::to_string(want.second) + ") is not the array's device " +
+                                        a.device().str() + "; copy it with to_device first");
+               }
+             }
+             const bool copied = !copy.is_none() && copy.cast<bool>();
+             return to_dlpack(copied ? a.copy() : a);
+           },
+           py::arg("stream") = py::none(), py::kw_only(), py::arg("max_version") = py::none(),
+           py::arg("dl_device") = py::none(), py::arg("copy") = py::none())
       .def("__dlpack_device__", [](const Array& a) {
         return py::make_tuple(static_cast<int>(a.device().is_cpu() ? kDLCPU : kDLCUDA), a.device().index());
       })

@@ -342,6 +342,46 @@ void init_functions(py::module_& f) {
         py::arg("src_bbox"), py::arg("dst_bbox"), R());
   f.def("loc_to_bbox", [](const VarArg& src, const VarArg& loc) { return F::loc_to_bbox(src.v, loc.v); },
         py::arg("src_bbox"), py::arg("loc"), R());
+  f.def("roi_average_align_2d",
+        [](const VarArg& x, const ArrArg& rois, const ArrArg& roi_indices, py::handle outsize, double spatial_scale,
+           py::handle sampling_ratio) {
+          Shape out;
+          if (py::isinstance<py::int_>(outsize)) {
+            out = {outsize.cast<int64_t>(), outsize.cast<int64_t>()};
+          } else {
+            out = outsize.cast<Shape>();
+          }
+          std::optional<int64_t> ratio;
+          if (!sampling_ratio.is_none()) {
+            // Chainer takes an int or a pair; kusari samples as many points along both axes.
+            if (py::isinstance<py::int_>(sampling_ratio)) {
+              ratio = sampling_ratio.cast<int64_t>();
+            } else {
+              const Shape pair = sampling_ratio.cast<Shape>();
+              if (pair.size() != 2 || pair[0] != pair[1]) {
+                throw py::value_error("F.roi_average_align_2d: sampling_ratio must be an int (or a pair of equal ints)");
+              }
+              ratio = pair[0];
+            }
+          }
+          py::gil_scoped_release r;
+          return F::roi_average_align_2d(x.v, rois.a, roi_indices.a, out, spatial_scale, ratio);
+        },
+        py::arg("x"), py::arg("rois"), py::arg("roi_indices"), py::arg("outsize"), py::arg("spatial_scale"),
+        py::arg("sampling_ratio") = py::none());
+  f.def("non_maximum_suppression",
+        [](const ArrArg& bbox, double thresh, py::handle score, py::handle limit, py::handle label) {
+          Array s = score.is_none() ? Array() : array_from_python(score, "non_maximum_suppression");
+          Array l = label.is_none() ? Array() : array_from_python(label, "non_maximum_suppression");
+          std::optional<int64_t> lim;
+          if (!limit.is_none()) lim = limit.cast<int64_t>();
+          py::gil_scoped_release r;
+          return F::non_maximum_suppression(bbox.a, thresh, s, lim, l);
+        },
+        py::arg("bbox"), py::arg("thresh"), py::arg("score") = py::none(), py::arg("limit") = py::none(),
+        py::arg("label") = py::none(),
+        "Indices of the boxes kept by non-maximum suppression, highest score first (ChainerCV's "
+        "non_maximum_suppression; with label, per class).");
 
   // --- pooling
   f.def("max_pooling_2d",

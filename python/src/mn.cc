@@ -368,6 +368,9 @@ void init_mn(py::module_& m) {
           return MN::load_snapshot_of_each_rank(path, trainer, comm);
         }, py::arg("path"), py::arg("trainer"), py::arg("comm"), R());
 
+  m.def("names_snapshot_folder", &MN::names_snapshot_folder, py::arg("resume"), py::arg("out"),
+        "True when a --resume value names a folder to resume from with load_newest_snapshot_set (an existing "
+        "folder, or the output folder even before it exists).");
   m.def("load_newest_snapshot_set",
         [](const std::string& folder, T::Trainer& trainer, CommPtr comm, const std::string& prefix) -> py::object {
           std::optional<int64_t> it;

@@ -1,5 +1,10 @@
 #include "kusari/functions/detection.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
 #include "functions/function_util.h"
 #include "kusari/functions/array.h"
 #include "kusari/functions/math.h"
@@ -20,6 +25,37 @@ void check_boxes(const char* fn, const char* name, const Variable& boxes) {
 struct Centred {
   Variable y, x, h, w;
 };
+
+/// Adds f times the weights of a bilinear sample at coordinate v of an axis of `size` pixels to
+/// row[0..size) (Note [RoI Align as two products]: Chainer's boundary rules).
+void add_sample_weights(double v, int64_t size, double f, double* row) {
+  if (v < -1.0 || v > static_cast<double>(size)) return;
+  if (v <= 0) v = 0;
+  int64_t low = static_cast<int64_t>(v), high = low + 1;
+  if (low >= size - 1) {
+    low = high = size - 1;
+    v = static_cast<double>(low);
+  }
+  const double l = v - static_cast<double>(low);
+  row[low] += f * (1.0 - l);
+  row[high] += f * l;
+}
+
+/// Appends the (bins, size) means of the sample weights of each bin of [start, start + length)
+/// with `grid` samples per bin.
+void append_bin_weights(double start, double length, int64_t bins, int64_t grid, int64_t size,
+                        std::vector<double>& out) {
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(bins * size), 0.0);
+  const double bin = length / static_cast<double>(bins);
+  for (int64_t b = 0; b < bins; ++b) {
+    double* row = out.data() + at + static_cast<size_t>(b * size);
+    for (int64_t g = 0; g < grid; ++g) {
+      const double v = start + static_cast<double>(b) * bin + (static_cast<double>(g) + 0.5) * bin / static_cast<double>(grid);
+      add_sample_weights(v, size, 1.0 / static_cast<double>(grid), row);
+    }
+  }
+}
 
 Centred centred(const Variable& boxes) {
   const Variable h = sub(column(boxes, 2), column(boxes, 0)), w = sub(column(boxes, 3), column(boxes, 1));
@@ -70,6 +106,111 @@ Variable loc_to_bbox(const Variable& src, const Variable& loc) {
   const Variable y = add(mul(column(loc, 0), s.h), s.y), x = add(mul(column(loc, 1), s.w), s.x);
   const Variable half_h = mul(mul(exp(column(loc, 2)), s.h), 0.5), half_w = mul(mul(exp(column(loc, 3)), s.w), 0.5);
   return concat({sub(y, half_h), sub(x, half_w), add(y, half_h), add(x, half_w)}, 1);
+}
+
+Variable roi_average_align_2d(const Variable& x, const Array& rois, const Array& roi_indices, const Shape& outsize,
+                              double spatial_scale, std::optional<int64_t> sampling_ratio) {
+  const char* fn = "roi_average_align_2d";
+  KUSARI_CHECK(x.ndim() == 4, ShapeError, fn, ": x must be (N, C, H, W), got shape ", x.shape());
+  detail::check_floating(fn, x);
+  KUSARI_CHECK(rois.ndim() == 2 && rois.shape()[1] == 4 && is_floating(rois.dtype()), ShapeError, fn,
+               ": rois must be floating (R, 4) boxes (y_min, x_min, y_max, x_max), got ", rois.dtype(), " ",
+               rois.shape());
+  KUSARI_CHECK(roi_indices.ndim() == 1 && roi_indices.shape()[0] == rois.shape()[0] && is_integral(roi_indices.dtype()),
+               ShapeError, fn, ": roi_indices must be integer (R,) with R = ", rois.shape()[0], " (the rows of rois), got ",
+               roi_indices.dtype(), " ", roi_indices.shape());
+  KUSARI_CHECK(outsize.size() == 2 && outsize[0] > 0 && outsize[1] > 0, ValueError, fn,
+               ": outsize must be (out_h, out_w) with positive sizes, got ", outsize);
+  KUSARI_CHECK(spatial_scale > 0 && std::isfinite(spatial_scale), ValueError, fn,
+               ": spatial_scale must be positive, got ", spatial_scale);
+  KUSARI_CHECK(!sampling_ratio || *sampling_ratio > 0, ValueError, fn,
+               ": sampling_ratio must be positive (or absent: adaptive), got ", sampling_ratio.value_or(0));
+  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const int64_t oh = outsize[0], ow = outsize[1], r = rois.shape()[0];
+  KUSARI_CHECK(h > 0 && w > 0, ValueError, fn, ": x ", x.shape(), " has no pixels to sample");
+  if (r == 0) return Variable(Array::zeros({0, c, oh, ow}, x.dtype(), x.device()));
+  const std::vector<double> boxes = rois.astype(float64).to_device(Device::cpu()).to_vector<double>();
+  const std::vector<int64_t> images = roi_indices.astype(int64).to_device(Device::cpu()).to_vector<int64_t>();
+  for (int64_t i = 0; i < r; ++i) {
+    KUSARI_CHECK(images[static_cast<size_t>(i)] >= 0 && images[static_cast<size_t>(i)] < n, IndexError, fn,
+                 ": roi_indices[", i, "] is ", images[static_cast<size_t>(i)], " but x holds ", n, " images");
+    for (int k = 0; k < 4; ++k) {
+      KUSARI_CHECK(std::isfinite(boxes[static_cast<size_t>(4 * i + k)]), ValueError, fn, ": rois[", i, "] is not finite");
+    }
+  }
+  // Note [RoI Align as two products]: one pair of products per run of RoIs of the same image.
+  std::vector<Variable> parts;
+  for (int64_t a = 0; a < r;) {
+    int64_t b = a;
+    while (b < r && images[static_cast<size_t>(b)] == images[static_cast<size_t>(a)]) ++b;
+    const int64_t k = b - a;
+    std::vector<double> wy, wx;
+    for (int64_t i = a; i < b; ++i) {
+      const double* box = boxes.data() + 4 * i;
+      const double y0 = box[0] * spatial_scale, x0 = box[1] * spatial_scale;
+      const double rh = std::max(box[2] * spatial_scale - y0, 1.0), rw = std::max(box[3] * spatial_scale - x0, 1.0);
+      const int64_t gh = sampling_ratio ? *sampling_ratio : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh)));
+      const int64_t gw = sampling_ratio ? *sampling_ratio : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow)));
+      append_bin_weights(y0, rh, oh, gh, h, wy);
+      append_bin_weights(x0, rw, ow, gw, w, wx);
+    }
+    const Variable wy_v(Array::from_vector(wy, Shape{k * oh, h}, x.device()).astype(x.dtype()));
+    const Variable wx_v(Array::from_vector(wx, Shape{k, 1, ow, w}, x.device()).astype(x.dtype()));
+    // (k oh, H) @ (C, H, W) -> (C, k oh, W) -> (k, C, oh, W) @ (k, 1, W, ow) -> (k, C, oh, ow)
+    Variable t = matmul(wy_v, get_item(x, {Index(images[static_cast<size_t>(a)])}));
+    t = transpose(reshape(t, {c, k, oh, w}), {1, 0, 2, 3});
+    parts.push_back(matmul(t, wx_v, false, true));
+    a = b;
+  }
+  return parts.size() == 1 ? parts[0] : concat(parts, 0);
+}
+
+Array non_maximum_suppression(const Array& bbox, double thresh, const Array& score, std::optional<int64_t> limit,
+                              const Array& label) {
+  const char* fn = "non_maximum_suppression";
+  KUSARI_CHECK(bbox.ndim() == 2 && bbox.shape()[1] == 4 && is_floating(bbox.dtype()), ShapeError, fn,
+               ": bbox must be floating (R, 4) boxes (y_min, x_min, y_max, x_max), got ", bbox.dtype(), " ",
+               bbox.shape());
+  const int64_t r = bbox.shape()[0];
+  const bool has_score = score.defined(), has_label = label.defined();
+  KUSARI_CHECK(!has_score || (score.ndim() == 1 && score.shape()[0] == r), ShapeError, fn,
+               ": score must be (R,) with R = ", r, " (the rows of bbox), got shape ", score.shape());
+  KUSARI_CHECK(!has_label || (label.ndim() == 1 && label.shape()[0] == r && is_integral(label.dtype())), ShapeError, fn,
+               ": label must be integer (R,) with R = ", r, " (the rows of bbox), got ", label.dtype(), " ", label.shape());
+  KUSARI_CHECK(!std::isnan(thresh), ValueError, fn, ": thresh is NaN");
+  KUSARI_CHECK(!limit || *limit >= 0, ValueError, fn, ": limit must be at least 0, got ", limit.value_or(0));
+  const std::vector<double> boxes = bbox.astype(float64).to_device(Device::cpu()).to_vector<double>();
+  std::vector<int64_t> order(static_cast<size_t>(r));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (has_score) {
+    const std::vector<double> s = score.astype(float64).to_device(Device::cpu()).to_vector<double>();
+    std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return s[static_cast<size_t>(i)] > s[static_cast<size_t>(j)]; });
+  }
+  std::vector<int64_t> classes;
+  if (has_label) classes = label.astype(int64).to_device(Device::cpu()).to_vector<int64_t>();
+  const auto area = [&](int64_t i) {
+    const double* b = boxes.data() + 4 * i;
+    return (b[2] - b[0]) * (b[3] - b[1]);
+  };
+  std::vector<int32_t> kept;
+  for (int64_t i : order) {
+    if (limit && static_cast<int64_t>(kept.size()) >= *limit) break;
+    const double* bi = boxes.data() + 4 * i;
+    bool suppressed = false;
+    for (int32_t j : kept) {
+      if (has_label && classes[static_cast<size_t>(i)] != classes[static_cast<size_t>(j)]) continue;
+      const double* bj = boxes.data() + 4 * j;
+      const double ih = std::min(bi[2], bj[2]) - std::max(bi[0], bj[0]);
+      const double iw = std::min(bi[3], bj[3]) - std::max(bi[1], bj[1]);
+      const double inter = ih > 0 && iw > 0 ? ih * iw : 0.0;
+      if (inter / (area(i) + area(j) - inter) >= thresh) {
+        suppressed = true;
+        break;
+      }
+    }
+    if (!suppressed) kept.push_back(static_cast<int32_t>(i));
+  }
+  return Array::from_vector(kept, Shape{static_cast<int64_t>(kept.size())}, bbox.device());
 }
 
 }  // namespace kusari::functions

@@ -609,6 +609,13 @@ std::optional<int> recorded_world_size(const std::string& path) {
 
 }  // namespace
 
+bool names_snapshot_folder(const std::string& resume, const std::string& out) {
+  if (resume.empty()) return false;
+  const auto folder = [](const std::string& p) { return (fs::path(p) / "").lexically_normal(); };
+  std::error_code ec;
+  return fs::is_directory(resume, ec) || folder(resume) == folder(out);
+}
+
 std::optional<SnapshotSet> newest_complete_snapshot_set(const std::string& folder, const std::string& prefix) {
   std::map<int64_t, std::map<int, std::string>, std::greater<>> by_iteration;  // rank -1: one process's file
   std::error_code ec;

@@ -257,5 +257,17 @@ TEST(SnapshotSetTest, NewestCompleteSetOfAnySize) {
   fs::remove_all(dir);
 }
 
+TEST(SnapshotSetTest, WhichResumeValuesNameAFolder) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("kusari_resume_" + std::to_string(::getpid()) + "_" + std::to_string(test::world_rank()));
+  fs::create_directories(dir);
+  EXPECT_TRUE(names_snapshot_folder(dir.string(), "result"));              // an existing folder
+  EXPECT_TRUE(names_snapshot_folder("result", "result"));                  // the output folder, not made yet
+  EXPECT_TRUE(names_snapshot_folder("./result/", "result"));
+  EXPECT_FALSE(names_snapshot_folder("result/snapshot_iter_600", "result"));  // a snapshot's name
+  EXPECT_FALSE(names_snapshot_folder("", "result"));                        // no -r
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kusari::mn

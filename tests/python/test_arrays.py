@@ -67,6 +67,14 @@ def test_dlpack_round_trip_with_numpy():
     a[0, 0] = -1
     assert back[0, 0] == -1  # one memory throughout
     assert k.__dlpack_device__() == (1, 0)
+    # The 2023 protocol's keywords (NumPy 2 and PyTorch 2 pass them first).
+    same = np.from_dlpack(kusari.from_dlpack(k.__dlpack__(max_version=(1, 0), dl_device=(1, 0), copy=False)))
+    assert same[0, 0] == -1
+    copied = kusari.from_dlpack(k.__dlpack__(copy=True))
+    a[0, 1] = -7
+    assert copied.get()[0, 1] == 1
+    with pytest.raises(BufferError, match="dl_device"):
+        k.__dlpack__(dl_device=(2, 0))
 
 
 def test_numpy_views_a_kusari_array():

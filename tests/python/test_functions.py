@@ -162,4 +162,14 @@ def test_chainers_composed_functions(rng):
     np.testing.assert_allclose(F.bbox_iou(a, b).array, [[1 / 7, 1.0]])
     loc = F.bbox_to_loc(b[:1], np.array([[1.0, 0.0, 3.0, 8.0]]))
     np.testing.assert_allclose(F.loc_to_bbox(b[:1], loc).array, [[1.0, 0.0, 3.0, 8.0]], atol=1e-12)
+    # RoI Align of a 1x1 box into one bin with one sample, at (0.5, 0.5): the mean of the 4 pixels.
+    pooled = F.roi_average_align_2d(img, np.array([[0.0, 0.0, 1.0, 1.0]]), np.array([0], np.int32), 1, 1.0,
+                                    sampling_ratio=1)
+    np.testing.assert_allclose(pooled.array.reshape(-1), [3.0])
+    assert F.roi_average_align_2d(rng.randn(2, 3, 5, 5), np.array([[0.0, 0.0, 4.0, 4.0]] * 3),
+                                  np.array([1, 0, 1], np.int32), (2, 2), 1.0).shape == (3, 3, 2, 2)
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30]], np.float32)
+    kept = F.non_maximum_suppression(boxes, 0.5, score=np.array([0.2, 0.9, 0.5], np.float32))
+    assert np.asarray(kept).tolist() == [1, 2]
+    assert np.asarray(F.non_maximum_suppression(boxes, 0.5, label=np.array([0, 1, 0], np.int32))).tolist() == [0, 1, 2]
 

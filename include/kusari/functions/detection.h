@@ -5,7 +5,11 @@
 // every device and carry gradients (a loss on decoded boxes reaches the predicted offsets).
 #pragma once
 
+#include <cstdint>
+#include <optional>
+
 #include "kusari/autograd/variable.h"
+#include "kusari/core/shape.h"
 
 namespace kusari::functions {
 
@@ -21,5 +25,33 @@ Variable bbox_to_loc(const Variable& src, const Variable& dst);
 /// The boxes (R, 4) that the offsets loc (R, 4) make of the reference boxes src (R, 4)
 /// (ChainerCV's loc2bbox): bbox_to_loc's inverse.
 Variable loc_to_bbox(const Variable& src, const Variable& loc);
+
+/// RoI Align (Chainer's roi_average_align_2d, Mask R-CNN's RoIAlign): for each region of
+/// interest rois[r] = (y_min, x_min, y_max, x_max) in input pixels times 1 / spatial_scale, on
+/// image roi_indices[r] of x (N, C, H, W), the (C, out_h, out_w) map of its bins, each the mean of
+/// sampling_ratio x sampling_ratio bilinear samples (absent: ceil(roi size / bins) per axis, as
+/// Chainer). Returns (R, C, out_h, out_w); differentiable in x (not in the boxes).
+///
+/// Note [RoI Align as two products]
+/// A sample at (y, x) weighs the four pixels around it by hy hx, hy lx, ly hx, ly lx: the
+/// product of a weight that depends on y alone and one that depends on x alone (Chainer's rules:
+/// a coordinate below -1 or beyond the size contributes nothing, one in [-1, 0] counts as 0, one
+/// past the last pixel as the last pixel). The mean over a bin's samples is therefore
+/// sum_ij Wy[oh, i] x[i, j] Wx[ow, j], with Wy (out_h, H) and Wx (out_w, W) the means of the
+/// per-axis weights: RoI Align is Wy X Wx^T, the form of resize_images. The small matrices are
+/// made on the host from the boxes (one copy of rois from a GPU), and the products run on the
+/// device, batched over the RoIs of one image; the gradient is the products' (GEMMs again).
+Variable roi_average_align_2d(const Variable& x, const Array& rois, const Array& roi_indices, const Shape& outsize,
+                              double spatial_scale, std::optional<int64_t> sampling_ratio = std::nullopt);
+
+/// The boxes (R, 4) to keep after non-maximum suppression (ChainerCV's non_maximum_suppression):
+/// visiting boxes from the highest score down (in the given order without `score`), a box
+/// is kept unless its IoU with a box kept already is at least `thresh`. With `label` (R,) integer
+/// classes, boxes of different classes never suppress each other (NMS batched per class, as
+/// detectors run it). At most `limit` indices (all when absent). Returns the kept indices (int32,
+/// on the boxes' device), highest score first. Runs on the host (boxes on a GPU are copied there:
+/// R boxes, usually a few thousand).
+Array non_maximum_suppression(const Array& bbox, double thresh, const Array& score = Array(),
+                              std::optional<int64_t> limit = std::nullopt, const Array& label = Array());
 
 }  // namespace kusari::functions

@@ -309,6 +309,11 @@ std::optional<SnapshotSet> newest_complete_snapshot_set(const std::string& folde
 /// temporary files]), which no rank's own snapshot extension would.
 std::optional<int64_t> load_newest_snapshot_set(const std::string& folder, training::Trainer& trainer,
                                                 Communicator& comm, const std::string& prefix = "snapshot_iter_");
+/// True when an example's `-r`/`--resume` value names a folder to resume from with
+/// load_newest_snapshot_set: an existing folder, or the output folder `out` even before it
+/// exists (a job script that always passes `-r <out>` starts fresh the first time).
+bool names_snapshot_folder(const std::string& resume, const std::string& out);
+
 /// load_newest_snapshot_set with the communicator as create_communicator returns it.
 inline std::optional<int64_t> load_newest_snapshot_set(const std::string& folder, training::Trainer& trainer,
                                                        const std::shared_ptr<Communicator>& comm,

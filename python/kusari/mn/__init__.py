@@ -18,7 +18,7 @@ from kusari._kusari.mn import (AllreducePersistent, Communicator, CommunicatorEr
                                create_multi_node_checkpointer, create_multi_node_evaluator,
                                create_multi_node_iterator, create_multi_node_optimizer, create_synchronized_iterator,
                                load_newest_snapshot_set, load_snapshot_of_each_rank, multi_node_snapshot,
-                               scatter_dataset, scatter_index)
+                               names_snapshot_folder, scatter_dataset, scatter_index)
 from kusari.mn import functions  # noqa: F401
 
 

@@ -1,11 +1,14 @@
 // Chainer's functions written with other differentiable functions (Note [Composed Chainer
 // functions]): selu, hard_sigmoid, crelu, maxout, huber_loss, sigmoid_focal_loss,
 // group_normalization, local_response_normalization, unpooling_2d, resize_images, and the boxes of
-// detection (bbox_iou, bbox_to_loc, loc_to_bbox). Gradient checks on every
+// detection (bbox_iou, bbox_to_loc, loc_to_bbox, roi_average_align_2d; and non_maximum_suppression,
+// not differentiable). Gradient checks on every
 // device, values against formulas computed here element by element, and the errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "function_test_util.h"
@@ -258,6 +261,118 @@ TEST_P(ComposedFunctionsTest, BoxesOverlapsAndOffsets) {
   }
   EXPECT_THROW(F::bbox_iou(Variable(a.reshape({4, 2})), Variable(b)), ShapeError);
   EXPECT_THROW(F::bbox_to_loc(Variable(src), Variable(b)), ValueError);
+}
+
+// Chainer's roi_average_align_2d, sample by sample (the loops of its kernel), for one RoI.
+std::vector<double> roi_align_reference(const std::vector<double>& x, int64_t c, int64_t h, int64_t w, int64_t image,
+                                        const double* box, int64_t oh, int64_t ow, double scale, int64_t ratio) {
+  const double y0 = box[0] * scale, x0 = box[1] * scale;
+  const double rh = std::max(box[2] * scale - y0, 1.0), rw = std::max(box[3] * scale - x0, 1.0);
+  const double bh = rh / oh, bw = rw / ow;
+  const int64_t gh = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rh / oh));
+  const int64_t gw = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rw / ow));
+  std::vector<double> out(static_cast<size_t>(c * oh * ow), 0.0);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const double* plane = x.data() + (image * c + ch) * h * w;
+    for (int64_t ph = 0; ph < oh; ++ph) {
+      for (int64_t pw = 0; pw < ow; ++pw) {
+        double sum = 0;
+        for (int64_t iy = 0; iy < gh; ++iy) {
+          for (int64_t ix = 0; ix < gw; ++ix) {
+            double y = y0 + ph * bh + (iy + 0.5) * bh / gh, xx = x0 + pw * bw + (ix + 0.5) * bw / gw;
+            if (y < -1.0 || y > h || xx < -1.0 || xx > w) continue;
+            if (y <= 0) y = 0;
+            if (xx <= 0) xx = 0;
+            int64_t yl = static_cast<int64_t>(y), xl = static_cast<int64_t>(xx), yh, xh;
+            if (yl >= h - 1) {
+              yh = yl = h - 1;
+              y = static_cast<double>(yl);
+            } else {
+              yh = yl + 1;
+            }
+            if (xl >= w - 1) {
+              xh = xl = w - 1;
+              xx = static_cast<double>(xl);
+            } else {
+              xh = xl + 1;
+            }
+            const double ly = y - yl, lx = xx - xl, hy = 1 - ly, hx = 1 - lx;
+            sum += hy * hx * plane[yl * w + xl] + hy * lx * plane[yl * w + xh] + ly * hx * plane[yh * w + xl] +
+                   ly * lx * plane[yh * w + xh];
+          }
+        }
+        out[static_cast<size_t>((ch * oh + ph) * ow + pw)] = sum / static_cast<double>(gh * gw);
+      }
+    }
+  }
+  return out;
+}
+
+TEST_P(ComposedFunctionsTest, RoiAlignMatchesChainersSampling) {
+  const int64_t n = 2, c = 3, h = 7, w = 9;
+  const Array x = uniform({n, c, h, w}, float64);
+  const std::vector<double> xv = x.to_vector<double>();
+  // Boxes inside, across the border, past it, smaller than a pixel and of both images, out of
+  // image order (so that they run as several groups), at half scale.
+  const std::vector<double> boxes = {1, 2, 9, 14,  -3, -2, 6, 5,   10, 12, 16, 20,  4, 4, 4.5, 4.2,
+                                     0, 0, 14, 18, 6.5, 1, 13, 11, 2, 2, 3, 17};
+  const std::vector<int32_t> images = {0, 0, 1, 0, 1, 1, 0};
+  const Array rois = vec(boxes, {7, 4}, float32), idx = Array::from_vector(images, Shape{7}, device());
+  for (int64_t ratio : {0, 2}) {
+    const std::optional<int64_t> r = ratio > 0 ? std::optional<int64_t>(ratio) : std::nullopt;
+    const Array y = F::roi_average_align_2d(Variable(x), rois, idx, {3, 4}, 0.5, r).data();
+    ASSERT_EQ(y.shape(), (Shape{7, c, 3, 4}));
+    const std::vector<double> yv = y.to_vector<double>();
+    for (int64_t i = 0; i < 7; ++i) {
+      const std::vector<double> want =
+          roi_align_reference(xv, c, h, w, images[static_cast<size_t>(i)], boxes.data() + 4 * i, 3, 4, 0.5, ratio);
+      for (size_t k = 0; k < want.size(); ++k) {
+        EXPECT_NEAR(yv[static_cast<size_t>(i) * want.size() + k], want[k], 1e-12) << "roi " << i << " element " << k;
+      }
+    }
+  }
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check([&](const Variable& v) { return F::roi_average_align_2d(v, rois, idx, {2, 3}, 0.5, 2); },
+          uniform({n, c, h, w}, d));
+  }
+  EXPECT_THROW(F::roi_average_align_2d(Variable(x), rois.reshape({4, 7}), idx, {2, 2}, 1.0), ShapeError);
+  EXPECT_THROW(F::roi_average_align_2d(Variable(x), rois, idx.astype(float32), {2, 2}, 1.0), ShapeError);
+  EXPECT_THROW(F::roi_average_align_2d(Variable(x), rois, idx, {0, 2}, 1.0), ValueError);
+  EXPECT_THROW(F::roi_average_align_2d(Variable(x), rois, idx, {2, 2}, 0.0), ValueError);
+  EXPECT_THROW(F::roi_average_align_2d(Variable(x), rois, idx, {2, 2}, 1.0, 0), ValueError);
+  try {
+    F::roi_average_align_2d(Variable(x), rois, Array::from_vector(std::vector<int32_t>{0, 0, 2, 0, 1, 1, 0}, Shape{7},
+                                                                   device()), {2, 2}, 1.0);
+    FAIL() << "an image index past the batch was accepted";
+  } catch (const IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find("roi_indices[2] is 2 but x holds 2 images"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(ComposedFunctionsTest, NonMaximumSuppressionKeepsTheBestOfEachCluster) {
+  // Two clusters of overlapping boxes and a lone one; scores out of order.
+  const Array boxes = vec({0, 0, 10, 10,  1, 1, 11, 11,  0, 0, 10, 9,  20, 20, 30, 30,  21, 20, 31, 30,  50, 50, 52, 52},
+                          {6, 4}, float32);
+  const Array score = vec({0.5, 0.9, 0.3, 0.6, 0.8, 0.1}, {6}, float32);
+  const auto kept = [](const Array& a) { return a.astype(int64).to_vector<int64_t>(); };
+  // IoU(0, 1) = 81 / 119 = 0.68, IoU(1, 2) = 72 / 118 = 0.61, IoU(3, 4) = 90 / 110 = 0.82.
+  EXPECT_EQ(kept(F::non_maximum_suppression(boxes, 0.5, score)), (std::vector<int64_t>{1, 4, 5}));
+  EXPECT_EQ(kept(F::non_maximum_suppression(boxes, 0.65, score)), (std::vector<int64_t>{1, 4, 2, 5}));
+  EXPECT_EQ(kept(F::non_maximum_suppression(boxes, 0.5, score, 2)), (std::vector<int64_t>{1, 4}));
+  // Without scores the given order decides; boxes of other classes never suppress each other.
+  EXPECT_EQ(kept(F::non_maximum_suppression(boxes, 0.5)), (std::vector<int64_t>{0, 3, 5}));
+  const Array label = Array::from_vector(std::vector<int32_t>{0, 1, 0, 2, 2, 0}, Shape{6}, device());
+  EXPECT_EQ(kept(F::non_maximum_suppression(boxes, 0.5, score, std::nullopt, label)),
+            (std::vector<int64_t>{1, 4, 0, 5}));
+  const Array result = F::non_maximum_suppression(boxes, 0.5, score);
+  EXPECT_EQ(result.dtype(), int32);
+  EXPECT_EQ(result.device(), device());
+  EXPECT_EQ(F::non_maximum_suppression(Array::zeros({0, 4}, float32, device()), 0.5).shape(), (Shape{0}));
+  EXPECT_THROW(F::non_maximum_suppression(boxes.reshape({4, 6}), 0.5), ShapeError);
+  EXPECT_THROW(F::non_maximum_suppression(boxes, 0.5, vec({1, 2}, {2})), ShapeError);
+  EXPECT_THROW(F::non_maximum_suppression(boxes, 0.5, score, std::nullopt, label.astype(float32)), ShapeError);
+  EXPECT_THROW(F::non_maximum_suppression(boxes, 0.5, score, -1), ValueError);
 }
 
 KUSARI_INSTANTIATE_DEVICE_TEST(ComposedFunctionsTest);
