@@ -369,6 +369,18 @@ void init_functions(py::module_& f) {
         },
         py::arg("x"), py::arg("rois"), py::arg("roi_indices"), py::arg("outsize"), py::arg("spatial_scale"),
         py::arg("sampling_ratio") = py::none());
+  f.def("roi_average_pooling_2d",
+        [](const VarArg& x, const ArrArg& rois, const ArrArg& roi_indices, py::handle outsize, double spatial_scale) {
+          Shape out;
+          if (py::isinstance<py::int_>(outsize)) {
+            out = {outsize.cast<int64_t>(), outsize.cast<int64_t>()};
+          } else {
+            out = outsize.cast<Shape>();
+          }
+          py::gil_scoped_release r;
+          return F::roi_average_pooling_2d(x.v, rois.a, roi_indices.a, out, spatial_scale);
+        },
+        py::arg("x"), py::arg("rois"), py::arg("roi_indices"), py::arg("outsize"), py::arg("spatial_scale"));
   f.def("non_maximum_suppression",
         [](const ArrArg& bbox, double thresh, py::handle score, py::handle limit, py::handle label) {
           Array s = score.is_none() ? Array() : array_from_python(score, "non_maximum_suppression");

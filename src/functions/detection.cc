@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <vector>
 
@@ -108,9 +109,15 @@ Variable loc_to_bbox(const Variable& src, const Variable& loc) {
   return concat({sub(y, half_h), sub(x, half_w), add(y, half_h), add(x, half_w)}, 1);
 }
 
-Variable roi_average_align_2d(const Variable& x, const Array& rois, const Array& roi_indices, const Shape& outsize,
-                              double spatial_scale, std::optional<int64_t> sampling_ratio) {
-  const char* fn = "roi_average_align_2d";
+namespace {
+
+/// A RoI function of the form Wy X Wx^T (Note [RoI Align as two products]): checks the
+/// arguments, then runs one pair of products per run of RoIs of the same image. `weights(box, wy,
+/// wx)` appends the RoI's (out_h, H) and (out_w, W) matrices for a box already scaled to x's pixels.
+Variable roi_separable(const char* fn, const Variable& x, const Array& rois, const Array& roi_indices,
+                       const Shape& outsize, double spatial_scale,
+                       const std::function<void(const double* box, std::vector<double>& wy, std::vector<double>& wx)>&
+                           weights) {
   KUSARI_CHECK(x.ndim() == 4, ShapeError, fn, ": x must be (N, C, H, W), got shape ", x.shape());
   detail::check_floating(fn, x);
   KUSARI_CHECK(rois.ndim() == 2 && rois.shape()[1] == 4 && is_floating(rois.dtype()), ShapeError, fn,
@@ -123,37 +130,29 @@ Variable roi_average_align_2d(const Variable& x, const Array& rois, const Array&
                ": outsize must be (out_h, out_w) with positive sizes, got ", outsize);
   KUSARI_CHECK(spatial_scale > 0 && std::isfinite(spatial_scale), ValueError, fn,
                ": spatial_scale must be positive, got ", spatial_scale);
-  KUSARI_CHECK(!sampling_ratio || *sampling_ratio > 0, ValueError, fn,
-               ": sampling_ratio must be positive (or absent: adaptive), got ", sampling_ratio.value_or(0));
   const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
   const int64_t oh = outsize[0], ow = outsize[1], r = rois.shape()[0];
   KUSARI_CHECK(h > 0 && w > 0, ValueError, fn, ": x ", x.shape(), " has no pixels to sample");
   if (r == 0) return Variable(Array::zeros({0, c, oh, ow}, x.dtype(), x.device()));
-  const std::vector<double> boxes = rois.astype(float64).to_device(Device::cpu()).to_vector<double>();
+  std::vector<double> boxes = rois.astype(float64).to_device(Device::cpu()).to_vector<double>();
   const std::vector<int64_t> images = roi_indices.astype(int64).to_device(Device::cpu()).to_vector<int64_t>();
   for (int64_t i = 0; i < r; ++i) {
     KUSARI_CHECK(images[static_cast<size_t>(i)] >= 0 && images[static_cast<size_t>(i)] < n, IndexError, fn,
                  ": roi_indices[", i, "] is ", images[static_cast<size_t>(i)], " but x holds ", n, " images");
     for (int k = 0; k < 4; ++k) {
-      KUSARI_CHECK(std::isfinite(boxes[static_cast<size_t>(4 * i + k)]), ValueError, fn, ": rois[", i, "] is not finite");
+      double& v = boxes[static_cast<size_t>(4 * i + k)];
+      KUSARI_CHECK(std::isfinite(v), ValueError, fn, ": rois[", i, "] is not finite");
+      v *= spatial_scale;
     }
   }
-  // Note [RoI Align as two products]: one pair of products per run of RoIs of the same image.
   std::vector<Variable> parts;
   for (int64_t a = 0; a < r;) {
     int64_t b = a;
     while (b < r && images[static_cast<size_t>(b)] == images[static_cast<size_t>(a)]) ++b;
     const int64_t k = b - a;
     std::vector<double> wy, wx;
-    for (int64_t i = a; i < b; ++i) {
-      const double* box = boxes.data() + 4 * i;
-      const double y0 = box[0] * spatial_scale, x0 = box[1] * spatial_scale;
-      const double rh = std::max(box[2] * spatial_scale - y0, 1.0), rw = std::max(box[3] * spatial_scale - x0, 1.0);
-      const int64_t gh = sampling_ratio ? *sampling_ratio : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh)));
-      const int64_t gw = sampling_ratio ? *sampling_ratio : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow)));
-      append_bin_weights(y0, rh, oh, gh, h, wy);
-      append_bin_weights(x0, rw, ow, gw, w, wx);
-    }
+    for (int64_t i = a; i < b; ++i) weights(boxes.data() + 4 * i, wy, wx);
+    KUSARI_ASSERT(static_cast<int64_t>(wy.size()) == k * oh * h && static_cast<int64_t>(wx.size()) == k * ow * w);
     const Variable wy_v(Array::from_vector(wy, Shape{k * oh, h}, x.device()).astype(x.dtype()));
     const Variable wx_v(Array::from_vector(wx, Shape{k, 1, ow, w}, x.device()).astype(x.dtype()));
     // (k oh, H) @ (C, H, W) -> (C, k oh, W) -> (k, C, oh, W) @ (k, 1, W, ow) -> (k, C, oh, ow)
@@ -163,6 +162,59 @@ Variable roi_average_align_2d(const Variable& x, const Array& rois, const Array&
     a = b;
   }
   return parts.size() == 1 ? parts[0] : concat(parts, 0);
+}
+
+/// Appends the (bins, size) matrix of the means over Fast R-CNN's integer bins of [start, start +
+/// length): bin b covers pixels [floor(b L / bins), ceil((b + 1) L / bins)) + start, clipped to the
+/// axis (an empty bin gives a row of zeros).
+void append_pooling_weights(int64_t start, int64_t length, int64_t bins, int64_t size, std::vector<double>& out) {
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(bins * size), 0.0);
+  const double bin = static_cast<double>(length) / static_cast<double>(bins);
+  for (int64_t b = 0; b < bins; ++b) {
+    const int64_t lo = std::clamp(static_cast<int64_t>(std::floor(static_cast<double>(b) * bin)) + start, int64_t{0}, size);
+    const int64_t hi =
+        std::clamp(static_cast<int64_t>(std::ceil(static_cast<double>(b + 1) * bin)) + start, int64_t{0}, size);
+    double* row = out.data() + at + static_cast<size_t>(b * size);
+    for (int64_t i = lo; i < hi; ++i) row[i] = 1.0 / static_cast<double>(hi - lo);
+  }
+}
+
+}  // namespace
+
+Variable roi_average_align_2d(const Variable& x, const Array& rois, const Array& roi_indices, const Shape& outsize,
+                              double spatial_scale, std::optional<int64_t> sampling_ratio) {
+  KUSARI_CHECK(!sampling_ratio || *sampling_ratio > 0, ValueError,
+               "roi_average_align_2d: sampling_ratio must be positive (or absent: adaptive), got ",
+               sampling_ratio.value_or(0));
+  const int64_t h = x.ndim() == 4 ? x.shape()[2] : 0, w = x.ndim() == 4 ? x.shape()[3] : 0;
+  const int64_t oh = outsize.size() == 2 ? outsize[0] : 1, ow = outsize.size() == 2 ? outsize[1] : 1;
+  return roi_separable("roi_average_align_2d", x, rois, roi_indices, outsize, spatial_scale,
+                       [&](const double* box, std::vector<double>& wy, std::vector<double>& wx) {
+                         const double rh = std::max(box[2] - box[0], 1.0), rw = std::max(box[3] - box[1], 1.0);
+                         const int64_t gh = sampling_ratio ? *sampling_ratio
+                                                           : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh)));
+                         const int64_t gw = sampling_ratio ? *sampling_ratio
+                                                           : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow)));
+                         append_bin_weights(box[0], rh, oh, gh, h, wy);
+                         append_bin_weights(box[1], rw, ow, gw, w, wx);
+                       });
+}
+
+Variable roi_average_pooling_2d(const Variable& x, const Array& rois, const Array& roi_indices, const Shape& outsize,
+                                double spatial_scale) {
+  const int64_t h = x.ndim() == 4 ? x.shape()[2] : 0, w = x.ndim() == 4 ? x.shape()[3] : 0;
+  const int64_t oh = outsize.size() == 2 ? outsize[0] : 1, ow = outsize.size() == 2 ? outsize[1] : 1;
+  return roi_separable("roi_average_pooling_2d", x, rois, roi_indices, outsize, spatial_scale,
+                       [&](const double* box, std::vector<double>& wy, std::vector<double>& wx) {
+                         // Fast R-CNN's rounding: the box's corners to whole pixels (half away from 0).
+                         const auto y0 = static_cast<int64_t>(std::round(box[0]));
+                         const auto x0 = static_cast<int64_t>(std::round(box[1]));
+                         const int64_t rh = std::max<int64_t>(static_cast<int64_t>(std::round(box[2])) - y0, 1);
+                         const int64_t rw = std::max<int64_t>(static_cast<int64_t>(std::round(box[3])) - x0, 1);
+                         append_pooling_weights(y0, rh, oh, h, wy);
+                         append_pooling_weights(x0, rw, ow, w, wx);
+                       });
 }
 
 Array non_maximum_suppression(const Array& bbox, double thresh, const Array& score, std::optional<int64_t> limit,

@@ -168,6 +168,9 @@ def test_chainers_composed_functions(rng):
     np.testing.assert_allclose(pooled.array.reshape(-1), [3.0])
     assert F.roi_average_align_2d(rng.randn(2, 3, 5, 5), np.array([[0.0, 0.0, 4.0, 4.0]] * 3),
                                   np.array([1, 0, 1], np.int32), (2, 2), 1.0).shape == (3, 3, 2, 2)
+    # RoI average pooling of the whole 2x2 image into one bin: the mean of its 4 pixels.
+    mean = F.roi_average_pooling_2d(img, np.array([[0.0, 0.0, 2.0, 2.0]]), np.array([0], np.int32), 1, 1.0)
+    np.testing.assert_allclose(mean.array.reshape(-1), [3.0])
     boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30]], np.float32)
     kept = F.non_maximum_suppression(boxes, 0.5, score=np.array([0.2, 0.9, 0.5], np.float32))
     assert np.asarray(kept).tolist() == [1, 2]

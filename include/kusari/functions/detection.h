@@ -44,6 +44,14 @@ Variable loc_to_bbox(const Variable& src, const Variable& loc);
 Variable roi_average_align_2d(const Variable& x, const Array& rois, const Array& roi_indices, const Shape& outsize,
                               double spatial_scale, std::optional<int64_t> sampling_ratio = std::nullopt);
 
+/// RoI average pooling (Chainer's roi_average_pooling_2d, Fast R-CNN's bins): each RoI's corners
+/// are scaled by spatial_scale and rounded to whole pixels; bin (i, j) of out_h x out_w is the mean
+/// of the pixels [floor(i h / out_h), ceil((i + 1) h / out_h)) x (the same across) from the RoI's
+/// corner, clipped to the image (an empty bin is 0). Returns (R, C, out_h, out_w); differentiable
+/// in x. A mean over a rectangle is Wy X Wx^T as well (Note [RoI Align as two products]).
+Variable roi_average_pooling_2d(const Variable& x, const Array& rois, const Array& roi_indices, const Shape& outsize,
+                                double spatial_scale);
+
 /// The boxes (R, 4) to keep after non-maximum suppression (ChainerCV's non_maximum_suppression):
 /// visiting boxes from the highest score down (in the given order without `score`), a box
 /// is kept unless its IoU with a box kept already is at least `thresh`. With `label` (R,) integer

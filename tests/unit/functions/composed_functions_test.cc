@@ -1,7 +1,7 @@
 // Chainer's functions written with other differentiable functions (Note [Composed Chainer
 // functions]): selu, hard_sigmoid, crelu, maxout, huber_loss, sigmoid_focal_loss,
 // group_normalization, local_response_normalization, unpooling_2d, resize_images, and the boxes of
-// detection (bbox_iou, bbox_to_loc, loc_to_bbox, roi_average_align_2d; and non_maximum_suppression,
+// detection (bbox_iou, bbox_to_loc, loc_to_bbox, roi_average_align_2d, roi_average_pooling_2d; and non_maximum_suppression,
 // not differentiable). Gradient checks on every
 // device, values against formulas computed here element by element, and the errors.
 #include <gtest/gtest.h>
@@ -348,6 +348,51 @@ TEST_P(ComposedFunctionsTest, RoiAlignMatchesChainersSampling) {
   } catch (const IndexError& e) {
     EXPECT_NE(std::string(e.what()).find("roi_indices[2] is 2 but x holds 2 images"), std::string::npos) << e.what();
   }
+}
+
+TEST_P(ComposedFunctionsTest, RoiAveragePoolingMatchesFastRcnnsBins) {
+  const int64_t n = 2, c = 2, h = 6, w = 8;
+  const Array x = uniform({n, c, h, w}, float64);
+  const std::vector<double> xv = x.to_vector<double>();
+  // Inside, across the border, beyond it (empty bins), degenerate, at scale 0.5 (corners rounded).
+  const std::vector<double> boxes = {1, 2, 9, 13, -4, -3, 5, 6, 14, 18, 20, 22, 3, 3, 3, 3, 0, 0, 12, 16};
+  const std::vector<int32_t> images = {1, 0, 0, 1, 1};
+  const Array rois = vec(boxes, {5, 4}, float32), idx = Array::from_vector(images, Shape{5}, device());
+  const int64_t oh = 3, ow = 2;
+  const Array y = F::roi_average_pooling_2d(Variable(x), rois, idx, {oh, ow}, 0.5).data();
+  ASSERT_EQ(y.shape(), (Shape{5, c, oh, ow}));
+  const std::vector<double> yv = y.to_vector<double>();
+  for (int64_t r = 0; r < 5; ++r) {
+    const double* b = boxes.data() + 4 * r;
+    const int64_t y0 = std::lround(b[0] * 0.5), x0 = std::lround(b[1] * 0.5);
+    const int64_t rh = std::max<int64_t>(std::lround(b[2] * 0.5) - y0, 1);
+    const int64_t rw = std::max<int64_t>(std::lround(b[3] * 0.5) - x0, 1);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t ph = 0; ph < oh; ++ph) {
+        for (int64_t pw = 0; pw < ow; ++pw) {
+          const double bh = static_cast<double>(rh) / oh, bw = static_cast<double>(rw) / ow;
+          const int64_t hs = std::clamp<int64_t>(static_cast<int64_t>(std::floor(ph * bh)) + y0, 0, h);
+          const int64_t he = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((ph + 1) * bh)) + y0, 0, h);
+          const int64_t ws = std::clamp<int64_t>(static_cast<int64_t>(std::floor(pw * bw)) + x0, 0, w);
+          const int64_t we = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((pw + 1) * bw)) + x0, 0, w);
+          double sum = 0;
+          for (int64_t i = hs; i < he; ++i) {
+            for (int64_t j = ws; j < we; ++j) sum += xv[static_cast<size_t>(((images[r] * c + ch) * h + i) * w + j)];
+          }
+          const double want = he <= hs || we <= ws ? 0.0 : sum / static_cast<double>((he - hs) * (we - ws));
+          EXPECT_NEAR(yv[static_cast<size_t>(((r * c + ch) * oh + ph) * ow + pw)], want, 1e-12)
+              << "roi " << r << " channel " << ch << " bin " << ph << "," << pw;
+        }
+      }
+    }
+  }
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check([&](const Variable& v) { return F::roi_average_pooling_2d(v, rois, idx, {2, 3}, 0.5); },
+          uniform({n, c, h, w}, d));
+  }
+  EXPECT_THROW(F::roi_average_pooling_2d(Variable(x), rois, idx, {2}, 1.0), ValueError);
+  EXPECT_THROW(F::roi_average_pooling_2d(Variable(x.reshape({n * c, h, w})), rois, idx, {2, 2}, 1.0), ShapeError);
 }
 
 TEST_P(ComposedFunctionsTest, NonMaximumSuppressionKeepsTheBestOfEachCluster) {
