@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0, dropout = 0.0, temperature = 0.8;
   bool gpu = false, overlap = false, noplot = false, elastic = false;
+  int zero = 0;
   app.add_option("--text", text_path, "The text to learn (any file; 90% training, 10% validation)")
       ->capture_default_str();
   app.add_option("--tokenizer", tokenizer_name, "bytes (256 ids) or gpt2 (GPT-2's BPE, 50257 ids, from --bpe-dir)")
@@ -114,6 +115,10 @@ int main(int argc, char** argv) {
   app.add_option("--communicator", communicator, "Type of communicator (on CPUs, a GPU one falls back to naive)")
       ->capture_default_str()->check(CLI::IsMember(kusari::mn::communicator_names()));
   app.add_flag("--overlap", overlap, "Average the gradients in buckets while backward runs");
+  app.add_option("--zero", zero, "Shard the optimizer's state over the processes (1), and the gradients too (2); "
+                 "0: every process holds all of it (docs/sharding.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 2));
   app.add_option("--eval-interval", eval_interval, "Iterations between validations")
       ->capture_default_str()->check(kPositive);
   app.add_option("--eval-batches", eval_batches, "Validation batches per validation (per process)")
@@ -211,7 +216,8 @@ int main(int argc, char** argv) {
                                    {"--accumulate", std::to_string(accumulate)}, {"--seed", std::to_string(seed)},
                                    {"tokens of the text", std::to_string(n_tokens)}, {"--dtype", dtype_name},
                                    {"--communicator", communicator}, {"--gpu", gpu ? "on" : "off"},
-                                   {"--overlap", overlap ? "on" : "off"}, {"--elastic", elastic ? "on" : "off"}},
+                                   {"--overlap", overlap ? "on" : "off"}, {"--zero", std::to_string(zero)},
+                                   {"--elastic", elastic ? "on" : "off"}},
                                   "train_gpt");
 
   kusari::manual_seed(static_cast<uint64_t>(seed));
@@ -245,6 +251,7 @@ int main(int argc, char** argv) {
     adam.weight_decay_rate = 0.0;  // (scheduled below)
     kusari::mn::MultiNodeOptimizerOptions mn_options;                          // (multi-node)
     mn_options.overlap = overlap;
+    mn_options.zero_stage = zero;                                              // (multi-node)
     auto optimizer = kusari::mn::create_multi_node_optimizer(
         std::make_shared<kusari::optimizers::AdamW>(adam), comm, mn_options);
     optimizer->setup(model);

@@ -160,6 +160,25 @@ void init_mn(py::module_& m) {
         }
         return array_to_python(out);
       }, py::arg("xs"), py::arg("root") = 0, py::arg("device") = py::none())
+      .def("reduce_scatter", [](MN::Communicator& c, const ArrArg& x, const std::string& op) {
+        const MN::ReduceOp o = op_of(op);
+        Array out;
+        {
+          py::gil_scoped_release r;
+          out = c.reduce_scatter(x.a, o);
+        }
+        return array_to_python(out);
+      }, py::arg("data"), py::arg("op") = "sum",
+         "Reduces data over the ranks and gives rank r block r of the first axis (which the number of "
+         "processes must divide).")
+      .def("all_gather", [](MN::Communicator& c, const ArrArg& x) {
+        Array out;
+        {
+          py::gil_scoped_release r;
+          out = c.all_gather(x.a);
+        }
+        return array_to_python(out);
+      }, py::arg("data"), "Every rank's array concatenated along the first axis, in rank order.")
       .def("allreduce", [](MN::Communicator& c, const ArrArg& x, const std::string& op) {
         const MN::ReduceOp o = op_of(op);
         Array out;
@@ -249,20 +268,22 @@ void init_mn(py::module_& m) {
 
   m.def("create_multi_node_optimizer",
         [](std::shared_ptr<Optimizer> actual, CommPtr comm, bool double_buffering, bool zero_fill, bool overlap,
-           py::handle bucket_mb) {
+           py::handle bucket_mb, int zero_stage) {
           MN::MultiNodeOptimizerOptions o;
           o.double_buffering = double_buffering;
           o.zero_fill = zero_fill;
           o.overlap = overlap;
+          o.zero_stage = zero_stage;
           if (!bucket_mb.is_none()) o.bucket_bytes = static_cast<int64_t>(bucket_mb.cast<double>() * (1 << 20));
           py::gil_scoped_release r;
           return MN::create_multi_node_optimizer(std::move(actual), std::move(comm), o);
         },
         py::arg("actual_optimizer"), py::arg("communicator"), py::arg("double_buffering") = false,
         py::arg("zero_fill") = true, py::kw_only(), py::arg("overlap") = false, py::arg("bucket_mb") = py::none(),
-        py::keep_alive<0, 1>(),
+        py::arg("zero_stage") = 0, py::keep_alive<0, 1>(),
         "Wraps an optimizer so that each update averages the gradients over the ranks first; with overlap=True "
-        "the averaging runs in buckets while backward runs.");
+        "the averaging runs in buckets while backward runs; zero_stage=1 shards the optimizer's state over the "
+        "ranks, zero_stage=2 the gradients too (docs/sharding.md).");
 
   m.def("scatter_dataset",
         [](py::handle dataset, CommPtr comm, int root, bool shuffle, py::handle seed, py::handle max_buf_len,

@@ -663,7 +663,8 @@ std::optional<int64_t> load_newest_snapshot_set(const std::string& folder, train
   ByteReader r(agreed);
   if (r.get<uint8_t>() == 0) {
     if (comm.rank() == 0) {
-      std::printf("%s: no complete snapshot set in '%s'; starting from the beginning\n", fn, folder.c_str());
+      std::printf("%s: no complete snapshot set in '%s'; starting from the beginning (every process must see "
+                  "the folder: on several hosts, a shared file system)\n", fn, folder.c_str());
       std::fflush(stdout);
     }
     return std::nullopt;

@@ -8,6 +8,7 @@
 #include "mn/nccl_library.h"
 #include "mn/reduce/bucket_reducer.h"
 #include "mn/reduce/mean_grad_pipeline.h"
+#include "mn/reduce/sharded_update.h"
 
 namespace kusari::mn {
 
@@ -21,6 +22,15 @@ const MultiNodeOptimizerOptions& checked_options(const MultiNodeOptimizerOptions
                "create_multi_node_optimizer: overlap and double_buffering cannot be combined: double buffering "
                "reduces step t's gradients during step t+1 (one step stale), overlap during step t's own "
                "backward; choose one (overlap keeps the gradients fresh)");
+  KUSARI_CHECK(options.zero_stage >= 0 && options.zero_stage <= 3, ValueError,
+               "create_multi_node_optimizer: zero_stage must be 0 (replicated), 1, 2 or 3, got ", options.zero_stage);
+  KUSARI_CHECK(options.zero_stage != 3, NotImplementedError,
+               "create_multi_node_optimizer: zero_stage 3 (parameters sharded too) is not implemented yet; stages 1 "
+               "(optimizer state sharded) and 2 (gradients too) are");
+  KUSARI_CHECK(options.zero_stage == 0 || !(options.overlap || options.double_buffering), NotImplementedError,
+               "create_multi_node_optimizer: zero_stage ", options.zero_stage, " cannot be combined with ",
+               options.overlap ? "overlap" : "double_buffering", " yet; the sharded step reduces the gradients after "
+               "backward");
   return options;
 }
 
@@ -54,6 +64,9 @@ MultiNodeOptimizer::MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::s
                                        const MultiNodeOptimizerOptions& options)
     : MultiNodeOptimizer(std::move(actual), std::move(comm), options.zero_fill,
                          checked_options(options).double_buffering) {
+  if (options.zero_stage > 0) {
+    sharded_ = std::make_unique<detail::ShardedUpdate>(comm_, options.zero_stage);
+  }
   if (!options.overlap) return;
   KUSARI_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0, ValueError,
                "create_multi_node_optimizer: bucket_bytes (", options.bucket_bytes, ") and first_bucket_bytes (",
@@ -77,6 +90,17 @@ MultiNodeOptimizer::NoSync::~NoSync() {
 
 MultiNodeOptimizer::NoSync MultiNodeOptimizer::no_sync() { return NoSync(reducer_.get()); }
 
+ShardStats MultiNodeOptimizer::shard_stats() const {
+  if (!sharded_) return {};
+  ShardStats stats;
+  stats.stage = sharded_->stage();
+  if (!sharded_->planned()) return stats;
+  stats.shard_elements = sharded_->shard_elements();
+  stats.total_elements = sharded_->total_elements();
+  stats.split_parameters = sharded_->split_parameters();
+  return stats;
+}
+
 OverlapStats MultiNodeOptimizer::overlap_stats() const {
   if (!reducer_) return {};
   return reducer_->stats();
@@ -86,6 +110,7 @@ void MultiNodeOptimizer::setup(std::shared_ptr<Link> target) {
   if (double_buffering_) {
     pipeline_of(comm_.get())->cancel_mean_grads();
   }
+  if (sharded_) sharded_->forget();
   actual_->setup(target);
   target_ = std::move(target);
   first_ = true;
@@ -130,6 +155,15 @@ void MultiNodeOptimizer::step_after_backward() {
     }
     comm_->bcast_data(*target_);
     if (reducer_) reducer_->learn(*target_);  // (the buckets' plan, from this step's backward)
+    if (sharded_) {
+      sharded_->forget();
+      sharded_->plan(*target_, *actual_);
+    }
+    return;
+  }
+  if (sharded_) {
+    if (!sharded_->planned()) sharded_->plan(*target_, *actual_);  // (parameters loaded identical)
+    sharded_->step(*target_, *actual_, zero_fill_);
     return;
   }
   if (reducer_) {
@@ -202,7 +236,13 @@ double& MultiNodeOptimizer::hyperparam(const std::string& name) { return actual_
 bool MultiNodeOptimizer::has_hyperparam(const std::string& name) const { return actual_->has_hyperparam(name); }
 double MultiNodeOptimizer::lr() const { return actual_->lr(); }
 std::vector<ParamState>& MultiNodeOptimizer::param_states() { return actual_->param_states(); }
-void MultiNodeOptimizer::serialize(Serializer& s) { actual_->serialize(s); }
+void MultiNodeOptimizer::serialize(Serializer& s) {
+  if (sharded_ && sharded_->planned()) {
+    sharded_->serialize(s, *actual_);  // (the whole state: collective when saving)
+    return;
+  }
+  actual_->serialize(s);
+}
 
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> actual,
                                                        std::shared_ptr<Communicator> comm, bool double_buffering,

@@ -72,7 +72,8 @@ double gradient_norm(Optimizer& optimizer) {
     Array s = sum(g64 * g64);
     sqnorm = sqnorm.defined() ? sqnorm + s.to_device(sqnorm.device()) : s;
   });
-  return sqnorm.defined() ? std::sqrt(sqnorm.item<double>()) : 0.0;
+  // (A sharded optimizer holds a part of the gradient: the squares of every part are summed.)
+  return std::sqrt(optimizer.sum_over_shards(sqnorm.defined() ? sqnorm.item<double>() : 0.0));
 }
 
 void GradientClipping::operator()(Optimizer& optimizer) {

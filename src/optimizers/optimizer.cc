@@ -45,6 +45,14 @@ void Optimizer::setup(std::shared_ptr<Link> target) {
   epoch_ = 0;
 }
 
+void Optimizer::retarget(std::shared_ptr<Link> target) {
+  KUSARI_CHECK(target, ValueError, type_name(), "::retarget: the target link is null");
+  settle_loss_scale();
+  target_ = std::move(target);
+  states_.clear();
+  pending_.clear();
+}
+
 std::vector<ParamState>& Optimizer::param_states() {
   KUSARI_CHECK(target_, ValueError, type_name(), ": call setup(link) before using the optimizer");
   settle_loss_scale();  // (its list of stepped states indexes states_ as it is)
@@ -217,7 +225,14 @@ void Optimizer::update() {
   if (dynamic_loss_scaling_) {
     bool one_device = true;
     Array bad = overflow_count(states, &one_device);
-    if (bad.defined() && one_device && hooks_.empty() && skips_on_device()) {
+    if (shard_sum_) {
+      // Sharded: every process takes the verdict of the whole gradient (and the same one).
+      const double local = bad.defined() ? static_cast<double>(bad.item<int64_t>()) : 0.0;
+      if (!loss_scale_verdict(static_cast<int64_t>(shard_sum_(local)))) {
+        target_->cleargrads();
+        return;
+      }
+    } else if (bad.defined() && one_device && hooks_.empty() && skips_on_device()) {
       skip_ = std::move(bad);  // decided on the device, learnt later
     } else if (!loss_scale_verdict(bad.defined() ? bad.item<int64_t>() : 0)) {
       target_->cleargrads();

@@ -92,6 +92,15 @@ class Communicator {
   Array allreduce(const Array& x, ReduceOp op = ReduceOp::kSum);
   /// In-place allreduce of a contiguous array (the building block of the gradient paths).
   virtual void allreduce_inplace(Array& x, ReduceOp op = ReduceOp::kSum);
+  /// Reduce-scatter (PyTorch's reduce_scatter_tensor): x, of one shape and dtype on every rank,
+  /// its first axis a multiple of size(), is reduced over the ranks with `op`, and rank r gets block
+  /// r of the first axis (shape[0] / size() rows), on x's device. Ranks that pass different shapes
+  /// or dtypes get a ValueError naming both.
+  Array reduce_scatter(const Array& x, ReduceOp op = ReduceOp::kSum);
+  /// All-gather into one array (PyTorch's all_gather_into_tensor): every rank's x, of one shape and
+  /// dtype, concatenated along a new first block in rank order (shape[0] * size() rows; a 0-d x
+  /// gives a vector of size() values), on x's device. allgather gives the arrays as a list.
+  Array all_gather(const Array& x);
 
   // --- objects (byte buffers; large ones are sent in chunks) -------------------------------------
   void send_obj(const Bytes& obj, int dest, int tag = 0);

@@ -13,6 +13,7 @@ namespace kusari::mn {
 
 namespace detail {
 class BucketReducer;
+class ShardedUpdate;
 }  // namespace detail
 
 /// Options of create_multi_node_optimizer.
@@ -30,6 +31,25 @@ struct MultiNodeOptimizerOptions {
   int64_t bucket_bytes = int64_t{25} << 20;
   /// With overlap: bytes of the first bucket (the last layers' gradients, sent first).
   int64_t first_bucket_bytes = int64_t{1} << 20;
+  /// Sharded data parallelism (ZeRO; see docs/sharding.md): 0 replicates the optimizer's state
+  /// on every process; 1 keeps on each process the state (moments, float32 master copies) of its
+  /// 1/N of the parameters only, the shard; 2 also reduces the gradients into the shards
+  /// (reduce-scatter instead of allreduce) and drops the model's gradients after each step.
+  /// Every process still holds all parameters. Results equal the unsharded optimizer's (Note
+  /// [Sharded optimizer]). Every communicator kind; not combined with overlap or
+  /// double_buffering. Stage 3 (sharded parameters) is not implemented yet.
+  int zero_stage = 0;
+};
+
+/// The layout of a sharded multi-node optimizer (MultiNodeOptimizer::shard_stats).
+struct ShardStats {
+  /// 0 (not sharded), 1 or 2.
+  int stage = 0;
+  /// Parameter elements whose optimizer state this process holds, and in all shards.
+  int64_t shard_elements = 0;
+  int64_t total_elements = 0;
+  /// Parameters cut between two shards.
+  int64_t split_parameters = 0;
 };
 
 /// What the last update of an overlapping multi-node optimizer did.
@@ -122,6 +142,8 @@ class MultiNodeOptimizer : public Optimizer {
   /// With overlap: the buckets of the plan and how many the last update found already sent.
   OverlapStats overlap_stats() const;
   Communicator& communicator() { return *comm_; }
+  /// The sharding of the optimizer's state (zero_stage; the layout is made by the first update).
+  ShardStats shard_stats() const;
 
   /// While alive, the backward calls of an overlapping optimizer send nothing (PyTorch's
   /// no_sync): hold one around every backward of a gradient accumulation but the last, which
@@ -156,6 +178,7 @@ class MultiNodeOptimizer : public Optimizer {
   bool zero_fill_;
   bool double_buffering_ = false;
   std::unique_ptr<detail::BucketReducer> reducer_;
+  std::unique_ptr<detail::ShardedUpdate> sharded_;
   std::vector<std::pair<std::string, bool>> last_params_;
   bool first_ = true;
 };

@@ -18,6 +18,7 @@ class AdaGrad : public Optimizer {
   /// The stability constant.
   double eps() const { return hyperparam("eps"); }
   const char* type_name() const override { return "AdaGrad"; }
+  bool steps_elementwise() const override { return true; }
 
  protected:
   void init_state(ParamState& state) override;

@@ -77,6 +77,7 @@ class Adam : public Optimizer {
   double bias_corrected_alpha(int64_t t) const;
 
   const char* type_name() const override { return "Adam"; }
+  bool steps_elementwise() const override { return true; }
   std::vector<std::string> per_parameter_hyperparams() const override {
     return {"beta1", "beta2", "eps", "eta", "weight_decay_rate"};
   }

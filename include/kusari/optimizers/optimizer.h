@@ -74,6 +74,10 @@ class Optimizer : public Serializable {
 
   /// Attaches the optimizer to the link whose parameters it updates.
   virtual void setup(std::shared_ptr<Link> target);
+  /// Attaches the optimizer to another link that holds the same parameters or parts of them (a
+  /// sharded multi-node optimizer's shard), keeping t, epoch and the loss scale; the
+  /// per-parameter states are dropped (the caller moves them into the new parameters' states).
+  void retarget(std::shared_ptr<Link> target);
   /// The link being optimised (null before setup()).
   Link* target() const { return target_.get(); }
   /// The link being optimised, shared.
@@ -166,6 +170,19 @@ class Optimizer : public Serializable {
   void serialize(Serializer& serializer) override;
   /// The optimizer's class name ("Adam", ...), used in messages.
   virtual const char* type_name() const = 0;
+  /// True when every parameter's step is elementwise (each element is stepped from the same
+  /// element of its gradient and state alone), so that a parameter can be stepped in pieces: a
+  /// sharded multi-node optimizer then splits parameters between processes (Note [Sharded
+  /// optimizer] in src/mn/reduce/sharded_update.cc). False, the default, for steps that need the
+  /// whole parameter, such as LARS's and LAMB's trust ratios.
+  virtual bool steps_elementwise() const { return false; }
+  /// Set by a sharded multi-node optimizer on the optimizer it wraps, whose parameters are then
+  /// this process's shard: sums a number over the shards of every process (GradientClipping's
+  /// global norm, dynamic loss scaling's overflow count). Called by every process in the same
+  /// order. Unset (the default): the number itself.
+  void set_shard_sum(std::function<double(double)> sum) { shard_sum_ = std::move(sum); }
+  /// `local` summed over the shards of every process (`local` when not sharded).
+  double sum_over_shards(double local) const { return shard_sum_ ? shard_sum_(local) : local; }
 
  protected:
   /// Declares a hyperparameter with its default value (constructors call this).
@@ -230,6 +247,8 @@ class Optimizer : public Serializable {
   bool dynamic_loss_scaling_ = false;
   int64_t loss_scale_interval_ = 1000;
   int64_t good_steps_ = 0;
+  /// set_shard_sum's function (empty when the optimizer is not sharded).
+  std::function<double(double)> shard_sum_;
 
  private:
   /// A parameter's step collected by update() for a group (Note [Grouped optimizer updates]):

@@ -29,6 +29,7 @@ class RMSprop : public Optimizer {
   /// Chooses where eps is added.
   void set_eps_inside_sqrt(bool value) { hyperparam("eps_inside_sqrt") = value ? 1.0 : 0.0; }
   const char* type_name() const override { return "RMSprop"; }
+  bool steps_elementwise() const override { return true; }
 
  protected:
   void init_state(ParamState& state) override;

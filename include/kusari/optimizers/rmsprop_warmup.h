@@ -46,6 +46,7 @@ class RMSpropWarmup : public Optimizer {
   /// The weight of momentum SGD in the step.
   double sgd_weight() const { return hyperparam("sgd_weight"); }
   const char* type_name() const override { return "RMSpropWarmup"; }
+  bool steps_elementwise() const override { return true; }
 
  protected:
   void init_state(ParamState& state) override;

@@ -14,6 +14,7 @@ class SGD : public Optimizer {
   double& lr() { return hyperparam("lr"); }
   using Optimizer::lr;
   const char* type_name() const override { return "SGD"; }
+  bool steps_elementwise() const override { return true; }
 
  protected:
   std::optional<UpdateStep> update_step(ParamState& state) override;
@@ -34,6 +35,7 @@ class MomentumSGD : public Optimizer {
   /// The momentum coefficient.
   double momentum() const { return hyperparam("momentum"); }
   const char* type_name() const override { return "MomentumSGD"; }
+  bool steps_elementwise() const override { return true; }
 
  protected:
   void init_state(ParamState& state) override;
@@ -55,6 +57,7 @@ class NesterovAG : public Optimizer {
   /// The momentum coefficient.
   double momentum() const { return hyperparam("momentum"); }
   const char* type_name() const override { return "NesterovAG"; }
+  bool steps_elementwise() const override { return true; }
 
  protected:
   void init_state(ParamState& state) override;

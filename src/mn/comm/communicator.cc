@@ -184,6 +184,60 @@ void Communicator::allreduce_inplace(Array& x, ReduceOp op) {
   }
 }
 
+namespace {
+
+// The same shape and dtype of x on every rank of `comm`, or a ValueError naming `function`, this
+// rank's and the first differing rank's.
+void check_same_array_kind(Communicator& comm, const Array& x, const char* function) {
+  std::ostringstream mine;
+  mine << dtype_name(x.dtype()) << " " << x.shape();
+  const std::string me = mine.str();
+  const std::vector<Bytes> all = comm.allgather_obj(Bytes(me.begin(), me.end()));
+  for (size_t r = 0; r < all.size(); ++r) {
+    const std::string other(all[r].begin(), all[r].end());
+    KUSARI_CHECK(other == me, ValueError, function, ": every rank must pass the same shape and dtype; rank ",
+                 comm.rank(), " has ", me, ", rank ", r, " has ", other);
+  }
+}
+
+}  // namespace
+
+Array Communicator::reduce_scatter(const Array& x, ReduceOp op) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "reduce_scatter");
+  KUSARI_CHECK(x.ndim() >= 1 && x.shape()[0] % size_ == 0, ValueError, "reduce_scatter: the first axis must be a ",
+               "multiple of the number of processes (", size_, "), got shape ", x.shape());
+  KUSARI_CHECK(op != ReduceOp::kMean || is_floating(x.dtype()), DtypeError,
+               "reduce_scatter: mean needs a floating dtype, got ", dtype_name(x.dtype()));
+  check_same_array_kind(*this, x, "reduce_scatter");
+  Shape out_shape = x.shape();
+  out_shape[0] /= size_;
+  const Array in = host_contiguous(x);
+  Array out = Array::empty(out_shape, x.dtype(), Device::cpu());
+  const std::vector<int64_t> counts(static_cast<size_t>(size_), out.size());
+  detail::reduce_scatter_host(in.raw_data(), out.raw_data(), counts, x.dtype(), op, comm_of(*this));
+  if (op == ReduceOp::kMean && size_ > 1) {
+    out = (is_half_precision(out.dtype()) ? out.astype(Dtype::kFloat32) : out) * (1.0 / size_);
+    out = out.astype(x.dtype());
+  }
+  return out.to_device(x.device());
+}
+
+Array Communicator::all_gather(const Array& x) {
+  OpScope scope(tracker_of(*this), OpKind::kCollective, "all_gather");
+  check_same_array_kind(*this, x, "all_gather");
+  Shape out_shape = x.shape();
+  if (out_shape.empty()) {
+    out_shape.push_back(size_);
+  } else {
+    out_shape[0] *= size_;
+  }
+  const Array in = host_contiguous(x);
+  Array out = Array::empty(out_shape, x.dtype(), Device::cpu());
+  const std::vector<int64_t> counts(static_cast<size_t>(size_), x.size());
+  detail::allgather_host(in.raw_data(), out.raw_data(), counts, x.dtype(), comm_of(*this));
+  return out.to_device(x.device());
+}
+
 // --- objects -----------------------------------------------------------------------------------
 
 void Communicator::send_obj(const Bytes& obj, int dest, int tag) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kusari/core/array.h"
 #include "kusari/core/error.h"
@@ -78,6 +79,17 @@ void send_bytes(const void* data, int64_t n, int dest, int tag, MPI_Comm comm);
 void recv_bytes(void* data, int64_t n, int source, int tag, MPI_Comm comm);
 /// MPI_Ibarrier and wait_requests.
 void barrier(MPI_Comm comm);
+
+/// Reduce-scatter of host memory: `send` holds the sum of counts[r] elements of every rank, rank r's
+/// segment after rank r-1's; this rank's segment of the reduction over the ranks is written to `recv`
+/// (counts[rank] elements). Counts may differ (and be 0). kMean sums (the caller scales). In pieces
+/// of at most max_chunk_elements() elements in all (packed per piece when the segments are larger).
+void reduce_scatter_host(const void* send, void* recv, const std::vector<int64_t>& counts, Dtype dtype,
+                         ReduceOp op, MPI_Comm comm);
+/// All-gather of host memory: this rank's counts[rank] elements at `send` (which may point into
+/// `recv`, at this rank's segment) go to every rank's `recv`, which holds the segments of all ranks in
+/// rank order. In pieces as reduce_scatter_host.
+void allgather_host(const void* send, void* recv, const std::vector<int64_t>& counts, Dtype dtype, MPI_Comm comm);
 
 
 }  // namespace kusari::mn::detail

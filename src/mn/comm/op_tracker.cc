@@ -50,7 +50,7 @@ using ::kusari::detail::concat;
 //     CommunicatorError: "naive: collective #813 (multi_node_mean_grad) did not finish on rank 0
 //     of 3: it waited 2.0 s (the deadline is 2 s); it waits for rank 1, which did not answer
 //     within 1.0 s (stopped, dead, or busy outside this communicator); rank 2 waits in the same
-//     collective". Uncaught, the failure handler prints it and, half a second later (so that the
+//     collective". Uncaught, the failure handler prints it and, a second later (so that the
 //     reports of the other live ranks, made at about the same moment, are printed too), aborts the
 //     job (Note [Failure of one rank ends the job]). Caught, the communicator is unusable: its operation may still be
 //     under way in MPI, writing into its buffers if the peer wakes up, so its MPI communicators
@@ -762,8 +762,8 @@ BlockingCallWatch::~BlockingCallWatch() {
 // printed once per rank. Now the failure handler (Note [Failure of one rank ends the job]):
 //   - tells every rank of every live communicator, over the control communicators, that this rank
 //     failed, with its world rank, host and message (a kFailed control message);
-//   - listens for half a second for the other ranks' failures (less once every rank has failed;
-//     another half second after each new one, up to two seconds);
+//   - listens for a second for the other ranks' failures (less once every rank has failed;
+//     another second after each new one, up to four seconds);
 //   - prints each distinct message once, from the lowest rank that hit it, with the list of
 //     ranks: "[kusari.mn] ranks 0, 1 and 2 of 3 failed: ...", and the lowest failed rank ends with
 //     "[kusari.mn] the job ends: exit status 1";

@@ -45,6 +45,33 @@ def test_array_collectives():
     comm.barrier()
 
 
+def test_reduce_scatter_and_all_gather():
+    n, r = comm.size, comm.rank
+    x = np.arange(2 * n * 3, dtype=np.float32).reshape(2 * n, 3) * (r + 1)
+    base = np.arange(2 * n * 3, dtype=np.float32).reshape(2 * n, 3)
+    np.testing.assert_array_equal(comm.reduce_scatter(x), base[2 * r:2 * r + 2] * (n * (n + 1) // 2))
+    np.testing.assert_array_equal(comm.all_gather(np.full(2, r, np.int64)), np.repeat(np.arange(n), 2))
+    with pytest.raises(ValueError, match='multiple'):
+        comm.reduce_scatter(np.ones(2 * n + 1, np.float32))
+
+
+def test_sharded_optimizer_equals_the_replicated_one():
+    kusari.manual_seed(0)
+    models = [L.Classifier(L.Linear(5, 7)) for _ in range(2)]
+    models[1].copyparams(models[0])
+    opts = [kusari.mn.create_multi_node_optimizer(kusari.optimizers.Adam(), comm, zero_stage=stage)
+            for stage in (0, 1)]
+    for model, opt in zip(models, opts):
+        opt.setup(model)
+        rng = np.random.RandomState(comm.rank)
+        for _ in range(4):
+            x, t = rng.randn(8, 5).astype(np.float32), rng.randint(0, 7, 8).astype(np.int32)
+            opt.update(model, x, t)
+    np.testing.assert_array_equal(models[1].predictor.W.array, models[0].predictor.W.array)
+    with pytest.raises(NotImplementedError, match='zero_stage 3'):
+        kusari.mn.create_multi_node_optimizer(kusari.optimizers.Adam(), comm, zero_stage=3)
+
+
 def test_scatter_dataset_of_a_python_list():
     data = [(np.float32(i), np.int32(i % 3)) for i in range(11)] if comm.rank == 0 else None
     part = kusari.mn.scatter_dataset(data, comm, shuffle=True, seed=0)

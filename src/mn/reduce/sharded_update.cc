@@ -1,0 +1,494 @@
+#include "mn/reduce/sharded_update.h"
+
+#include <algorithm>
+#include <map>
+
+#include "kusari/core/routines.h"
+#include "kusari/mn/object.h"
+#include "mn/comm/mpi_util.h"
+
+namespace kusari::mn::detail {
+
+// Note [Sharded optimizer]
+// ZeRO's first two stages (Rajbhandari et al., 2020), as a strategy of the multi-node optimizer:
+// each process keeps the optimizer's state (moments, float32 master copies) of a 1/N part of the
+// parameters only, its shard, and every process still holds all parameters.
+//
+// Layout. The model's initialised parameters, sorted by path, are grouped by dtype; each group
+// is one flat space (parameter after parameter, each in C order) cut into N shards of nearly
+// equal size (shard_bounds). A parameter may be cut between shards when the wrapped optimizer
+// steps elementwise (Optimizer::steps_elementwise: SGD, MomentumSGD, Adam, RMSprop, ...) and its
+// data is C-contiguous; otherwise it lies whole in one shard (LARS's and LAMB's trust ratios
+// need the whole parameter; a channels-last filter is kept whole). Every process computes the
+// same layout from the same sorted parameters.
+//
+// The wrapped optimizer is attached (Optimizer::retarget) to a link of this process's pieces:
+// the parameter itself when it is whole in the shard, else a view of its part, shaped
+// (1, ..., 1, n) with the parameter's number of axes and registered under the parameter's path,
+// so that set_hyperparam_where selectors and hook predicates by path or by number of axes
+// (is_bias_or_norm) choose as they would for the whole parameter. Steps write the views, i.e.
+// the model's parameters, in place.
+//
+// A step (the gradients are those backward left in the model):
+//   stage 1  the communicator's multi_node_mean_grad averages the whole gradients (the same
+//            path and bits as without sharding); each piece's gradient is a view of its part;
+//   stage 2  per group, the gradients are packed (in the wire dtype: allreduce_grad_dtype, else
+//            the group's) and reduce-scattered: each process receives the sum of its shard only,
+//            scaled by 1/N as the unsharded reducers scale, and the model's gradients are then
+//            dropped (after update() they are gone, as in ZeRO-2);
+// then the wrapped optimizer steps the pieces, and per group the shards are all-gathered into
+// every process's parameters. Numbers over the whole gradient go through the shard sum
+// (Optimizer::set_shard_sum: GradientClipping's global norm, dynamic loss scaling's overflow
+// count), so every process clips by the same factor and skips the same steps.
+//
+// Equality with the unsharded optimizer: stage 1 averages exactly as the unsharded run, and
+// elementwise steps of a part equal those of the whole, so the parameters are equal bit for bit.
+// Stage 2 sums with MPI_Reduce_scatter, whose order of summation over 3 or more processes may
+// differ from MPI_Allreduce's: the averages then differ in the last bits (2 processes: equal).
+// A global gradient norm is summed per shard, then over the shards: within rounding of the
+// unsharded sum.
+//
+// Snapshots: serialize() writes the state in the layout an unsharded optimizer writes (each
+// process gathers the whole state and writes it, as each process writes its own snapshot), and
+// reads a process's parts out of such a state. So a snapshot loads on any number of processes,
+// sharded or not, and an unsharded snapshot loads into a sharded run. State loaded before the
+// layout exists (a snapshot read before the first update) is held by the wrapped optimizer for
+// the whole parameters and cut into the pieces by plan().
+//
+// Not yet: stage 2's reduce-scatter overlapped with backward (buckets), parameters kept in one
+// flat buffer per group (the pack and unpack copies cost memory: a flat buffer of the group on
+// the host during the step), the NCCL collectives (GPU gradients are staged through host
+// memory), and stage 3.
+
+std::vector<int64_t> shard_bounds(const std::vector<int64_t>& sizes, const std::vector<bool>& splittable,
+                                  int processes) {
+  KUSARI_CHECK(processes >= 1, ValueError, "shard_bounds: the number of processes must be positive, got ", processes);
+  KUSARI_CHECK(sizes.size() == splittable.size(), ValueError, "shard_bounds: ", sizes.size(), " sizes but ",
+               splittable.size(), " splittable flags");
+  std::vector<int64_t> offsets(sizes.size() + 1, 0);
+  for (size_t i = 0; i < sizes.size(); ++i) offsets[i + 1] = offsets[i] + sizes[i];
+  const int64_t total = offsets.back();
+  std::vector<int64_t> bounds(static_cast<size_t>(processes) + 1, 0);
+  bounds.back() = total;
+  size_t i = 0;  // the parameter the bound falls in
+  for (int r = 1; r < processes; ++r) {
+    // The even cut (r * total / N, without overflow), moved to the nearer edge of a parameter
+    // that cannot be cut; never before the previous bound.
+    int64_t b = total / processes * r + total % processes * r / processes;
+    while (i < sizes.size() && offsets[i + 1] <= b) ++i;
+    if (i < sizes.size() && b > offsets[i] && !splittable[i]) {
+      b = (b - offsets[i] <= offsets[i + 1] - b) ? offsets[i] : offsets[i + 1];
+    }
+    bounds[static_cast<size_t>(r)] = std::max(b, bounds[static_cast<size_t>(r) - 1]);
+  }
+  return bounds;
+}
+
+namespace {
+
+/// A link that holds this process's pieces under the parameters' paths (child links made as the
+/// paths need them).
+class ShardLink : public Link {
+ public:
+  void add_at(const std::string& path, const Parameter& p) {
+    const size_t slash = path.find('/', 1);
+    if (slash == std::string::npos) {
+      add_param(path.substr(1), p);
+      return;
+    }
+    const std::string name = path.substr(1, slash - 1);
+    std::shared_ptr<ShardLink> child;
+    for (const auto& [n, c] : children()) {
+      if (n == name) child = std::static_pointer_cast<ShardLink>(c);
+    }
+    if (!child) child = add_link(name, std::make_shared<ShardLink>());
+    child->add_at(path.substr(slash), p);
+  }
+  const char* type_name() const override { return "ShardLink"; }
+};
+
+/// The shape of a part of n elements of a parameter of `ndim` axes: (1, ..., 1, n).
+Shape piece_shape(int ndim, int64_t n) {
+  Shape s;
+  for (int i = 0; i + 1 < ndim; ++i) s.push_back(1);
+  s.push_back(n);
+  return s;
+}
+
+/// Elements [lo, hi) of a C-contiguous array, as a view shaped `shape`.
+Array part_of(const Array& a, int64_t lo, int64_t hi, const Shape& shape) {
+  return a.reshape({a.size()}).at({Slice(lo, hi)}).reshape(shape);
+}
+
+/// A serializer that records what is saved (full key -> array) in order.
+class Capture : public Serializer {
+ public:
+  Capture(std::vector<std::pair<std::string, Array>>* entries, std::string prefix)
+      : entries_(entries), prefix_(std::move(prefix)) {}
+  bool is_loading() const override { return false; }
+  std::unique_ptr<Serializer> child(const std::string& name) override {
+    return std::make_unique<Capture>(entries_, prefix_ + name + "/");
+  }
+  void operator()(const std::string& key, Array& value) override { entries_->emplace_back(prefix_ + key, value); }
+  bool contains(const std::string&) const override { return true; }
+  std::string path() const override { return prefix_; }
+
+ private:
+  std::vector<std::pair<std::string, Array>>* entries_;
+  std::string prefix_;
+};
+
+/// True when `named` has a parameter `path` of shape `shape`.
+bool same_shape_in(const std::vector<std::pair<std::string, Parameter>>& named, const std::string& path,
+                   const Shape& shape) {
+  for (const auto& [p, param] : named) {
+    if (p == path) return param.shape() == shape;
+  }
+  return false;
+}
+
+}  // namespace
+
+ShardedUpdate::ShardedUpdate(std::shared_ptr<Communicator> comm, int stage) : comm_(std::move(comm)), stage_(stage) {
+  KUSARI_CHECK(stage_ == 1 || stage_ == 2, ValueError, "ShardedUpdate: stage must be 1 or 2, got ", stage_);
+}
+
+std::vector<int64_t> ShardedUpdate::Group::counts() const {
+  std::vector<int64_t> c(bounds.size() - 1);
+  for (size_t r = 0; r + 1 < bounds.size(); ++r) c[r] = bounds[r + 1] - bounds[r];
+  return c;
+}
+
+void ShardedUpdate::plan(Link& model, Optimizer& actual) {
+  auto named = model.namedparams(false);
+  std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+
+  // The state the optimizer holds for whole parameters (loaded, or from an unsharded start).
+  struct Held {
+    int64_t t = 0;
+    std::vector<std::pair<std::string, Array>> arrays;
+  };
+  std::map<std::string, Held> held;
+  if (actual.target()) {
+    for (ParamState& s : actual.param_states()) {
+      if (!s.initialized) continue;
+      // (A state of an earlier layout's piece has the piece's shape: it cannot be cut again.)
+      if (!same_shape_in(named, s.path, s.param.shape())) continue;
+      held[s.path] = Held{s.t, s.arrays};
+    }
+  }
+
+  groups_.clear();
+  std::map<Dtype, size_t> group_of;
+  for (auto& [path, p] : named) {
+    auto [it, fresh] = group_of.emplace(p.dtype(), groups_.size());
+    if (fresh) {
+      groups_.emplace_back();
+      groups_.back().dtype = p.dtype();
+    }
+    Group& g = groups_[it->second];
+    const int64_t offset = g.entries.empty() ? 0 : g.entries.back().offset + g.entries.back().size;
+    g.entries.push_back(Entry{path, p, offset, p.size()});
+  }
+  const int rank = comm_->rank();
+  auto link = std::make_shared<ShardLink>();
+  const bool elementwise = actual.steps_elementwise();
+  for (Group& g : groups_) {
+    std::vector<int64_t> sizes;
+    std::vector<bool> splittable;
+    for (const Entry& e : g.entries) {
+      sizes.push_back(e.size);
+      splittable.push_back(elementwise && e.param.data().is_contiguous());
+    }
+    g.bounds = shard_bounds(sizes, splittable, comm_->size());
+    const int64_t begin = g.bounds[static_cast<size_t>(rank)];
+    const int64_t end = g.bounds[static_cast<size_t>(rank) + 1];
+    for (const Entry& e : g.entries) {
+      const int64_t lo = std::max(begin, e.offset) - e.offset;
+      const int64_t hi = std::min(end, e.offset + e.size) - e.offset;
+      if (hi <= lo) continue;
+      Piece piece;
+      piece.path = e.path;
+      piece.param = e.param;
+      piece.lo = lo;
+      piece.hi = hi;
+      piece.flat = e.offset + lo;
+      piece.whole = lo == 0 && hi == e.size;
+      piece.shard = piece.whole ? Parameter(e.param.data())
+                                : Parameter(part_of(e.param.data(), lo, hi, piece_shape(e.param.ndim(), hi - lo)));
+      link->add_at(e.path, piece.shard);
+      g.pieces.push_back(std::move(piece));
+    }
+  }
+  shard_link_ = link;
+  actual.retarget(shard_link_);
+  auto shard_sum = [comm = comm_](double local) { return comm->allreduce_obj(local, ReduceOp::kSum); };
+  actual.set_shard_sum(shard_sum);
+
+  // Cut the held states into the pieces.
+  if (!held.empty()) {
+    for (ParamState& s : actual.param_states()) {
+      auto it = held.find(s.path);
+      if (it == held.end()) continue;
+      const Piece* piece = piece_of(s.path);
+      s.t = it->second.t;
+      s.arrays.clear();
+      for (auto& [name, a] : it->second.arrays) {
+        if (!a.defined() || piece->whole || a.size() != piece->param.size()) {
+          s.arrays.emplace_back(name, a);
+        } else {
+          s.arrays.emplace_back(name, part_of(a.contiguous(), piece->lo, piece->hi, s.param.shape()).copy());
+        }
+      }
+      s.initialized = true;
+    }
+  }
+  planned_ = true;
+}
+
+void ShardedUpdate::forget() {
+  planned_ = false;
+  groups_.clear();
+  shard_link_.reset();
+}
+
+const ShardedUpdate::Piece* ShardedUpdate::piece_of(const std::string& path) const {
+  for (const Group& g : groups_) {
+    for (const Piece& p : g.pieces) {
+      if (p.path == path) return &p;
+    }
+  }
+  return nullptr;
+}
+
+int64_t ShardedUpdate::shard_elements() const {
+  int64_t n = 0;
+  for (const Group& g : groups_) n += g.bounds[static_cast<size_t>(comm_->rank()) + 1] - g.bounds[static_cast<size_t>(comm_->rank())];
+  return n;
+}
+
+int64_t ShardedUpdate::total_elements() const {
+  int64_t n = 0;
+  for (const Group& g : groups_) n += g.bounds.back();
+  return n;
+}
+
+int64_t ShardedUpdate::split_parameters() const {
+  int64_t n = 0;
+  for (const Group& g : groups_) {
+    for (size_t r = 1; r + 1 < g.bounds.size(); ++r) {
+      const int64_t b = g.bounds[r];
+      for (const Entry& e : g.entries) {
+        if (b > e.offset && b < e.offset + e.size) {
+          ++n;
+          break;
+        }
+      }
+    }
+  }
+  return n;
+}
+
+void ShardedUpdate::shard_grads_from_model(Group& g) {
+  for (Piece& piece : g.pieces) {
+    const Array grad = piece.param.grad();
+    if (!grad.defined()) {
+      piece.shard.set_grad(Array());
+    } else if (piece.whole) {
+      piece.shard.set_grad(grad);
+    } else {
+      piece.shard.set_grad(part_of(grad.is_contiguous() ? grad : grad.contiguous(), piece.lo, piece.hi,
+                                   piece.shard.shape()));
+    }
+  }
+}
+
+void ShardedUpdate::reduce_scatter_grads(Group& g, bool zero_fill) {
+  const int rank = comm_->rank();
+  const Dtype wire = comm_->options().allreduce_grad_dtype.value_or(g.dtype);
+  const int64_t begin = g.bounds[static_cast<size_t>(rank)];
+  const int64_t end = g.bounds[static_cast<size_t>(rank) + 1];
+  Array flat = Array::empty({g.bounds.back()}, wire, Device::cpu());
+  std::vector<bool> present(g.entries.size());
+  for (size_t i = 0; i < g.entries.size(); ++i) {
+    const Entry& e = g.entries[i];
+    const Array grad = e.param.grad();
+    Array dst = flat.at({Slice(e.offset, e.offset + e.size)});
+    present[i] = grad.defined();
+    if (grad.defined()) {
+      dst.assign(grad.to_device(Device::cpu()).reshape({e.size}).astype(wire));
+    } else {
+      dst.fill(0.0);
+    }
+  }
+  Array shard = Array::empty({end - begin}, wire, Device::cpu());
+  reduce_scatter_host(flat.raw_data(), shard.raw_data(), g.counts(), wire, ReduceOp::kSum,
+                      to_comm(comm_->mpi_comm_handle()));
+  flat = Array();
+  if (comm_->size() > 1) {
+    // Scaled as the unsharded reducers scale (16-bit values in float32, rounded once).
+    shard = (is_half_precision(shard.dtype()) ? shard.astype(Dtype::kFloat32) : shard) * (1.0 / comm_->size());
+  }
+  size_t i = 0;
+  for (Piece& piece : g.pieces) {
+    while (g.entries[i].path != piece.path) ++i;
+    if (!present[i] && !zero_fill) {
+      piece.shard.set_grad(Array());  // (every process agrees that it has none)
+      continue;
+    }
+    const Array part = shard.at({Slice(piece.flat - begin, piece.flat - begin + (piece.hi - piece.lo))});
+    const Array& data = piece.shard.data();
+    Array grad = Array::empty_like(data);
+    grad.assign(part.astype(data.dtype()).reshape(data.shape()).to_device(data.device()));
+    piece.shard.set_grad(grad);
+  }
+}
+
+void ShardedUpdate::all_gather_params(Group& g) {
+  const int rank = comm_->rank();
+  const int64_t begin = g.bounds[static_cast<size_t>(rank)];
+  const int64_t end = g.bounds[static_cast<size_t>(rank) + 1];
+  const int64_t item = static_cast<int64_t>(itemsize(g.dtype));
+  Array flat = Array::empty({g.bounds.back()}, g.dtype, Device::cpu());
+  for (const Piece& piece : g.pieces) {
+    flat.at({Slice(piece.flat, piece.flat + (piece.hi - piece.lo))})
+        .assign(piece.shard.data().to_device(Device::cpu()).reshape({piece.hi - piece.lo}));
+  }
+  allgather_host(static_cast<char*>(flat.raw_data()) + begin * item, flat.raw_data(), g.counts(), g.dtype,
+                 to_comm(comm_->mpi_comm_handle()));
+  for (const Entry& e : g.entries) {
+    if (e.offset >= begin && e.offset + e.size <= end) continue;  // stepped here, in place
+    Array data = e.param.data();
+    data.assign(flat.at({Slice(e.offset, e.offset + e.size)}).reshape(data.shape()).to_device(data.device()));
+  }
+}
+
+void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill) {
+  KUSARI_CHECK(planned_, ValueError, "ShardedUpdate::step: plan() first");
+  if (stage_ == 1) {
+    comm_->multi_node_mean_grad(model, zero_fill);
+    for (Group& g : groups_) shard_grads_from_model(g);
+  } else {
+    for (Group& g : groups_) reduce_scatter_grads(g, zero_fill);
+    model.cleargrads();
+  }
+  for (Group& g : groups_) {
+    for (Piece& piece : g.pieces) piece.shard.impl().update_enabled = piece.param.impl().update_enabled;
+  }
+  actual.update();
+  for (Group& g : groups_) all_gather_params(g);
+  if (stage_ == 1) {
+    for (Group& g : groups_) {
+      for (Piece& piece : g.pieces) {
+        if (!piece.whole) piece.shard.set_grad(Array());  // (views of the model's gradients)
+      }
+    }
+  }
+}
+
+void ShardedUpdate::serialize(Serializer& s, Optimizer& actual) {
+  if (s.is_loading()) {
+    // Each process reads its parts of the whole state.
+    class Slicer : public Serializer {
+     public:
+      Slicer(Serializer& real, std::unique_ptr<Serializer> owned, const ShardedUpdate& self, std::string prefix)
+          : real_(real), owned_(std::move(owned)), self_(self), prefix_(std::move(prefix)) {}
+      bool is_loading() const override { return true; }
+      std::unique_ptr<Serializer> child(const std::string& name) override {
+        auto c = real_.child(name);
+        Serializer& ref = *c;
+        return std::make_unique<Slicer>(ref, std::move(c), self_, prefix_ + "/" + name);
+      }
+      void operator()(const std::string& key, Array& value) override {
+        const Piece* piece = self_.piece_of(prefix_);
+        if (piece == nullptr || piece->whole || key == "t") {
+          real_(key, value);
+          return;
+        }
+        Array whole;
+        real_(key, whole);
+        if (!whole.defined()) return;
+        KUSARI_CHECK(whole.size() == piece->param.size(), IOError, "MultiNodeOptimizer: the snapshot entry '",
+                     real_.path(), key, "' has shape ", whole.shape(), ", expected the shape of the parameter ",
+                     piece->path, " ", piece->param.shape());
+        const Shape shape = piece_shape(piece->param.ndim(), piece->hi - piece->lo);
+        Array part = part_of(whole.contiguous(), piece->lo, piece->hi, shape);
+        if (value.defined()) {
+          value.assign(part.astype(value.dtype()).to_device(value.device()));
+        } else {
+          value = part.copy();
+        }
+      }
+      bool contains(const std::string& key) const override { return real_.contains(key); }
+      std::string path() const override { return real_.path(); }
+
+     private:
+      Serializer& real_;
+      std::unique_ptr<Serializer> owned_;
+      const ShardedUpdate& self_;
+      std::string prefix_;  // the parameter path this serializer stands at ("" at the top)
+    };
+    Slicer slicer(s, nullptr, *this, "");
+    actual.serialize(slicer);
+    return;
+  }
+  // Saving: every process gathers the whole state and writes it.
+  std::vector<std::pair<std::string, Array>> entries;
+  Capture capture(&entries, "");
+  actual.serialize(capture);
+  ByteWriter w;
+  w.put<uint64_t>(entries.size());
+  for (auto& [key, value] : entries) {
+    w.put_string(key);
+    const size_t slash = key.rfind('/');
+    const Piece* piece = slash == std::string::npos ? nullptr : piece_of("/" + key.substr(0, slash));
+    const bool part = piece != nullptr && key.substr(slash + 1) != "t" && value.defined() &&
+                      value.size() == piece->hi - piece->lo;
+    w.put<uint8_t>(part ? 1 : 0);
+    if (part) {
+      w.put<int64_t>(piece->lo);
+      w.put<int64_t>(piece->hi);
+      w.put_vector(std::vector<int64_t>(piece->param.shape().begin(), piece->param.shape().end()));
+    }
+    w.put_array(value);
+  }
+  const std::vector<Bytes> all = comm_->allgather_obj(w.take());
+  std::vector<std::string> order;
+  std::map<std::string, Array> merged;
+  for (const Bytes& bytes : all) {
+    ByteReader r(bytes);
+    const uint64_t n = r.get<uint64_t>();
+    for (uint64_t k = 0; k < n; ++k) {
+      const std::string key = r.get_string();
+      const bool part = r.get<uint8_t>() != 0;
+      int64_t lo = 0, hi = 0;
+      Shape shape;
+      if (part) {
+        lo = r.get<int64_t>();
+        hi = r.get<int64_t>();
+        shape = Shape(r.get_vector<int64_t>());
+      }
+      Array value = r.get_array();
+      auto [it, fresh] = merged.emplace(key, Array());
+      if (fresh) order.push_back(key);
+      if (!part) {
+        if (fresh) it->second = value;
+        continue;
+      }
+      if (fresh) it->second = Array::zeros(shape, value.dtype(), Device::cpu());
+      part_of(it->second, lo, hi, Shape{hi - lo}).assign(value.reshape({hi - lo}));
+    }
+  }
+  for (const std::string& key : order) {
+    Array& value = merged[key];
+    const size_t slash = key.rfind('/');
+    if (slash == std::string::npos) {
+      s(key, value);
+    } else {
+      auto child = s.child(key.substr(0, slash));
+      (*child)(key.substr(slash + 1), value);
+    }
+  }
+}
+
+}  // namespace kusari::mn::detail

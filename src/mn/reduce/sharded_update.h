@@ -1,0 +1,92 @@
+// The sharded optimizer step (ZeRO stages 1 and 2; Note [Sharded optimizer] in
+// sharded_update.cc): a model-level strategy of reduce/, owned by the multi-node optimizer, that
+// talks to the communicator only through buffer collectives (allreduce, reduce-scatter,
+// all-gather) and the object collectives.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kusari/mn/communicator.h"
+#include "kusari/optimizers/optimizer.h"
+
+namespace kusari::mn::detail {
+
+/// The bounds of the processes' shards of a flat space of parameters: process r holds
+/// [bounds[r], bounds[r + 1]). `sizes` are the elements of the parameters in order; a parameter
+/// whose `splittable` entry is false lies whole in one shard (the bound moves to its nearer edge).
+/// Shards are as equal as that allows; some may be empty.
+std::vector<int64_t> shard_bounds(const std::vector<int64_t>& sizes, const std::vector<bool>& splittable,
+                                  int processes);
+
+/// Steps a model's parameters with an optimizer that holds the state of this process's shard only.
+class ShardedUpdate {
+ public:
+  /// `stage` 1: the gradients are averaged whole (the communicator's multi_node_mean_grad), the
+  /// optimizer's state is sharded; 2: the gradients are reduce-scattered into the shard and the
+  /// model's gradients are dropped after the step.
+  ShardedUpdate(std::shared_ptr<Communicator> comm, int stage);
+
+  int stage() const { return stage_; }
+  /// True once plan() has run (and until forget()).
+  bool planned() const { return planned_; }
+  /// Lays `model`'s initialised parameters out in shards and attaches `actual` to this process's
+  /// pieces (a link of its own), moving the state `actual` held for whole parameters (a loaded
+  /// snapshot) into the pieces. Collective only through nothing: every process computes the
+  /// same layout from the same parameters (which the multi-node optimizer checked).
+  void plan(Link& model, Optimizer& actual);
+  /// Drops the layout (the optimizer's target changed).
+  void forget();
+  /// One step from the gradients backward left in `model`: averaged into the shard, the shard
+  /// stepped by `actual`, and the updated parameters gathered on every process. Collective.
+  void step(Link& model, Optimizer& actual, bool zero_fill);
+  /// Saves (collective: every process writes the whole state, gathered) or loads (each process
+  /// reads its pieces of the whole state) `actual`'s state in the layout an unsharded optimizer
+  /// writes, so that a snapshot loads on any number of processes, sharded or not.
+  void serialize(Serializer& s, Optimizer& actual);
+
+  /// Elements of the parameters in this process's shard, and in all shards.
+  int64_t shard_elements() const;
+  int64_t total_elements() const;
+  /// Parameters cut between shards (each counted once).
+  int64_t split_parameters() const;
+
+ private:
+  struct Entry {
+    std::string path;
+    Parameter param;      // the model's
+    int64_t offset = 0;   // in its group's flat space
+    int64_t size = 0;
+  };
+  struct Piece {
+    std::string path;
+    Parameter param;      // the model's
+    Parameter shard;      // what the optimizer steps: the parameter itself, or a view of a part
+    int64_t lo = 0, hi = 0;  // elements of the parameter (flat, C order)
+    int64_t flat = 0;     // where it starts in the group's flat space
+    bool whole = false;
+  };
+  struct Group {
+    Dtype dtype = Dtype::kFloat32;
+    std::vector<Entry> entries;
+    std::vector<int64_t> bounds;  // size() + 1
+    std::vector<Piece> pieces;    // this process's, in flat order
+    std::vector<int64_t> counts() const;
+  };
+
+  void reduce_scatter_grads(Group& g, bool zero_fill);
+  void shard_grads_from_model(Group& g);
+  void all_gather_params(Group& g);
+  /// The piece of `path`, or null.
+  const Piece* piece_of(const std::string& path) const;
+
+  std::shared_ptr<Communicator> comm_;
+  int stage_;
+  bool planned_ = false;
+  std::vector<Group> groups_;
+  std::shared_ptr<Link> shard_link_;
+};
+
+}  // namespace kusari::mn::detail

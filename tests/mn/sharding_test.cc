@@ -1,0 +1,326 @@
+// Multi-process tests of sharded data parallelism: reduce_scatter and all_gather, the shard
+// layout, and the sharded multi-node optimizer (ZeRO stages 1 and 2) against the unsharded one,
+// its state per process, its snapshots on another number of processes, and its refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <tuple>
+
+#include "kusari/functions.h"
+#include "kusari/links/linear.h"
+#include "kusari/mn.h"
+#include "kusari/optimizers/adam.h"
+#include "kusari/optimizers/hooks.h"
+#include "kusari/optimizers/lamb.h"
+#include "kusari/optimizers/lars.h"
+#include "kusari/optimizers/sgd.h"
+#include "kusari/serializers/npz.h"
+#include "mn/reduce/sharded_update.h"
+#include "mn_test_util.h"
+#include "test_util.h"
+
+namespace kusari::mn {
+namespace {
+
+namespace F = functions;
+using testing::ArraysClose;
+using testing::ThrowsWith;
+
+// --- layout ------------------------------------------------------------------------------------
+
+TEST(ShardLayout, EvenCutsAndWholeParameters) {
+  // 4 parameters of 10 elements over 4 processes: cuts at 10, 20, 30 (parameter edges).
+  EXPECT_EQ(detail::shard_bounds({10, 10, 10, 10}, {true, true, true, true}, 4),
+            (std::vector<int64_t>{0, 10, 20, 30, 40}));
+  // 3 processes over 40 splittable elements: 13, 26 (cuts inside parameters).
+  EXPECT_EQ(detail::shard_bounds({10, 10, 10, 10}, {true, true, true, true}, 3),
+            (std::vector<int64_t>{0, 13, 26, 40}));
+  // Unsplittable: 13 moves to 10 (nearer), 26 to 30 (nearer).
+  EXPECT_EQ(detail::shard_bounds({10, 10, 10, 10}, {false, false, false, false}, 3),
+            (std::vector<int64_t>{0, 10, 30, 40}));
+  // One large parameter that cannot be cut: every cut falls at one of its edges, shards may be empty.
+  EXPECT_EQ(detail::shard_bounds({2, 100, 2}, {true, false, true}, 3), (std::vector<int64_t>{0, 2, 102, 104}));
+  // More processes than elements: empty shards, still ordered and covering.
+  EXPECT_EQ(detail::shard_bounds({2}, {true}, 4), (std::vector<int64_t>{0, 0, 1, 1, 2}));
+  EXPECT_EQ(detail::shard_bounds({}, {}, 2), (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_TRUE(ThrowsWith<ValueError>([] { detail::shard_bounds({1}, {true}, 0); }, {"shard_bounds", "0"}));
+}
+
+// --- collectives -------------------------------------------------------------------------------
+
+TEST(ReduceScatter, SumsAndScattersBlocksOfTheFirstAxis) {
+  auto comm = create_communicator("naive");
+  const int r = comm->rank(), n = comm->size();
+  for (const char* pieces : {"", "5"}) {  // whole, and cut into pieces of 5 / n elements per rank
+    if (*pieces) setenv("KUSARI_MN_MAX_MESSAGE_ELEMENTS", pieces, 1);
+    // x[i, j] = (r + 1) * (10 i + j): the sum over ranks is n (n + 1) / 2 * (10 i + j).
+    Array x = (Array::arange(static_cast<int64_t>(2 * n * 7), Dtype::kFloat64).reshape({2 * n, 7}) * (r + 1.0));
+    Array base = Array::arange(static_cast<int64_t>(2 * n * 7), Dtype::kFloat64).reshape({2 * n, 7});
+    Array y = comm->reduce_scatter(x);
+    ASSERT_EQ(y.shape(), (Shape{2, 7}));
+    EXPECT_TRUE(array_equal(y, base.at({Slice(2 * r, 2 * r + 2)}) * (n * (n + 1) / 2.0))) << pieces;
+    Array m = comm->reduce_scatter(x.astype(Dtype::kFloat32), ReduceOp::kMean);
+    EXPECT_TRUE(ArraysClose(m, (base.at({Slice(2 * r, 2 * r + 2)}) * ((n + 1) / 2.0)).astype(Dtype::kFloat32)));
+    Array g = comm->all_gather(Array::full({3}, r, Dtype::kInt64));
+    ASSERT_EQ(g.shape(), (Shape{3 * n}));
+    for (int k = 0; k < 3 * n; ++k) EXPECT_EQ(g.at({k}).item<int64_t>(), k / 3);
+    Array h = comm->all_gather(Array::full({}, r + 0.5, Dtype::kBFloat16));
+    ASSERT_EQ(h.shape(), (Shape{n}));
+    EXPECT_EQ(h.astype(Dtype::kFloat32).at({n - 1}).item<float>(), n - 0.5f);
+    unsetenv("KUSARI_MN_MAX_MESSAGE_ELEMENTS");
+  }
+}
+
+TEST(ReduceScatter, RefusesBadShapesWithAClearError) {
+  auto comm = create_communicator("naive");
+  const int n = comm->size();
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { comm->reduce_scatter(Array::ones({2 * n + 1}, float32)); },
+                                     {"reduce_scatter", "multiple", "processes"}));
+  // Ranks that disagree all get the error naming both shapes.
+  const int64_t rows = comm->rank() == 0 ? n : 2 * n;
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { comm->all_gather(Array::ones({rows}, float32)); },
+                                     {"all_gather", "same shape", "rank"}));
+}
+
+// --- the sharded optimizer -----------------------------------------------------------------------
+
+/// Three layers of odd sizes (85 + 70 + 18 + 6 + ... parameters: cuts fall inside them).
+class Mlp : public Chain {
+ public:
+  Mlp() {
+    l1 = add_link("l1", std::make_shared<links::Linear>(7, 11));
+    l2 = add_link("l2", std::make_shared<links::Linear>(11, 6));
+    l3 = add_link("l3", std::make_shared<links::Linear>(6, 3));
+  }
+  Variable forward(const Variable& x) override { return (*l3)(F::tanh((*l2)(F::tanh((*l1)(x))))); }
+  std::shared_ptr<links::Linear> l1, l2, l3;
+};
+
+/// This rank's batch of step `step`: different on every rank and step.
+std::pair<Array, Array> batch(int rank, int step) {
+  Array i = Array::arange(int64_t{5 * 7}, Dtype::kFloat32).reshape({5, 7});
+  Array x = sin(i * (0.3 + 0.1 * rank) + step);
+  Array t = cos(Array::arange(int64_t{5 * 3}, Dtype::kFloat32).reshape({5, 3}) * (0.7 + 0.05 * step) + rank);
+  return {x, t};
+}
+
+std::shared_ptr<Optimizer> make_optimizer(const std::string& name) {
+  if (name == "adam") {
+    auto o = std::make_shared<optimizers::Adam>(0.01);
+    o->add_hook(std::make_shared<optimizers::GradientClipping>(0.05));  // (active: global norms exceed it)
+    return o;
+  }
+  if (name == "adamw") {
+    auto o = std::make_shared<optimizers::AdamW>(0.01, 0.9, 0.999, 1e-8, 1.0, 0.1);
+    o->set_hyperparam_where("weight_decay_rate", 0.0, optimizers::is_bias_or_norm);
+    return o;
+  }
+  if (name == "momentum") {
+    auto o = std::make_shared<optimizers::MomentumSGD>(0.05);
+    o->add_hook(std::make_shared<optimizers::WeightDecay>(1e-3));
+    return o;
+  }
+  if (name == "lars") return std::make_shared<optimizers::LARS>(optimizers::LARSOptions{.lr = 0.1});
+  return std::make_shared<optimizers::LAMB>(optimizers::LAMBOptions{.lr = 0.01});
+}
+
+/// Trains `model` for `steps` updates (the first only broadcasts) with `opt`.
+void train(Optimizer& opt, Mlp& model, int rank, int first_step, int steps) {
+  for (int s = first_step; s < first_step + steps; ++s) {
+    auto [x, t] = batch(rank, s);
+    opt.update([&] { return F::mean_squared_error(model(Variable(x)), Variable(t)); });
+  }
+}
+
+bool same_everywhere(Communicator& comm, const Array& a) {
+  const std::vector<Array> all = comm.allgather(a);
+  for (const Array& x : all) {
+    if (!array_equal(x, all[0])) return false;
+  }
+  return true;
+}
+
+using ShardCase = std::tuple<int, std::string, std::string>;  // stage, optimizer, communicator
+
+class ShardedOptimizerTest : public ::testing::TestWithParam<ShardCase> {};
+
+TEST_P(ShardedOptimizerTest, EqualsTheUnshardedOptimizer) {
+  const auto& [stage, opt_name, comm_name] = GetParam();
+  auto comm = create_communicator(comm_name);
+  auto reference = std::make_shared<Mlp>();
+  auto sharded = std::make_shared<Mlp>();
+  sharded->copyparams(*reference);
+  auto ref_opt = create_multi_node_optimizer(make_optimizer(opt_name), comm, MultiNodeOptimizerOptions{});
+  MultiNodeOptimizerOptions o;
+  o.zero_stage = stage;
+  auto opt = create_multi_node_optimizer(make_optimizer(opt_name), comm, o);
+  ref_opt->setup(reference);
+  opt->setup(sharded);
+  train(*ref_opt, *reference, comm->rank(), 0, 6);
+  train(*opt, *sharded, comm->rank(), 0, 6);
+  // Exact where the sums are taken in the same order: stage 1 always, stage 2 on 2 processes.
+  const bool exact = stage == 1 || comm->size() == 2;
+  auto ref_params = reference->namedparams();
+  auto params = sharded->namedparams();
+  ASSERT_EQ(ref_params.size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Array& a = params[i].second.data();
+    const Array& b = ref_params[i].second.data();
+    if (exact) {
+      EXPECT_TRUE(array_equal(a, b)) << params[i].first << " stage " << stage << " " << opt_name;
+    } else {
+      EXPECT_TRUE(ArraysClose(a, b, 1e-5, 1e-6)) << params[i].first << " stage " << stage << " " << opt_name;
+    }
+    EXPECT_TRUE(same_everywhere(*comm, a)) << params[i].first;
+  }
+  EXPECT_EQ(opt->t(), ref_opt->t());
+  auto& mn_opt = dynamic_cast<MultiNodeOptimizer&>(*opt);
+  const ShardStats stats = mn_opt.shard_stats();
+  EXPECT_EQ(stats.stage, stage);
+  EXPECT_EQ(stats.total_elements, sharded->count_params());
+  if (stage == 2) {
+    for (auto& [path, p] : params) EXPECT_FALSE(p.grad().defined()) << path << ": stage 2 drops the gradients";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Stages, ShardedOptimizerTest,
+    ::testing::Values(ShardCase{1, "adam", "naive"}, ShardCase{2, "adam", "naive"}, ShardCase{1, "adamw", "flat"},
+                      ShardCase{2, "adamw", "flat"}, ShardCase{2, "momentum", "naive"}, ShardCase{1, "lars", "naive"},
+                      ShardCase{2, "lamb", "flat"}),
+    [](const auto& info) {
+      return "stage" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param) + "_" +
+             std::get<2>(info.param);
+    });
+
+TEST(ShardedOptimizer, HoldsTheStateOfItsShardOnly) {
+  auto comm = create_communicator("naive");
+  auto model = std::make_shared<Mlp>();
+  MultiNodeOptimizerOptions o;
+  o.zero_stage = 1;
+  auto opt = create_multi_node_optimizer(std::make_shared<optimizers::Adam>(), comm, o);
+  opt->setup(model);
+  train(*opt, *model, comm->rank(), 0, 2);
+  int64_t mine = 0;
+  for (ParamState& s : opt->param_states()) {
+    for (auto& [name, a] : s.arrays) mine += a.size();
+  }
+  const int64_t total = model->count_params();
+  const auto stats = dynamic_cast<MultiNodeOptimizer&>(*opt).shard_stats();
+  // Adam keeps m and v: twice the shard, which is an n-th of the parameters (rounded).
+  EXPECT_EQ(mine, 2 * stats.shard_elements);
+  EXPECT_LE(stats.shard_elements, total / comm->size() + 1);
+  EXPECT_EQ(comm->allreduce_obj(mine, ReduceOp::kSum), 2 * total);
+  if (comm->size() > 1) EXPECT_GT(stats.split_parameters, 0);
+}
+
+/// The optimizer's state as saved: key -> a copy of the array.
+std::map<std::string, Array> saved_state(Optimizer& opt) {
+  DictionarySerializer s;
+  opt.serialize(s);
+  std::map<std::string, Array> out;
+  for (const auto& [key, value] : s.target()) out[key] = value.copy();
+  return out;
+}
+
+TEST(ShardedOptimizer, SnapshotsHaveTheUnshardedLayoutAndLoadOnAnyNumberOfProcesses) {
+  auto comm = create_communicator("naive");
+  const int r = comm->rank();
+  auto reference = std::make_shared<Mlp>();
+  auto sharded = std::make_shared<Mlp>();
+  sharded->copyparams(*reference);
+  auto ref_opt = create_multi_node_optimizer(make_optimizer("adam"), comm, MultiNodeOptimizerOptions{});
+  auto opt = create_multi_node_optimizer(make_optimizer("adam"), comm, MultiNodeOptimizerOptions{.zero_stage = 2});
+  ref_opt->setup(reference);
+  opt->setup(sharded);
+  train(*ref_opt, *reference, r, 0, 4);
+  train(*opt, *sharded, r, 0, 4);
+  const auto ref_state = saved_state(*ref_opt);
+  const auto state = saved_state(*opt);  // (collective)
+  ASSERT_EQ(state.size(), ref_state.size());
+  for (const auto& [key, value] : ref_state) {
+    ASSERT_TRUE(state.count(key)) << key;
+    EXPECT_EQ(state.at(key).shape(), value.shape()) << key;
+    EXPECT_TRUE(ArraysClose(state.at(key), value, 1e-5, 1e-7)) << key;
+  }
+
+  // Load on fewer processes (a sub-communicator of n - 1, or 1): sharded (the state cut at the
+  // first update, and again after the layout exists) and unsharded from the same snapshot, then
+  // one more step each from the same gradients: the same parameters.
+  NamedArrays arrays(state.begin(), state.end());
+  const int color = comm->size() > 1 && r == comm->size() - 1 ? 1 : 0;
+  auto sub = comm->split(color, r);
+  for (int zero : {1, 2}) {
+    auto a = std::make_shared<Mlp>();
+    auto b = std::make_shared<Mlp>();
+    a->copyparams(*sharded);
+    b->copyparams(*sharded);
+    auto opt_a = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{.zero_stage = zero});
+    auto opt_b = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{});
+    opt_a->setup(a);
+    opt_b->setup(b);
+    NpzDeserializer(arrays).load(*opt_a);
+    NpzDeserializer(arrays).load(*opt_b);
+    dynamic_cast<MultiNodeOptimizer&>(*opt_a).mark_parameters_synchronized();
+    dynamic_cast<MultiNodeOptimizer&>(*opt_b).mark_parameters_synchronized();
+    train(*opt_a, *a, sub->rank(), 10, 1);
+    train(*opt_b, *b, sub->rank(), 10, 1);
+    EXPECT_EQ(opt_a->t(), 4);  // (3 steps saved, then one)
+    // Loaded again, now into the layout.
+    NpzDeserializer(arrays).load(*opt_a);
+    NpzDeserializer(arrays).load(*opt_b);
+    train(*opt_a, *a, sub->rank(), 11, 1);
+    train(*opt_b, *b, sub->rank(), 11, 1);
+    auto pa = a->namedparams();
+    auto pb = b->namedparams();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_TRUE(ArraysClose(pa[i].second.data(), pb[i].second.data(), 1e-5, 1e-6))
+          << pa[i].first << " zero " << zero << " on " << sub->size() << " processes";
+    }
+  }
+}
+
+TEST(ShardedOptimizer, EveryProcessSkipsTheSameOverflowingStep) {
+  auto comm = create_communicator("naive");
+  auto model = std::make_shared<Mlp>();
+  auto adam = std::make_shared<optimizers::Adam>(0.01);
+  adam->loss_scaling();  // dynamic
+  auto opt = create_multi_node_optimizer(adam, comm, MultiNodeOptimizerOptions{.zero_stage = 2});
+  opt->setup(model);
+  train(*opt, *model, comm->rank(), 0, 2);
+  const double scale = opt->loss_scale();
+  const Array before = model->l3->W.data().copy();
+  // Only the last rank's gradient of l1/W (the first shard's) overflows.
+  auto [x, t] = batch(comm->rank(), 3);
+  Variable loss = F::mean_squared_error((*model)(Variable(x)), Variable(t));
+  model->cleargrads();
+  loss.backward();
+  if (comm->rank() == comm->size() - 1) {
+    Array g = model->l1->W.grad();
+    g.assign(Array::full(g.shape(), std::numeric_limits<double>::infinity(), float32));
+  }
+  opt->update();
+  EXPECT_TRUE(array_equal(model->l3->W.data(), before)) << "the step must be skipped on every process";
+  EXPECT_EQ(opt->loss_scale(), scale / 2);
+  EXPECT_TRUE(same_everywhere(*comm, Array::full({}, opt->loss_scale(), Dtype::kFloat64)));
+}
+
+TEST(ShardedOptimizer, RefusesWhatItCannotDo) {
+  auto comm = create_communicator("naive");
+  auto adam = [] { return std::make_shared<optimizers::Adam>(); };
+  EXPECT_TRUE(ThrowsWith<NotImplementedError>(
+      [&] { create_multi_node_optimizer(adam(), comm, MultiNodeOptimizerOptions{.zero_stage = 3}); },
+      {"zero_stage 3", "not implemented"}));
+  EXPECT_TRUE(ThrowsWith<ValueError>(
+      [&] { create_multi_node_optimizer(adam(), comm, MultiNodeOptimizerOptions{.zero_stage = 4}); },
+      {"zero_stage", "4"}));
+  MultiNodeOptimizerOptions o;
+  o.zero_stage = 2;
+  o.overlap = true;
+  EXPECT_TRUE(ThrowsWith<NotImplementedError>([&] { create_multi_node_optimizer(adam(), comm, o); },
+                                              {"zero_stage 2", "overlap"}));
+}
+
+}  // namespace
+}  // namespace kusari::mn
