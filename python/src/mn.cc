@@ -268,22 +268,46 @@ void init_mn(py::module_& m) {
 
   m.def("create_multi_node_optimizer",
         [](std::shared_ptr<Optimizer> actual, CommPtr comm, bool double_buffering, bool zero_fill, bool overlap,
-           py::handle bucket_mb, int zero_stage) {
+           py::handle bucket_mb, int zero_stage, int powersgd_rank, int64_t powersgd_start_step) {
           MN::MultiNodeOptimizerOptions o;
           o.double_buffering = double_buffering;
           o.zero_fill = zero_fill;
           o.overlap = overlap;
           o.zero_stage = zero_stage;
+          o.powersgd_rank = powersgd_rank;
+          o.powersgd_start_step = powersgd_start_step;
           if (!bucket_mb.is_none()) o.bucket_bytes = static_cast<int64_t>(bucket_mb.cast<double>() * (1 << 20));
           py::gil_scoped_release r;
           return MN::create_multi_node_optimizer(std::move(actual), std::move(comm), o);
         },
         py::arg("actual_optimizer"), py::arg("communicator"), py::arg("double_buffering") = false,
         py::arg("zero_fill") = true, py::kw_only(), py::arg("overlap") = false, py::arg("bucket_mb") = py::none(),
-        py::arg("zero_stage") = 0, py::keep_alive<0, 1>(),
+        py::arg("zero_stage") = 0, py::arg("powersgd_rank") = 0, py::arg("powersgd_start_step") = 0,
+        py::keep_alive<0, 1>(),
         "Wraps an optimizer so that each update averages the gradients over the ranks first; with overlap=True "
         "the averaging runs in buckets while backward runs; zero_stage=1 shards the optimizer's state over the "
-        "ranks, zero_stage=2 the gradients too (docs/sharding.md).");
+        "ranks, zero_stage=2 the gradients too; powersgd_rank=r averages the gradient matrices as rank-r "
+        "approximations with error feedback (docs/sharding.md).");
+
+  py::class_<MN::Join>(m, "Join", "Uneven inputs: `with kusari.mn.Join(optimizer):` around a loop whose number of "
+                     "steps differs between processes; at the end of the block this process takes part in the "
+                     "others' steps (with no gradient of its own) until every process is done.")
+      .def(py::init<std::shared_ptr<Optimizer>>(), py::arg("optimizer"))
+      .def("finish", [](MN::Join& j) {
+        py::gil_scoped_release r;
+        j.finish();
+      })
+      .def("__enter__", [](MN::Join& j) -> MN::Join& { return j; }, py::return_value_policy::reference)
+      .def("__exit__", [](MN::Join& j, py::handle type, py::handle, py::handle) {
+        if (!type.is_none()) {
+          j.abandon();
+          return false;
+        }
+        py::gil_scoped_release r;
+        j.finish();
+        return false;
+      })
+      .def_property_readonly("shadow_steps", &MN::Join::shadow_steps);
 
   m.def("scatter_dataset",
         [](py::handle dataset, CommPtr comm, int root, bool shuffle, py::handle seed, py::handle max_buf_len,

@@ -3,11 +3,13 @@
 #include <algorithm>
 
 #include "kusari/autograd/variable.h"
+#include "kusari/core/routines.h"
 #include "kusari/functions/math.h"
 #include "mn/comm/heartbeat.h"
 #include "mn/nccl_library.h"
 #include "mn/reduce/bucket_reducer.h"
 #include "mn/reduce/mean_grad_pipeline.h"
+#include "mn/reduce/powersgd.h"
 #include "mn/reduce/sharded_update.h"
 
 namespace kusari::mn {
@@ -27,6 +29,14 @@ const MultiNodeOptimizerOptions& checked_options(const MultiNodeOptimizerOptions
   KUSARI_CHECK(options.zero_stage != 3, NotImplementedError,
                "create_multi_node_optimizer: zero_stage 3 (parameters sharded too) is not implemented yet; stages 1 "
                "(optimizer state sharded) and 2 (gradients too) are");
+  KUSARI_CHECK(options.powersgd_rank >= 0, ValueError, "create_multi_node_optimizer: powersgd_rank must be 0 (off) or "
+               "positive, got ", options.powersgd_rank);
+  KUSARI_CHECK(options.powersgd_rank == 0 || (options.zero_stage == 0 && !options.overlap && !options.double_buffering),
+               NotImplementedError, "create_multi_node_optimizer: powersgd_rank cannot be combined with ",
+               options.zero_stage ? "zero_stage" : options.overlap ? "overlap" : "double_buffering", " yet");
+  KUSARI_CHECK(options.powersgd_min_ratio >= 0 && options.powersgd_start_step >= 0, ValueError,
+               "create_multi_node_optimizer: powersgd_min_ratio (", options.powersgd_min_ratio,
+               ") and powersgd_start_step (", options.powersgd_start_step, ") must not be negative");
   KUSARI_CHECK(options.zero_stage == 0 || !(options.overlap || options.double_buffering), NotImplementedError,
                "create_multi_node_optimizer: zero_stage ", options.zero_stage, " cannot be combined with ",
                options.overlap ? "overlap" : "double_buffering", " yet; the sharded step reduces the gradients after "
@@ -67,6 +77,10 @@ MultiNodeOptimizer::MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::s
   if (options.zero_stage > 0) {
     sharded_ = std::make_unique<detail::ShardedUpdate>(comm_, options.zero_stage);
   }
+  if (options.powersgd_rank > 0) {
+    powersgd_ = std::make_unique<detail::PowerSgdReducer>(comm_, options.powersgd_rank, options.powersgd_min_ratio,
+                                                          options.powersgd_start_step, options.powersgd_seed);
+  }
   if (!options.overlap) return;
   KUSARI_CHECK(options.bucket_bytes > 0 && options.first_bucket_bytes > 0, ValueError,
                "create_multi_node_optimizer: bucket_bytes (", options.bucket_bytes, ") and first_bucket_bytes (",
@@ -89,6 +103,10 @@ MultiNodeOptimizer::NoSync::~NoSync() {
 }
 
 MultiNodeOptimizer::NoSync MultiNodeOptimizer::no_sync() { return NoSync(reducer_.get()); }
+
+CompressionStats MultiNodeOptimizer::compression_stats() const {
+  return powersgd_ ? powersgd_->stats() : CompressionStats{};
+}
 
 ShardStats MultiNodeOptimizer::shard_stats() const {
   if (!sharded_) return {};
@@ -132,11 +150,32 @@ bool MultiNodeOptimizer::parameters_changed() {
   return changed;
 }
 
+void MultiNodeOptimizer::check_same_settings() {
+  const std::string mine =
+      ::kusari::detail::concat("zero_stage ", sharded_ ? sharded_->stage() : 0, ", powersgd_rank ",
+                               powersgd_ ? powersgd_->rank() : 0, ", overlap ", reducer_ ? "on" : "off",
+                               ", double_buffering ", double_buffering_ ? "on" : "off", ", optimizer ",
+                               actual_->type_name());
+  const std::vector<Bytes> all = comm_->allgather_obj(Bytes(mine.begin(), mine.end()));
+  const std::string first(all[0].begin(), all[0].end());
+  for (size_t r = 1; r < all.size(); ++r) {
+    const std::string other(all[r].begin(), all[r].end());
+    KUSARI_CHECK(other == first, ValueError, "create_multi_node_optimizer: the processes were given different "
+                 "settings: rank 0 has ", first, ", rank ", r, " has ", other, "; every process must make its "
+                 "multi-node optimizer alike");
+  }
+}
+
 void MultiNodeOptimizer::mark_parameters_synchronized() {
   parameters_changed();  // remembers the current parameter set and clears first_
 }
 
-void MultiNodeOptimizer::step_after_backward() {
+bool MultiNodeOptimizer::agree_on_active() {
+  active_ = comm_->allreduce_obj(static_cast<int64_t>(joined_ ? 0 : 1), ReduceOp::kSum);
+  return active_ > 0;
+}
+
+bool MultiNodeOptimizer::step_after_backward() {
   // However the step ends, the heartbeat tells how many updates were done (Note [Heartbeat files]).
   // Only when one beats, and not at every step: t() may wait for the GPU's loss-scale verdict.
   struct Beat {
@@ -149,7 +188,12 @@ void MultiNodeOptimizer::step_after_backward() {
       }
     }
   } beat{*this};
+  if (joining_ && !agree_on_active()) return false;
+  // Under a Join with finished processes: the mean over every process, scaled to the mean over
+  // those that trained (Note [Uneven inputs]).
+  const double join_scale = joining_ && active_ < comm_->size() ? static_cast<double>(comm_->size()) / active_ : 1.0;
   if (parameters_changed()) {
+    check_same_settings();
     if (double_buffering_) {
       pipeline_of(comm_.get())->cancel_mean_grads();
     }
@@ -159,24 +203,36 @@ void MultiNodeOptimizer::step_after_backward() {
       sharded_->forget();
       sharded_->plan(*target_, *actual_);
     }
-    return;
+    if (powersgd_) powersgd_->forget();
+    return true;
   }
   if (sharded_) {
     if (!sharded_->planned()) sharded_->plan(*target_, *actual_);  // (parameters loaded identical)
-    sharded_->step(*target_, *actual_, zero_fill_);
-    return;
+    sharded_->step(*target_, *actual_, zero_fill_ || joining_, join_scale);
+    return true;
   }
   if (reducer_) {
     reducer_->mean_grad(*target_, zero_fill_);
     actual_->update();
-    return;
+    return true;
   }
   if (double_buffering_) {
     step_double_buffered();
-    return;
+    return true;
   }
-  comm_->multi_node_mean_grad(*target_, zero_fill_);
+  if (powersgd_) {
+    powersgd_->mean_grad(*target_);
+  } else {
+    comm_->multi_node_mean_grad(*target_, zero_fill_ || joining_);
+  }
+  if (join_scale != 1.0) {
+    target_->for_each_param([&](const Parameter& p) {
+      Array g = p.grad();
+      if (g.defined()) multiply_to(g, join_scale);
+    });
+  }
   actual_->update();
+  return true;
 }
 
 // See Note [Double buffering] (src/mn/reduce/nccl_reducer.cc). Each update starts the reduction
@@ -242,6 +298,39 @@ void MultiNodeOptimizer::serialize(Serializer& s) {
     return;
   }
   actual_->serialize(s);
+}
+
+Join::Join(std::shared_ptr<Optimizer> optimizer)
+    : optimizer_(std::dynamic_pointer_cast<MultiNodeOptimizer>(optimizer)), uncaught_(std::uncaught_exceptions()) {
+  KUSARI_CHECK(optimizer_, ValueError, "Join: the optimizer must be a multi-node optimizer (create_multi_node_optimizer), "
+               "got ", optimizer ? optimizer->type_name() : "null");
+  KUSARI_CHECK(!optimizer_->reducer_ && !optimizer_->double_buffering_, NotImplementedError,
+               "Join: uneven inputs are not supported with ", optimizer_->reducer_ ? "overlap" : "double_buffering",
+               " yet: the finished processes would have no backward to send their buckets from");
+  KUSARI_CHECK(!optimizer_->joining_, ValueError, "Join: the optimizer is already under a Join");
+  KUSARI_CHECK(optimizer_->target_, ValueError, "Join: call setup(model) on the optimizer first");
+  optimizer_->joining_ = true;
+  optimizer_->joined_ = false;
+}
+
+Join::~Join() {
+  // (An exception leaving the scope ends the job anyway; the steps of the others would wait for
+  // this process in vain.)
+  if (!finished_ && std::uncaught_exceptions() == uncaught_) finish();
+  optimizer_->joining_ = false;
+  optimizer_->joined_ = false;
+}
+
+void Join::finish() {
+  if (finished_) return;
+  finished_ = true;
+  MultiNodeOptimizer& o = *optimizer_;
+  o.joined_ = true;
+  while (true) {
+    o.target_->cleargrads();
+    if (!o.step_after_backward()) break;
+    ++shadow_steps_;
+  }
 }
 
 std::shared_ptr<Optimizer> create_multi_node_optimizer(std::shared_ptr<Optimizer> actual,

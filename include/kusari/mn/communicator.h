@@ -48,6 +48,13 @@ struct CommunicatorOptions {
   /// otherwise, or when false, gradients are packed and unpacked as before. The environment
   /// variable KUSARI_MN_GRADIENTS_IN_BUFFER=0 (or 1) overrides it. See docs/nccl.md.
   bool gradients_in_buffer = true;
+  /// Check, before every collective, that every rank calls the same one (its name, sequence
+  /// number and, where the operation tells, element count and dtype): ranks that disagree all
+  /// raise CommunicatorError naming the collective's number, each rank's call and this rank's
+  /// last collectives, instead of waiting for the deadline or exchanging mismatched buffers. One
+  /// small allgather per collective: a debug mode. The environment variable
+  /// KUSARI_MN_CHECK_COLLECTIVES=1 (or 0) overrides it. See docs/cluster.md.
+  bool check_collectives = false;
 };
 
 /// A group of processes that train together. Methods that communicate must be called by every

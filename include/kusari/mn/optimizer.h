@@ -13,8 +13,11 @@ namespace kusari::mn {
 
 namespace detail {
 class BucketReducer;
+class PowerSgdReducer;
 class ShardedUpdate;
 }  // namespace detail
+
+class Join;
 
 /// Options of create_multi_node_optimizer.
 struct MultiNodeOptimizerOptions {
@@ -39,6 +42,29 @@ struct MultiNodeOptimizerOptions {
   /// [Sharded optimizer]). Every communicator kind; not combined with overlap or
   /// double_buffering. Stage 3 (sharded parameters) is not implemented yet.
   int zero_stage = 0;
+  /// PowerSGD (Vogels et al., 2019): the averaged gradient of each matrix (a gradient of n x m,
+  /// its first axis by the rest) is approximated by P Q^T of this rank, with error feedback and
+  /// Q warm-started from the previous step; 2 small allreduces replace the large one. 0: off.
+  /// Matrices whose approximation saves less than powersgd_min_ratio (n m < ratio r (n + m)),
+  /// and vectors, are averaged exactly; so are all gradients in the first powersgd_start_step
+  /// steps. See docs/sharding.md ("Gradient compression"). Not combined with zero_stage, overlap
+  /// or double_buffering.
+  int powersgd_rank = 0;
+  double powersgd_min_ratio = 2.0;
+  int64_t powersgd_start_step = 0;
+  /// The seed of PowerSGD's first Q (the same on every process).
+  uint64_t powersgd_seed = 0;
+};
+
+/// What the gradient compression sent in the last update (MultiNodeOptimizer::compression_stats).
+struct CompressionStats {
+  /// Bytes this process put into allreduces, and the bytes of the gradients averaged uncompressed
+  /// (in their own dtype).
+  int64_t bytes_sent = 0;
+  int64_t bytes_uncompressed = 0;
+  /// Gradients approximated, and averaged exactly.
+  int64_t compressed = 0;
+  int64_t exact = 0;
 };
 
 /// The layout of a sharded multi-node optimizer (MultiNodeOptimizer::shard_stats).
@@ -144,6 +170,8 @@ class MultiNodeOptimizer : public Optimizer {
   Communicator& communicator() { return *comm_; }
   /// The sharding of the optimizer's state (zero_stage; the layout is made by the first update).
   ShardStats shard_stats() const;
+  /// With powersgd_rank: what the last update sent.
+  CompressionStats compression_stats() const;
 
   /// While alive, the backward calls of an overlapping optimizer send nothing (PyTorch's
   /// no_sync): hold one around every backward of a gradient accumulation but the last, which
@@ -167,9 +195,21 @@ class MultiNodeOptimizer : public Optimizer {
   void update_one(ParamState&) override {}
 
  private:
+  friend class Join;
+  /// Under a Join: whether this process still trains, and the number of processes that do (set
+  /// by each step's agreement).
+  bool joining_ = false;
+  bool joined_ = false;
+  int64_t active_ = 0;
+  /// Under a Join: agrees with the other processes on how many still train; false when none does.
+  bool agree_on_active();
   /// True (and remembers the new set) when the parameter set changed since the last update.
   bool parameters_changed();
-  void step_after_backward();
+  /// The same settings on every process (sharding, overlap, double buffering, the optimizer's
+  /// kind), else ValueError naming the first process that differs from rank 0. Collective.
+  void check_same_settings();
+  /// The step after backward; false when, under a Join, no process trained any more (no step).
+  bool step_after_backward();
 
   std::shared_ptr<Optimizer> actual_;
   std::shared_ptr<Communicator> comm_;
@@ -179,8 +219,51 @@ class MultiNodeOptimizer : public Optimizer {
   bool double_buffering_ = false;
   std::unique_ptr<detail::BucketReducer> reducer_;
   std::unique_ptr<detail::ShardedUpdate> sharded_;
+  std::unique_ptr<detail::PowerSgdReducer> powersgd_;
   std::vector<std::pair<std::string, bool>> last_params_;
   bool first_ = true;
+};
+
+/// Uneven inputs (PyTorch's Join): processes whose data runs out before the others' keep taking
+/// part in the multi-node optimizer's steps, with zeros for gradients, until every process is
+/// done, so that nobody waits forever in a collective that a finished process will never join.
+///
+///   {
+///     mn::Join join(optimizer);             // every process, at the same point
+///     for (auto& batch : my_batches) optimizer->update(lossfun);   // any number of steps
+///   }                                       // or join.finish(): the others' steps, until all are done
+///
+/// Note [Uneven inputs]
+/// Under a Join each update first agrees (one allreduce of a number) on how many processes still
+/// train; the gradients are then averaged over those only (the sum over every process, where the
+/// finished ones add zeros, divided by their number), so each step weighs the processes that took
+/// it as a step of that many processes would. Every process, finished or not, applies the same
+/// step: the parameters stay identical. finish() (also run by the destructor unless an exception
+/// is leaving the scope) repeats that step with no gradient of its own until the agreement finds
+/// no process training. It covers the optimizer's collectives only (as PyTorch's Join covers
+/// DDP's): evaluators, multi-node batch normalization and other collectives inside the loop must
+/// be kept even by the program. Not with overlap or double buffering (NotImplementedError).
+class Join {
+ public:
+  /// `optimizer` must be a MultiNodeOptimizer (create_multi_node_optimizer's result).
+  explicit Join(std::shared_ptr<Optimizer> optimizer);
+  ~Join();
+  Join(const Join&) = delete;
+  Join& operator=(const Join&) = delete;
+  /// This process has no more data: takes part in the other processes' steps until every process
+  /// is done. Collective; once only (later calls do nothing).
+  void finish();
+  /// The scope is left by an error: the destructor takes no steps (the job is ending). For front
+  /// ends whose scopes are not C++ ones (Python's with).
+  void abandon() { finished_ = true; }
+  /// The steps finish() took part in.
+  int64_t shadow_steps() const { return shadow_steps_; }
+
+ private:
+  std::shared_ptr<MultiNodeOptimizer> optimizer_;
+  int uncaught_ = 0;
+  bool finished_ = false;
+  int64_t shadow_steps_ = 0;
 };
 
 /// Wraps `actual` for data-parallel training over `comm`. double_buffering (ChainerMN's:

@@ -13,7 +13,7 @@ import functools
 import operator
 
 from kusari._kusari.mn import (AllreducePersistent, Communicator, CommunicatorError,  # noqa: F401
-                               DistributedIterator, MultiNodeBatchNormalization, MultiNodeCheckpointer, MultiNodeEarlyStoppingTrigger,
+                               DistributedIterator, Join, MultiNodeBatchNormalization, MultiNodeCheckpointer, MultiNodeEarlyStoppingTrigger,
                                ObservationAggregator, communicator_names, create_communicator, create_mnbn_model,
                                create_multi_node_checkpointer, create_multi_node_evaluator,
                                create_multi_node_iterator, create_multi_node_optimizer, create_synchronized_iterator,

@@ -153,14 +153,14 @@ Array Communicator::scatter(const std::vector<Array>& xs, int root, std::optiona
 }
 
 Array Communicator::allreduce(const Array& x, ReduceOp op) {
-  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce");
+  OpScope scope(tracker_of(*this), "allreduce", x.size(), static_cast<int>(x.dtype()));
   Array y = x.copy();
   allreduce_inplace(y, op);
   return y;
 }
 
 void Communicator::allreduce_inplace(Array& x, ReduceOp op) {
-  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce");
+  OpScope scope(tracker_of(*this), "allreduce", x.size(), static_cast<int>(x.dtype()));
   KUSARI_CHECK(x.is_contiguous(), ValueError, "allreduce: the array must be contiguous");
   if (x.device().is_cpu()) {
     detail::allreduce_host(x.raw_data(), x.size(), x.dtype(), op, comm_of(*this));
@@ -203,7 +203,7 @@ void check_same_array_kind(Communicator& comm, const Array& x, const char* funct
 }  // namespace
 
 Array Communicator::reduce_scatter(const Array& x, ReduceOp op) {
-  OpScope scope(tracker_of(*this), OpKind::kCollective, "reduce_scatter");
+  OpScope scope(tracker_of(*this), "reduce_scatter", x.size(), static_cast<int>(x.dtype()));
   KUSARI_CHECK(x.ndim() >= 1 && x.shape()[0] % size_ == 0, ValueError, "reduce_scatter: the first axis must be a ",
                "multiple of the number of processes (", size_, "), got shape ", x.shape());
   KUSARI_CHECK(op != ReduceOp::kMean || is_floating(x.dtype()), DtypeError,
@@ -223,7 +223,7 @@ Array Communicator::reduce_scatter(const Array& x, ReduceOp op) {
 }
 
 Array Communicator::all_gather(const Array& x) {
-  OpScope scope(tracker_of(*this), OpKind::kCollective, "all_gather");
+  OpScope scope(tracker_of(*this), "all_gather", x.size(), static_cast<int>(x.dtype()));
   check_same_array_kind(*this, x, "all_gather");
   Shape out_shape = x.shape();
   if (out_shape.empty()) {
@@ -302,20 +302,21 @@ std::vector<Bytes> Communicator::allgather_obj(const Bytes& obj) {
 }
 
 double Communicator::allreduce_obj(double value, ReduceOp op) {
-  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce_obj");
+  OpScope scope(tracker_of(*this), "allreduce_obj", 1, static_cast<int>(Dtype::kFloat64));
   detail::allreduce_host(&value, 1, Dtype::kFloat64, op, comm_of(*this));
   return op == ReduceOp::kMean ? value / size_ : value;
 }
 
 int64_t Communicator::allreduce_obj(int64_t value, ReduceOp op) {
-  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce_obj");
+  OpScope scope(tracker_of(*this), "allreduce_obj", 1, static_cast<int>(Dtype::kInt64));
   KUSARI_CHECK(op != ReduceOp::kMean, ValueError, "allreduce_obj: mean of integers is not defined; use double");
   detail::allreduce_host(&value, 1, Dtype::kInt64, op, comm_of(*this));
   return value;
 }
 
 std::vector<double> Communicator::allreduce_obj(const std::vector<double>& values, ReduceOp op) {
-  OpScope scope(tracker_of(*this), OpKind::kCollective, "allreduce_obj");
+  OpScope scope(tracker_of(*this), "allreduce_obj", static_cast<int64_t>(values.size()),
+                static_cast<int>(Dtype::kFloat64));
   std::vector<double> v = values;
   detail::allreduce_host(v.data(), static_cast<int64_t>(v.size()), Dtype::kFloat64, op, comm_of(*this));
   if (op == ReduceOp::kMean) {

@@ -47,7 +47,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
     KUSARI_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     KUSARI_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     KUSARI_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    tracker_ = OpTracker::create(comm_, kind, options_.timeout_seconds);
+    tracker_ = OpTracker::create(comm_, kind, options_.timeout_seconds, options_.check_collectives);
     OpScope scope(tracker_.get(), OpKind::kCollective, "create_communicator");
 
     if (const char* per = std::getenv("KUSARI_MN_RANKS_PER_HOST")) {

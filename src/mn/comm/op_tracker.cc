@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -174,8 +175,14 @@ OpTracker::OpTracker(const char* kind, double timeout_seconds)
     : kind_(kind ? kind : "communicator"), timeout_(timeout_seconds) {}
 
 std::shared_ptr<OpTracker> OpTracker::create(MPI_Comm comm, const char* kind,
-                                             double timeout_seconds) {
+                                             double timeout_seconds, bool check_collectives) {
   std::shared_ptr<OpTracker> t(new OpTracker(kind, timeout_seconds));
+  t->check_collectives_ = check_collectives;
+  if (const char* env = std::getenv("KUSARI_MN_CHECK_COLLECTIVES")) {
+    const std::string v = env;
+    KUSARI_CHECK(v == "0" || v == "1", ValueError, "KUSARI_MN_CHECK_COLLECTIVES must be 0 or 1, got '", v, "'");
+    t->check_collectives_ = v == "1";
+  }
   KUSARI_MPI_CHECK(MPI_Comm_rank(comm, &t->rank_));
   KUSARI_MPI_CHECK(MPI_Comm_size(comm, &t->size_));
   char host[MPI_MAX_PROCESSOR_NAME] = "?";
@@ -326,7 +333,7 @@ int OpTracker::finished_blocker() const {
   return -1;
 }
 
-void OpTracker::begin(OpKind kind, const char* name, int peer) {
+void OpTracker::begin(OpKind kind, const char* name, int peer, int64_t count, int dtype) {
   if (depth_ > 0) {
     ++depth_;
     return;
@@ -352,6 +359,7 @@ void OpTracker::begin(OpKind kind, const char* name, int peer) {
     case OpKind::kCollective:
       ++collectives_;
       last_collective_ = name;
+      recent_[static_cast<size_t>(collectives_) % kRecent] = Recent{collectives_, name, count, dtype};
       break;
     case OpKind::kSend:
       count_now_ = ++sends_[static_cast<size_t>(peer)];
@@ -369,7 +377,10 @@ void OpTracker::begin(OpKind kind, const char* name, int peer) {
   const int blocker = finished_blocker();
   if (blocker < 0 && asked_by_ < 0) {
     const int failed = failed_peer();
-    if (failed < 0) return;
+    if (failed < 0) {
+      if (check_collectives_ && kind == OpKind::kCollective && size_ > 1) check_signature(name, count, dtype);
+      return;
+    }
     const std::string message = peer_failure_message(failed);
     depth_ = 0;
     kind_now_ = OpKind::kNone;
@@ -385,6 +396,75 @@ void OpTracker::begin(OpKind kind, const char* name, int peer) {
   depth_ = 0;
   kind_now_ = OpKind::kNone;
   fail(message);
+}
+
+// Note [Collective signatures]
+// Ranks that call different collectives (a rank skips a step, takes another branch, or passes
+// another size) either wait until the deadline, or worse, complete mismatched operations: MPI
+// matches collectives by order alone, so an allreduce can meet a broadcast of another size.
+// With check_collectives (KUSARI_MN_CHECK_COLLECTIVES=1) every outermost collective first
+// allgathers, over the control communicator, each rank's signature: the collective's number on
+// this communicator, its name, and for the operations that give them the element count and
+// dtype. Since the check is the same MPI operation whatever the collective, it always matches,
+// and every rank compares the same table: when it differs, all of them raise the same
+// CommunicatorError before posting anything, naming the first number at which they disagree
+// (the current one: the ones before agreed), each rank's call, and this rank's last
+// collectives. A rank busy in a point-to-point operation or stopped meets the deadline of the
+// check as of any wait. It costs one allgather of a few bytes per collective (a latency, not
+// bandwidth): a debug mode, off by default.
+void OpTracker::check_signature(const char* name, int64_t count, int dtype) {
+  struct Signature {
+    int64_t number;
+    int64_t count;
+    int32_t dtype;
+    char name[36];
+  };
+  Signature mine{};
+  mine.number = collectives_;
+  mine.count = count;
+  mine.dtype = dtype;
+  std::strncpy(mine.name, name, sizeof(mine.name) - 1);
+  std::vector<Signature> all(static_cast<size_t>(size_));
+  MPI_Request request = MPI_REQUEST_NULL;
+  KUSARI_MPI_CHECK(MPI_Iallgather(&mine, sizeof(Signature), MPI_BYTE, all.data(), sizeof(Signature), MPI_BYTE,
+                                  control_, &request));
+  wait(&request, 1, "the check of the collectives' signatures (MPI_Iallgather)");
+  auto describe = [](const Signature& s) {
+    std::string d = concat("#", s.number, " ", s.name);
+    if (s.count >= 0) {
+      d += concat(" (", s.count, s.dtype >= 0 ? concat(" ", dtype_name(static_cast<Dtype>(s.dtype))) : "", ")");
+    }
+    return d;
+  };
+  bool same = true;
+  for (const Signature& s : all) {
+    same = same && s.number == mine.number && std::strcmp(s.name, mine.name) == 0 &&
+           (s.count < 0 || mine.count < 0 || s.count == mine.count) &&
+           (s.dtype < 0 || mine.dtype < 0 || s.dtype == mine.dtype);
+  }
+  if (same) return;
+  std::string calls;
+  for (size_t r = 0; r < all.size(); ++r) calls += concat(r == 0 ? "" : ", ", "rank ", r, " calls ", describe(all[r]));
+  const std::string message =
+      concat(kind_, ": the ranks call different collectives (KUSARI_MN_CHECK_COLLECTIVES): ", calls,
+             "; the collectives before agreed. Rank ", rank_, "'s last collectives: ", recent_collectives(4),
+             ". Every rank must call the communicator's collectives in the same order (SPMD)");
+  depth_ = 0;
+  kind_now_ = OpKind::kNone;
+  fail(message);
+}
+
+std::string OpTracker::recent_collectives(size_t n) const {
+  std::string out;
+  for (int64_t k = collectives_; k > 0 && k > collectives_ - static_cast<int64_t>(std::min(n, kRecent)); --k) {
+    const Recent& r = recent_[static_cast<size_t>(k) % kRecent];
+    if (r.number != k) break;
+    out += concat(out.empty() ? "" : ", ", "#", r.number, " ", r.name);
+    if (r.count >= 0) {
+      out += concat(" (", r.count, r.dtype >= 0 ? concat(" ", dtype_name(static_cast<Dtype>(r.dtype))) : "", ")");
+    }
+  }
+  return out.empty() ? "none" : out;
 }
 
 void OpTracker::end() noexcept {
@@ -627,6 +707,13 @@ OpScope::OpScope(OpTracker* tracker, OpKind kind, const char* name, int peer)
     : tracker_(tracker), previous_(t_active) {
   if (!tracker_) return;
   tracker_->begin(kind, name, peer);
+  t_active = tracker_;
+}
+
+OpScope::OpScope(OpTracker* tracker, const char* name, int64_t count, int dtype)
+    : tracker_(tracker), previous_(t_active) {
+  if (!tracker_) return;
+  tracker_->begin(OpKind::kCollective, name, -1, count, dtype);
   t_active = tracker_;
 }
 

@@ -35,7 +35,8 @@ class OpTracker {
   /// communicator is duplicated from it) and registers it, so that the end of MPI waits for the
   /// other ranks to finish it too. `kind` (a string that outlives the tracker, e.g. "naive")
   /// names the communicator in messages; no virtual function of the communicator is called.
-  static std::shared_ptr<OpTracker> create(MPI_Comm comm, const char* kind, double timeout_seconds);
+  static std::shared_ptr<OpTracker> create(MPI_Comm comm, const char* kind, double timeout_seconds,
+                                           bool check_collectives = false);
   ~OpTracker();
   OpTracker(const OpTracker&) = delete;
   OpTracker& operator=(const OpTracker&) = delete;
@@ -85,7 +86,7 @@ class OpTracker {
   /// Enters an operation (counted when it is the outermost): reads the control messages first
   /// and throws, before anything is posted, when a rank that finished or a rank whose deadline
   /// passed means it can never complete.
-  void begin(OpKind kind, const char* name, int peer);
+  void begin(OpKind kind, const char* name, int peer, int64_t count = -1, int dtype = -1);
   /// Leaves it.
   void end() noexcept;
 
@@ -125,6 +126,11 @@ class OpTracker {
   /// Asks every rank, waits for the answers (at most `grace` seconds), and returns the diagnosis.
   Diagnosis exchange(double waited, int first, double grace);
   [[noreturn]] void fail(const std::string& message);
+  /// Note [Collective signatures]: every rank's (number, name, count, dtype) of the collective
+  /// being entered, compared; throws CommunicatorError when they differ.
+  void check_signature(const char* name, int64_t count, int dtype);
+  /// This rank's last collectives, newest first ("#7 allreduce (12 float32), #6 barrier").
+  std::string recent_collectives(size_t n) const;
 
   using Clock = std::chrono::steady_clock;
   const char* kind_;
@@ -143,6 +149,16 @@ class OpTracker {
   const char* last_collective_ = "";
   std::vector<int64_t> sends_, recvs_;
   Clock::time_point op_start_;
+  // The last collectives (a ring), and whether each collective's signature is checked.
+  struct Recent {
+    int64_t number = 0;
+    const char* name = "";
+    int64_t count = -1;
+    int dtype = -1;
+  };
+  static constexpr size_t kRecent = 8;
+  Recent recent_[kRecent];
+  bool check_collectives_ = false;
 
   // The control messages.
   MPI_Request incoming_ = MPI_REQUEST_NULL;
@@ -169,6 +185,9 @@ class OpTracker {
 class OpScope {
  public:
   OpScope(OpTracker* tracker, OpKind kind, const char* name, int peer = -1);
+  /// A collective of `count` elements of dtype `dtype` (a kusari Dtype as int), which the
+  /// signature check (CommunicatorOptions::check_collectives) compares across ranks too.
+  OpScope(OpTracker* tracker, const char* name, int64_t count, int dtype);
   ~OpScope();
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;

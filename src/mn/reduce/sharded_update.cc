@@ -289,9 +289,10 @@ int64_t ShardedUpdate::split_parameters() const {
   return n;
 }
 
-void ShardedUpdate::shard_grads_from_model(Group& g) {
+void ShardedUpdate::shard_grads_from_model(Group& g, double scale) {
   for (Piece& piece : g.pieces) {
-    const Array grad = piece.param.grad();
+    Array grad = piece.param.grad();
+    if (grad.defined() && scale != 1.0) multiply_to(grad, scale);
     if (!grad.defined()) {
       piece.shard.set_grad(Array());
     } else if (piece.whole) {
@@ -303,7 +304,7 @@ void ShardedUpdate::shard_grads_from_model(Group& g) {
   }
 }
 
-void ShardedUpdate::reduce_scatter_grads(Group& g, bool zero_fill) {
+void ShardedUpdate::reduce_scatter_grads(Group& g, bool zero_fill, double scale) {
   const int rank = comm_->rank();
   const Dtype wire = comm_->options().allreduce_grad_dtype.value_or(g.dtype);
   const int64_t begin = g.bounds[static_cast<size_t>(rank)];
@@ -329,6 +330,7 @@ void ShardedUpdate::reduce_scatter_grads(Group& g, bool zero_fill) {
     // Scaled as the unsharded reducers scale (16-bit values in float32, rounded once).
     shard = (is_half_precision(shard.dtype()) ? shard.astype(Dtype::kFloat32) : shard) * (1.0 / comm_->size());
   }
+  if (scale != 1.0) shard = shard * scale;
   size_t i = 0;
   for (Piece& piece : g.pieces) {
     while (g.entries[i].path != piece.path) ++i;
@@ -363,13 +365,13 @@ void ShardedUpdate::all_gather_params(Group& g) {
   }
 }
 
-void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill) {
+void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill, double scale) {
   KUSARI_CHECK(planned_, ValueError, "ShardedUpdate::step: plan() first");
   if (stage_ == 1) {
     comm_->multi_node_mean_grad(model, zero_fill);
-    for (Group& g : groups_) shard_grads_from_model(g);
+    for (Group& g : groups_) shard_grads_from_model(g, scale);
   } else {
-    for (Group& g : groups_) reduce_scatter_grads(g, zero_fill);
+    for (Group& g : groups_) reduce_scatter_grads(g, zero_fill, scale);
     model.cleargrads();
   }
   for (Group& g : groups_) {

@@ -41,7 +41,8 @@ class ShardedUpdate {
   void forget();
   /// One step from the gradients backward left in `model`: averaged into the shard, the shard
   /// stepped by `actual`, and the updated parameters gathered on every process. Collective.
-  void step(Link& model, Optimizer& actual, bool zero_fill);
+  /// `scale` multiplies the averaged gradients (a Join's mean over the processes that trained).
+  void step(Link& model, Optimizer& actual, bool zero_fill, double scale = 1.0);
   /// Saves (collective: every process writes the whole state, gathered) or loads (each process
   /// reads its pieces of the whole state) `actual`'s state in the layout an unsharded optimizer
   /// writes, so that a snapshot loads on any number of processes, sharded or not.
@@ -76,8 +77,8 @@ class ShardedUpdate {
     std::vector<int64_t> counts() const;
   };
 
-  void reduce_scatter_grads(Group& g, bool zero_fill);
-  void shard_grads_from_model(Group& g);
+  void reduce_scatter_grads(Group& g, bool zero_fill, double scale);
+  void shard_grads_from_model(Group& g, double scale);
   void all_gather_params(Group& g);
   /// The piece of `path`, or null.
   const Piece* piece_of(const std::string& path) const;

@@ -72,6 +72,36 @@ def test_sharded_optimizer_equals_the_replicated_one():
         kusari.mn.create_multi_node_optimizer(kusari.optimizers.Adam(), comm, zero_stage=3)
 
 
+def test_powersgd_keeps_the_ranks_equal_and_sends_less():
+    kusari.manual_seed(comm.rank)
+    model = L.Classifier(L.Linear(64, 32))
+    opt = kusari.mn.create_multi_node_optimizer(kusari.optimizers.MomentumSGD(), comm, powersgd_rank=2)
+    opt.setup(model)
+    rng = np.random.RandomState(comm.rank)
+    for _ in range(3):
+        x, t = rng.randn(8, 64).astype(np.float32), rng.randint(0, 32, 8).astype(np.int32)
+        opt.update(model, x, t)
+    weights = comm.allgather(model.predictor.W.array)
+    for w in weights[1:]:
+        np.testing.assert_array_equal(w, weights[0])
+
+
+def test_join_lets_processes_take_different_numbers_of_steps():
+    kusari.manual_seed(comm.rank)
+    model = L.Classifier(L.Linear(5, 3))
+    opt = kusari.mn.create_multi_node_optimizer(kusari.optimizers.MomentumSGD(), comm)
+    opt.setup(model)
+    rng = np.random.RandomState(comm.rank)
+    with kusari.mn.Join(opt) as join:
+        for _ in range(1 + 2 * comm.rank):
+            x, t = rng.randn(8, 5).astype(np.float32), rng.randint(0, 3, 8).astype(np.int32)
+            opt.update(model, x, t)
+    assert join.shadow_steps == 2 * (comm.size - 1 - comm.rank)
+    weights = comm.allgather(model.predictor.W.array)
+    for w in weights[1:]:
+        np.testing.assert_array_equal(w, weights[0])
+
+
 def test_scatter_dataset_of_a_python_list():
     data = [(np.float32(i), np.int32(i % 3)) for i in range(11)] if comm.rank == 0 else None
     part = kusari.mn.scatter_dataset(data, comm, shuffle=True, seed=0)
