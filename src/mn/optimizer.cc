@@ -75,7 +75,7 @@ MultiNodeOptimizer::MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::s
     : MultiNodeOptimizer(std::move(actual), std::move(comm), options.zero_fill,
                          checked_options(options).double_buffering) {
   if (options.zero_stage > 0) {
-    sharded_ = std::make_unique<detail::ShardedUpdate>(comm_, options.zero_stage);
+    sharded_ = std::make_unique<detail::ShardedUpdate>(comm_, options.zero_stage, options.bucket_bytes);
   }
   if (options.powersgd_rank > 0) {
     powersgd_ = std::make_unique<detail::PowerSgdReducer>(comm_, options.powersgd_rank, options.powersgd_min_ratio,

@@ -145,8 +145,9 @@ using ShardCase = std::tuple<int, std::string, std::string>;  // stage, optimize
 
 class ShardedOptimizerTest : public ::testing::TestWithParam<ShardCase> {};
 
-TEST_P(ShardedOptimizerTest, EqualsTheUnshardedOptimizer) {
-  const auto& [stage, opt_name, comm_name] = GetParam();
+/// Trains a sharded and an unsharded optimizer alike and compares the parameters.
+void expect_equal_to_unsharded(int stage, const std::string& opt_name, const std::string& comm_name,
+                               int64_t bucket_bytes) {
   auto comm = create_communicator(comm_name);
   auto reference = std::make_shared<Mlp>();
   auto sharded = std::make_shared<Mlp>();
@@ -154,6 +155,7 @@ TEST_P(ShardedOptimizerTest, EqualsTheUnshardedOptimizer) {
   auto ref_opt = create_multi_node_optimizer(make_optimizer(opt_name), comm, MultiNodeOptimizerOptions{});
   MultiNodeOptimizerOptions o;
   o.zero_stage = stage;
+  o.bucket_bytes = bucket_bytes;
   auto opt = create_multi_node_optimizer(make_optimizer(opt_name), comm, o);
   ref_opt->setup(reference);
   opt->setup(sharded);
@@ -182,6 +184,23 @@ TEST_P(ShardedOptimizerTest, EqualsTheUnshardedOptimizer) {
   if (stage == 2) {
     for (auto& [path, p] : params) EXPECT_FALSE(p.grad().defined()) << path << ": stage 2 drops the gradients";
   }
+}
+
+TEST_P(ShardedOptimizerTest, EqualsTheUnshardedOptimizer) {
+  const auto& [stage, opt_name, comm_name] = GetParam();
+  expect_equal_to_unsharded(stage, opt_name, comm_name, int64_t{25} << 20);
+}
+
+TEST(ShardedOptimizer, SmallChunksCrossParametersAndShards) {
+  // 9 float32 per chunk: chunks end inside parameters and inside shards.
+  expect_equal_to_unsharded(2, "adam", "naive", 36);
+  expect_equal_to_unsharded(1, "momentum", "flat", 36);
+  EXPECT_TRUE(ThrowsWith<ValueError>(
+      [] {
+        create_multi_node_optimizer(make_optimizer("adam"), create_communicator("naive"),
+                                    MultiNodeOptimizerOptions{.bucket_bytes = 0, .zero_stage = 1});
+      },
+      {"bucket_bytes", "positive", "0"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -55,10 +55,10 @@ namespace kusari::mn::detail {
 // layout exists (a snapshot read before the first update) is held by the wrapped optimizer for
 // the whole parameters and cut into the pieces by plan().
 //
-// Not yet: stage 2's reduce-scatter overlapped with backward (buckets), parameters kept in one
-// flat buffer per group (the pack and unpack copies cost memory: a flat buffer of the group on
-// the host during the step), the NCCL collectives (GPU gradients are staged through host
-// memory), and stage 3.
+// Not yet: stage 2's reduce-scatter overlapped with backward (buckets; the model's whole
+// gradients live until the step reduces them), parameters kept in one flat buffer per group (the
+// step packs and unpacks, in chunks of bucket_bytes), the NCCL collectives (GPU gradients are
+// staged through host memory), and stage 3.
 
 std::vector<int64_t> shard_bounds(const std::vector<int64_t>& sizes, const std::vector<bool>& splittable,
                                   int processes) {
@@ -149,8 +149,11 @@ bool same_shape_in(const std::vector<std::pair<std::string, Parameter>>& named, 
 
 }  // namespace
 
-ShardedUpdate::ShardedUpdate(std::shared_ptr<Communicator> comm, int stage) : comm_(std::move(comm)), stage_(stage) {
+ShardedUpdate::ShardedUpdate(std::shared_ptr<Communicator> comm, int stage, int64_t chunk_bytes)
+    : comm_(std::move(comm)), stage_(stage), chunk_bytes_(chunk_bytes) {
   KUSARI_CHECK(stage_ == 1 || stage_ == 2, ValueError, "ShardedUpdate: stage must be 1 or 2, got ", stage_);
+  KUSARI_CHECK(chunk_bytes_ > 0, ValueError, "create_multi_node_optimizer: bucket_bytes (the chunk of the sharded "
+               "step) must be positive, got ", chunk_bytes_);
 }
 
 std::vector<int64_t> ShardedUpdate::Group::counts() const {
@@ -304,28 +307,60 @@ void ShardedUpdate::shard_grads_from_model(Group& g, double scale) {
   }
 }
 
+namespace {
+
+/// The elements of [a, b) in each process's shard.
+std::vector<int64_t> counts_within(const std::vector<int64_t>& bounds, int64_t a, int64_t b) {
+  std::vector<int64_t> c(bounds.size() - 1);
+  for (size_t r = 0; r + 1 < bounds.size(); ++r) c[r] = std::max<int64_t>(0, std::min(b, bounds[r + 1]) - std::max(a, bounds[r]));
+  return c;
+}
+
+/// A parameter's values (or gradient) as a flat host array in C order: a view on the CPU when
+/// the array is C-contiguous, else a copy.
+Array host_flat(const Array& a) { return a.to_device(Device::cpu()).reshape({a.size()}); }
+
+}  // namespace
+
+// The flat space of a group is reduced and gathered in chunks of chunk_elements_ (the
+// optimizer's bucket_bytes): MPI's reduce-scatter and all-gather take a count per process, so a
+// chunk may cover any part of any shards, and the step needs one chunk of host memory, not a copy
+// of the whole group.
 void ShardedUpdate::reduce_scatter_grads(Group& g, bool zero_fill, double scale) {
   const int rank = comm_->rank();
   const Dtype wire = comm_->options().allreduce_grad_dtype.value_or(g.dtype);
   const int64_t begin = g.bounds[static_cast<size_t>(rank)];
   const int64_t end = g.bounds[static_cast<size_t>(rank) + 1];
-  Array flat = Array::empty({g.bounds.back()}, wire, Device::cpu());
+  const int64_t total = g.bounds.back();
+  const int64_t item = static_cast<int64_t>(itemsize(wire));
+  const int64_t chunk = std::max<int64_t>(1, chunk_bytes_ / item);
+  std::vector<Array> grads(g.entries.size());  // host views, made when a chunk first needs them
   std::vector<bool> present(g.entries.size());
-  for (size_t i = 0; i < g.entries.size(); ++i) {
-    const Entry& e = g.entries[i];
-    const Array grad = e.param.grad();
-    Array dst = flat.at({Slice(e.offset, e.offset + e.size)});
-    present[i] = grad.defined();
-    if (grad.defined()) {
-      dst.assign(grad.to_device(Device::cpu()).reshape({e.size}).astype(wire));
-    } else {
-      dst.fill(0.0);
-    }
-  }
+  for (size_t i = 0; i < g.entries.size(); ++i) present[i] = g.entries[i].param.grad().defined();
   Array shard = Array::empty({end - begin}, wire, Device::cpu());
-  reduce_scatter_host(flat.raw_data(), shard.raw_data(), g.counts(), wire, ReduceOp::kSum,
-                      to_comm(comm_->mpi_comm_handle()));
-  flat = Array();
+  Array buffer = Array::empty({std::min(chunk, total)}, wire, Device::cpu());
+  size_t first = 0;  // the first entry that reaches into the chunk
+  for (int64_t a = 0; a < total; a += chunk) {
+    const int64_t b = std::min(total, a + chunk);
+    while (g.entries[first].offset + g.entries[first].size <= a) ++first;
+    for (size_t i = first; i < g.entries.size() && g.entries[i].offset < b; ++i) {
+      const Entry& e = g.entries[i];
+      const int64_t lo = std::max(a, e.offset) - e.offset;
+      const int64_t hi = std::min(b, e.offset + e.size) - e.offset;
+      Array dst = buffer.at({Slice(e.offset + lo - a, e.offset + hi - a)});
+      if (!present[i]) {
+        dst.fill(0.0);
+        continue;
+      }
+      if (!grads[i].defined()) grads[i] = host_flat(e.param.grad());
+      dst.assign(grads[i].at({Slice(lo, hi)}).astype(wire));
+      if (hi == e.size) grads[i] = Array();  // (done with it: a copy is freed at once)
+    }
+    char* out = static_cast<char*>(shard.raw_data()) + std::max<int64_t>(0, std::min(std::max(a, begin), end) - begin) * item;
+    reduce_scatter_host(buffer.raw_data(), out, counts_within(g.bounds, a, b), wire, ReduceOp::kSum,
+                        to_comm(comm_->mpi_comm_handle()));
+  }
+  buffer = Array();
   if (comm_->size() > 1) {
     // Scaled as the unsharded reducers scale (16-bit values in float32, rounded once).
     shard = (is_half_precision(shard.dtype()) ? shard.astype(Dtype::kFloat32) : shard) * (1.0 / comm_->size());
@@ -350,18 +385,46 @@ void ShardedUpdate::all_gather_params(Group& g) {
   const int rank = comm_->rank();
   const int64_t begin = g.bounds[static_cast<size_t>(rank)];
   const int64_t end = g.bounds[static_cast<size_t>(rank) + 1];
+  const int64_t total = g.bounds.back();
   const int64_t item = static_cast<int64_t>(itemsize(g.dtype));
-  Array flat = Array::empty({g.bounds.back()}, g.dtype, Device::cpu());
-  for (const Piece& piece : g.pieces) {
-    flat.at({Slice(piece.flat, piece.flat + (piece.hi - piece.lo))})
-        .assign(piece.shard.data().to_device(Device::cpu()).reshape({piece.hi - piece.lo}));
-  }
-  allgather_host(static_cast<char*>(flat.raw_data()) + begin * item, flat.raw_data(), g.counts(), g.dtype,
-                 to_comm(comm_->mpi_comm_handle()));
-  for (const Entry& e : g.entries) {
-    if (e.offset >= begin && e.offset + e.size <= end) continue;  // stepped here, in place
-    Array data = e.param.data();
-    data.assign(flat.at({Slice(e.offset, e.offset + e.size)}).reshape(data.shape()).to_device(data.device()));
+  const int64_t chunk = std::max<int64_t>(1, chunk_bytes_ / item);
+  // Where the gathered values go: the parameter's own memory when it is a C-contiguous CPU array,
+  // else a host copy assigned once its last chunk came.
+  std::vector<Array> targets(g.entries.size());
+  Array buffer = Array::empty({std::min(chunk, total)}, g.dtype, Device::cpu());
+  size_t first = 0;
+  size_t piece = 0;
+  for (int64_t a = 0; a < total; a += chunk) {
+    const int64_t b = std::min(total, a + chunk);
+    // This process's part of the chunk, from its pieces (stepped in place).
+    for (; piece < g.pieces.size() && g.pieces[piece].flat < b; ++piece) {
+      const Piece& p = g.pieces[piece];
+      const int64_t len = p.hi - p.lo;
+      const int64_t lo = std::max(a, p.flat) - p.flat;
+      const int64_t hi = std::min(b, p.flat + len) - p.flat;
+      buffer.at({Slice(p.flat + lo - a, p.flat + hi - a)}).assign(host_flat(p.shard.data()).at({Slice(lo, hi)}));
+      if (p.flat + len > b) break;  // (it goes on in the next chunk)
+    }
+    const int64_t mine = std::min(std::max(a, begin), b);
+    allgather_host(static_cast<char*>(buffer.raw_data()) + (mine - a) * item, buffer.raw_data(),
+                   counts_within(g.bounds, a, b), g.dtype, to_comm(comm_->mpi_comm_handle()));
+    while (g.entries[first].offset + g.entries[first].size <= a) ++first;
+    for (size_t i = first; i < g.entries.size() && g.entries[i].offset < b; ++i) {
+      const Entry& e = g.entries[i];
+      if (e.offset >= begin && e.offset + e.size <= end) continue;  // stepped here, in place
+      Array data = e.param.data();
+      if (!targets[i].defined()) {
+        const bool direct = data.device().is_cpu() && data.is_contiguous();
+        targets[i] = direct ? data.reshape({e.size}) : Array::empty({e.size}, g.dtype, Device::cpu());
+      }
+      const int64_t lo = std::max(a, e.offset) - e.offset;
+      const int64_t hi = std::min(b, e.offset + e.size) - e.offset;
+      targets[i].at({Slice(lo, hi)}).assign(buffer.at({Slice(e.offset + lo - a, e.offset + hi - a)}));
+      if (hi == e.size) {
+        if (!targets[i].same_view(data.reshape({e.size}))) data.assign(targets[i].reshape(data.shape()).to_device(data.device()));
+        targets[i] = Array();
+      }
+    }
   }
 }
 

@@ -27,7 +27,8 @@ class ShardedUpdate {
   /// `stage` 1: the gradients are averaged whole (the communicator's multi_node_mean_grad), the
   /// optimizer's state is sharded; 2: the gradients are reduce-scattered into the shard and the
   /// model's gradients are dropped after the step.
-  ShardedUpdate(std::shared_ptr<Communicator> comm, int stage);
+  /// `chunk_bytes`: the most bytes reduced or gathered at once (the host memory the step needs).
+  ShardedUpdate(std::shared_ptr<Communicator> comm, int stage, int64_t chunk_bytes = int64_t{25} << 20);
 
   int stage() const { return stage_; }
   /// True once plan() has run (and until forget()).
@@ -85,6 +86,7 @@ class ShardedUpdate {
 
   std::shared_ptr<Communicator> comm_;
   int stage_;
+  int64_t chunk_bytes_;
   bool planned_ = false;
   std::vector<Group> groups_;
   std::shared_ptr<Link> shard_link_;
