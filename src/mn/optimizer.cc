@@ -328,6 +328,10 @@ void Join::finish() {
   o.joined_ = true;
   while (true) {
     o.target_->cleargrads();
+    // The others' gradients carry the loss scale of their backward: so do this one's zeros, so
+    // that every process undoes the same factor.
+    const double scale = o.actual_->loss_scale();
+    o.target_->for_each_param([scale](const Parameter& p) { p.impl().loss_scale = scale; });
     if (!o.step_after_backward()) break;
     ++shadow_steps_;
   }

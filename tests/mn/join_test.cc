@@ -45,8 +45,10 @@ TEST_P(JoinTest, EachStepAveragesOverTheProcessesThatTookIt) {
   optimizers::MomentumSGD ref_opt(0.1);
   ref_opt.setup(reference);
 
-  auto opt = create_multi_node_optimizer(std::make_shared<optimizers::MomentumSGD>(0.1), comm,
-                                         MultiNodeOptimizerOptions{.zero_stage = zero});
+  // (A loss scale, which every process must undo alike, finished ones included.)
+  auto sgd = std::make_shared<optimizers::MomentumSGD>(0.1);
+  sgd->set_loss_scale(8);
+  auto opt = create_multi_node_optimizer(sgd, comm, MultiNodeOptimizerOptions{.zero_stage = zero});
   opt->setup(model);
   int64_t shadow = 0;
   {

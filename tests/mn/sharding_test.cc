@@ -121,6 +121,11 @@ std::shared_ptr<Optimizer> make_optimizer(const std::string& name) {
     o->add_hook(std::make_shared<optimizers::WeightDecay>(1e-3));
     return o;
   }
+  if (name == "scaled") {  // a loss scale to undo, and a step proportional to the gradient
+    auto o = std::make_shared<optimizers::MomentumSGD>(0.05);
+    o->set_loss_scale(16);
+    return o;
+  }
   if (name == "lars") return std::make_shared<optimizers::LARS>(optimizers::LARSOptions{.lr = 0.1});
   return std::make_shared<optimizers::LAMB>(optimizers::LAMBOptions{.lr = 0.01});
 }
@@ -206,12 +211,65 @@ TEST(ShardedOptimizer, SmallChunksCrossParametersAndShards) {
 INSTANTIATE_TEST_SUITE_P(
     Stages, ShardedOptimizerTest,
     ::testing::Values(ShardCase{1, "adam", "naive"}, ShardCase{2, "adam", "naive"}, ShardCase{1, "adamw", "flat"},
-                      ShardCase{2, "adamw", "flat"}, ShardCase{2, "momentum", "naive"}, ShardCase{1, "lars", "naive"},
+                      ShardCase{2, "adamw", "flat"}, ShardCase{2, "momentum", "naive"}, ShardCase{1, "scaled", "naive"},
+                      ShardCase{2, "scaled", "flat"}, ShardCase{1, "lars", "naive"},
                       ShardCase{2, "lamb", "flat"}),
     [](const auto& info) {
       return "stage" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param) + "_" +
              std::get<2>(info.param);
     });
+
+TEST(ShardedOptimizer, MixedPrecisionKeepsFloat32MasterCopiesOfTheShardOnly) {
+  // bfloat16 parameters stepped through float32 master copies (use_fp32_update), with a fixed
+  // loss scale: equal to the unsharded optimizer, and each process holds the masters of its shard.
+  auto comm = create_communicator("naive");
+  for (int stage : {1, 2}) {
+    auto reference = std::make_shared<Mlp>();
+    reference->to_dtype(Dtype::kBFloat16);
+    auto sharded = std::make_shared<Mlp>();
+    sharded->to_dtype(Dtype::kBFloat16);
+    sharded->copyparams(*reference);
+    auto make = [] {
+      auto adam = std::make_shared<optimizers::Adam>(0.01);
+      adam->use_fp32_update();
+      adam->set_loss_scale(64);
+      return adam;
+    };
+    auto ref_opt = create_multi_node_optimizer(make(), comm, MultiNodeOptimizerOptions{});
+    auto opt = create_multi_node_optimizer(make(), comm, MultiNodeOptimizerOptions{.zero_stage = stage});
+    ref_opt->setup(reference);
+    opt->setup(sharded);
+    for (int s = 0; s < 5; ++s) {
+      auto [x, t] = batch(comm->rank(), s);
+      ref_opt->update([&] {
+        return F::mean_squared_error((*reference)(Variable(x.astype(Dtype::kBFloat16))), Variable(t.astype(Dtype::kBFloat16)));
+      });
+      opt->update([&] {
+        return F::mean_squared_error((*sharded)(Variable(x.astype(Dtype::kBFloat16))), Variable(t.astype(Dtype::kBFloat16)));
+      });
+    }
+    auto pa = sharded->namedparams();
+    auto pb = reference->namedparams();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      ASSERT_EQ(pa[i].second.dtype(), Dtype::kBFloat16);
+      if (stage == 1 || comm->size() == 2) {
+        EXPECT_TRUE(array_equal(pa[i].second.data(), pb[i].second.data())) << pa[i].first << " stage " << stage;
+      } else {
+        EXPECT_TRUE(ArraysClose(pa[i].second.data().astype(float32), pb[i].second.data().astype(float32), 1e-2, 1e-3))
+            << pa[i].first << " stage " << stage;
+      }
+    }
+    int64_t masters = 0;
+    for (ParamState& s : opt->param_states()) {
+      if (const Array* m = s.find("master")) {
+        EXPECT_EQ(m->dtype(), float32);
+        masters += m->size();
+      }
+    }
+    EXPECT_EQ(masters, dynamic_cast<MultiNodeOptimizer&>(*opt).shard_stats().shard_elements) << "stage " << stage;
+    EXPECT_EQ(comm->allreduce_obj(masters, ReduceOp::kSum), sharded->count_params());
+  }
+}
 
 TEST(ShardedOptimizer, HoldsTheStateOfItsShardOnly) {
   auto comm = create_communicator("naive");

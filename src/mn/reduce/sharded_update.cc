@@ -438,8 +438,14 @@ void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill, double 
     model.cleargrads();
   }
   for (Group& g : groups_) {
-    for (Piece& piece : g.pieces) piece.shard.impl().update_enabled = piece.param.impl().update_enabled;
+    for (Piece& piece : g.pieces) {
+      piece.shard.impl().update_enabled = piece.param.impl().update_enabled;
+      // The loss scale the gradient was computed with, which update() undoes (Note [Optimizer
+      // step order]): backward put it on the model's parameter, the pieces carry it.
+      piece.shard.impl().loss_scale = piece.param.impl().loss_scale;
+    }
   }
+  model.for_each_param([](const Parameter& p) { p.impl().loss_scale = 1.0; });
   actual.update();
   for (Group& g : groups_) all_gather_params(g);
   if (stage_ == 1) {
