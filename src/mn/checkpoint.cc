@@ -406,6 +406,18 @@ std::shared_ptr<training::Trigger> MultiNodeSnapshot::default_trigger() const {
 }
 
 void MultiNodeSnapshot::operator()(training::Trainer& trainer) {
+  // A sharded optimizer's state is saved by every process together (Note [Sharded optimizer]):
+  // with writers for sets of several processes the others would wait for the writers in vain.
+  // Every rank of such a set refuses alike, before anything is written.
+  if (replica_set_.size() > 1) {
+    for (auto& [name, optimizer] : trainer.updater().all_optimizers()) {
+      const auto* mn = dynamic_cast<const MultiNodeOptimizer*>(optimizer);
+      const int stage = mn ? mn->shard_stats().stage : 0;
+      KUSARI_CHECK(stage == 0, ValueError, "multi_node_snapshot: the optimizer '", name, "' is sharded (zero_stage ",
+                   stage, "): every process holds a part of its state, so every process must write its own "
+                   "snapshot; give each process its own replica set, or use create_multi_node_checkpointer");
+    }
+  }
   if (is_master()) (*snapshot_)(trainer);
 }
 

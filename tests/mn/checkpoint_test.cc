@@ -57,14 +57,16 @@ std::shared_ptr<TupleDataset> make_data() {
 // the same single-process training on every rank.
 // `order_seed` seeds the iterator's shuffle.
 TrainingRun make_run(const std::shared_ptr<Communicator>& comm, uint64_t init_seed,
-                     bool data_parallel, uint64_t order_seed = 1) {
+                     bool data_parallel, uint64_t order_seed = 1, int zero_stage = 0) {
   TrainingRun r;
   manual_seed(init_seed);
   r.model = std::make_shared<links::Classifier>(std::make_shared<links::Linear>(5, 3));
   r.optimizer = std::make_shared<optimizers::Adam>();
   std::shared_ptr<Dataset> data = make_data();
   if (data_parallel) {
-    r.optimizer = create_multi_node_optimizer(r.optimizer, comm);
+    MultiNodeOptimizerOptions o;
+    o.zero_stage = zero_stage;
+    r.optimizer = create_multi_node_optimizer(r.optimizer, comm, o);
     data = scatter_dataset(data, *comm, 0, true, 5);
   }
   r.optimizer->setup(r.model);
@@ -480,6 +482,18 @@ TEST_F(CheckpointTest, MultiNodeSnapshotWritesOncePerReplicaSetAndRestoresEveryR
     tc.run();
     EXPECT_EQ(c.updater->iteration(), 12);
     EXPECT_EQ(params_of(*c.model), params_of(*a.model)) << "rank " << rank;
+  });
+}
+
+// A sharded optimizer's state is spread over the processes: a snapshot that only some of them
+// write is refused on every rank, at the first save, instead of waiting for the others.
+TEST_F(CheckpointTest, MultiNodeSnapshotOfOneWriterRefusesASharedOptimizer) {
+  on_every_rank([&] {
+    TrainingRun run = make_run(comm_, 0, true, 1, /*zero_stage=*/1);
+    Trainer trainer(run.updater, interval(4, "iteration"), (dir_ / "z").string());
+    trainer.extend(multi_node_snapshot(comm_, training::extensions::snapshot(), {}), "", interval(2, "iteration"));
+    EXPECT_TRUE(testing::ThrowsWith<ValueError>([&] { trainer.run(); },
+                                       {"multi_node_snapshot", "'main'", "zero_stage 1", "every process"}));
   });
 }
 
