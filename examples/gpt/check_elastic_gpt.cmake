@@ -4,14 +4,18 @@
 # complete set of iteration 20, which 3 processes wrote, and end at iteration 40 with a log entry
 # there. (docs/elastic.md; the launcher's own tests are in tests/tools and tests/mn.)
 #
+# With -DEXTRA_ARGS=--zero|2 the optimizer is sharded: each process's snapshot holds its shard of
+# the optimizer's state, and the 2 processes put theirs together from the 3 files.
+#
 #   cmake -DTRAIN_GPT=<program> -DOUT=<dir> -DMPIEXEC=<mpiexec> [-DMPI_FLAGS=<flags separated by |>]
-#         -P check_elastic_gpt.cmake
+#         [-DEXTRA_ARGS=<train_gpt flags separated by |>] -P check_elastic_gpt.cmake
 foreach(_var TRAIN_GPT OUT MPIEXEC)
   if(NOT DEFINED ${_var})
     message(FATAL_ERROR "check_elastic_gpt: -D${_var}=... is required")
   endif()
 endforeach()
 string(REPLACE "|" ";" _mpi_flags "${MPI_FLAGS}")
+string(REPLACE "|" ";" _extra_args "${EXTRA_ARGS}")
 file(REMOVE_RECURSE ${OUT})
 file(MAKE_DIRECTORY ${OUT})
 set(_text "")
@@ -21,7 +25,7 @@ foreach(_i RANGE 0 199)
 endforeach()
 file(WRITE ${OUT}/corpus.txt "${_text}")
 set(_args --text ${OUT}/corpus.txt --n-layer 2 --n-head 2 --n-embd 32 --block-size 32 --seq-len 32 -b 4 -i 40
-          --elastic --snapshot-interval 20 --eval-interval 20 --log-interval 20 --noplot -o ${OUT}/run -r ${OUT}/run)
+          --elastic --snapshot-interval 20 --eval-interval 20 --log-interval 20 --noplot -o ${OUT}/run -r ${OUT}/run ${_extra_args})
 
 function(run_np np)
   set(_command ${MPIEXEC} -n ${np} ${_mpi_flags} ${TRAIN_GPT} ${_args})

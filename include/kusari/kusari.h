@@ -11,6 +11,7 @@
 #include "kusari/core/device.h"
 #include "kusari/core/dtype.h"
 #include "kusari/core/error.h"
+#include "kusari/core/host_memory.h"
 #include "kusari/core/program.h"
 #include "kusari/core/random.h"
 #include "kusari/core/reporter.h"

@@ -89,6 +89,10 @@ std::shared_ptr<Dataset> dataset_from_python(py::handle obj, const char* where);
 py::object dataset_to_python(const std::shared_ptr<Dataset>& d);
 
 /// Registers the submodules' classes and functions.
+/// The Serializable of a link, optimizer, trainer, updater, iterator or extension (TypeError naming
+/// `where` for anything else).
+Serializable& serializable_of(py::handle obj, const char* where);
+
 void init_array(py::module_& m);
 void init_autograd(py::module_& m);
 void init_functions(py::module_& m);

@@ -413,6 +413,36 @@ void init_mn(py::module_& m) {
           return MN::load_snapshot_of_each_rank(path, trainer, comm);
         }, py::arg("path"), py::arg("trainer"), py::arg("comm"), R());
 
+  m.def("newest_complete_snapshot_set",
+        [](const std::string& folder, const std::string& prefix) -> py::object {
+          auto set = MN::newest_complete_snapshot_set(folder, prefix);
+          if (!set) return py::none();
+          py::dict d;
+          d["iteration"] = set->iteration;
+          d["size"] = set->size;
+          d["files"] = set->files;
+          return d;
+        },
+        py::arg("folder"), py::arg("prefix") = "snapshot_iter_",
+        "The newest complete snapshot set in the folder, of any number of processes, as a dict (iteration, size: the "
+        "processes that wrote it, files: by rank), or None.");
+  m.def("load_snapshot_files",
+        [](const std::vector<std::string>& files, py::handle target, int own, const std::string& path, bool strict) {
+          Serializable& s = serializable_of(target, "load_snapshot_files");
+          py::gil_scoped_release r;
+          MN::load_snapshot_files(files, s, own, path, strict);
+        },
+        py::arg("files"), py::arg("target"), py::arg("own") = 0, py::arg("path") = "", py::arg("strict") = true,
+        "Loads the target from the files that the processes of one job wrote at one save (files[r] by rank r) as "
+        "from one unsharded snapshot: a sharded optimizer's state is put together from its pieces; the rest comes "
+        "from files[own]. Local (no communication).");
+  m.def("merge_snapshot_files",
+        [](const std::vector<std::string>& files, const std::string& out, bool compression) {
+          py::gil_scoped_release r;
+          MN::merge_snapshot_files(files, out, compression);
+        },
+        py::arg("files"), py::arg("out"), py::arg("compression") = true,
+        "Writes the files of one save as one unsharded npz file (atomically) that load_npz and NumPy read.");
   m.def("names_snapshot_folder", &MN::names_snapshot_folder, py::arg("resume"), py::arg("out"),
         "True when a --resume value names a folder to resume from with load_newest_snapshot_set (an existing "
         "folder, or the output folder even before it exists).");

@@ -5,8 +5,6 @@
 #include "kusari/training/trainer.h"
 
 namespace kusari::python {
-namespace {
-
 namespace T = kusari::training;
 
 Serializable& serializable_of(py::handle obj, const char* where) {
@@ -19,8 +17,6 @@ Serializable& serializable_of(py::handle obj, const char* where) {
   throw py::type_error(std::string(where) + ": expected a link, an optimizer, a trainer, an updater, an iterator "
                        "or an extension, got " + py::str(py::type::of(obj)).cast<std::string>());
 }
-
-}  // namespace
 
 void init_serializers(py::module_& m) {
   py::class_<Serializer>(m, "Serializer", "What a serialize(serializer) method receives: save or load values by key.")

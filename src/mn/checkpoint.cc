@@ -14,6 +14,7 @@
 
 #include "kusari/mn/object.h"
 #include "mn/comm/heartbeat.h"
+#include "mn/snapshot_set.h"
 #include "kusari/mn/optimizer.h"
 #include "kusari/serializers/npz.h"
 #include "kusari/training/trainer.h"
@@ -300,7 +301,20 @@ std::optional<int64_t> MultiNodeCheckpointer::load_common(Serializable& target,
     }
     RankReport load;
     try {
-      NpzDeserializer(arrays).load(target);
+      const bool sharded = std::any_of(arrays.begin(), arrays.end(), [](const auto& e) {
+        return e.first == detail::kShardLayoutKey || e.first.ends_with(std::string("/") + detail::kShardLayoutKey);
+      });
+      if (sharded) {
+        // A sharded optimizer's pieces: the files of every rank together (Note [Sharded snapshot files]).
+        std::vector<std::string> files;
+        for (int q = 0; q < comm_->size(); ++q) {
+          files.push_back((fs::path(path_) / (name_ + "." + std::to_string(q) + "." + std::to_string(*it))).string());
+        }
+        detail::SnapshotSetReader reader(files, comm_->rank(), "multi-node checkpointer '" + name_ + "'");
+        target.serialize(reader);
+      } else {
+        NpzDeserializer(arrays).load(target);
+      }
     } catch (const std::exception& e) {
       load.failed = true;
       load.error = e.what();
@@ -560,7 +574,15 @@ int64_t load_snapshot_of_each_rank(const std::string& path, training::Trainer& t
             ? " (in a job of several processes each resumes from its own file, <snapshot>.<rank>; "
               "give the name without the rank, from a job of as many processes)"
             : "");
-    load_npz(file, trainer);
+    if (detail::is_sharded_snapshot_file(file)) {
+      // A sharded optimizer's pieces: the files of every rank together (Note [Sharded snapshot files]).
+      std::vector<std::string> files;
+      for (int q = 0; q < comm.size(); ++q) files.push_back(comm.size() == 1 ? path : path + "." + std::to_string(q));
+      detail::SnapshotSetReader reader(files, comm.rank(), "load_snapshot_of_each_rank");
+      trainer.serialize(reader);
+    } else {
+      load_npz(file, trainer);
+    }
     mine.iterations = {trainer.updater().iteration()};
   } catch (const std::exception& e) {
     mine.failed = true;
@@ -688,7 +710,13 @@ std::optional<int64_t> load_newest_snapshot_set(const std::string& folder, train
   const std::string& file = set.files.at(static_cast<size_t>(comm.rank() % set.size));
   RankReport mine;
   try {
-    load_npz(file, trainer);
+    const int own = comm.rank() % set.size;
+    if (detail::is_sharded_snapshot_file(file)) {
+      detail::SnapshotSetReader reader(set.files, own, fn);  // (Note [Sharded snapshot files])
+      trainer.serialize(reader);
+    } else {
+      load_npz(file, trainer);
+    }
     mine.iterations = {trainer.updater().iteration()};
   } catch (const std::exception& e) {
     mine.failed = true;
@@ -719,6 +747,44 @@ std::optional<int64_t> load_newest_snapshot_set(const std::string& folder, train
   detail::heartbeat_resumed_from(set.iteration);  // Note [Heartbeat files]
   detail::heartbeat_iteration(set.iteration);
   return set.iteration;
+}
+
+void load_snapshot_files(const std::vector<std::string>& files, Serializable& target, int own,
+                         const std::string& path, bool strict) {
+  const char* fn = "load_snapshot_files";
+  KUSARI_CHECK(!files.empty(), ValueError, fn, ": no files given");
+  KUSARI_CHECK(own >= 0 && own < static_cast<int>(files.size()), ValueError, fn, ": own must name one of the ",
+               files.size(), " files (0..", files.size() - 1, "), got ", own);
+  detail::SnapshotSetReader reader(files, own, fn, strict);
+  std::unique_ptr<Serializer> sub;
+  Serializer* at = &reader;
+  std::string rest = path;
+  while (!rest.empty()) {
+    const size_t slash = rest.find('/');
+    const std::string name = rest.substr(0, slash);
+    rest = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    if (name.empty()) continue;
+    sub = at->child(name);
+    at = sub.get();
+  }
+  target.serialize(*at);
+}
+
+void merge_snapshot_files(const std::vector<std::string>& files, const std::string& out, bool compression) {
+  const char* fn = "merge_snapshot_files";
+  KUSARI_CHECK(!files.empty(), ValueError, fn, ": no files given");
+  detail::SnapshotSetReader reader(files, 0, fn);
+  NamedArrays arrays;
+  for (const std::string& key : reader.unsharded_keys()) {
+    Array value;
+    if (key == "mn_world_size" || key.ends_with("/mn_world_size")) {
+      value = Array::from_vector(std::vector<int64_t>{1}, Shape{}, Device::cpu());  // (now one process's file)
+    } else {
+      reader(key, value);
+    }
+    arrays.emplace_back(key, value);
+  }
+  write_npz(out, arrays, compression);
 }
 
 }  // namespace kusari::mn

@@ -293,8 +293,16 @@ bool MultiNodeOptimizer::has_hyperparam(const std::string& name) const { return 
 double MultiNodeOptimizer::lr() const { return actual_->lr(); }
 std::vector<ParamState>& MultiNodeOptimizer::param_states() { return actual_->param_states(); }
 void MultiNodeOptimizer::serialize(Serializer& s) {
+  if (sharded_ && !sharded_->planned() && s.is_loading() && target_) {
+    // Lay the shards out now if the layout is known (every parameter initialised), so that only
+    // this process's pieces of the state are read (Note [Sharded snapshot files]); the first
+    // update keeps pieces cut alike.
+    bool initialised = true;
+    target_->for_each_param([&](const Parameter& p) { initialised = initialised && p.is_initialized(); });
+    if (initialised) sharded_->plan(*target_, *actual_);
+  }
   if (sharded_ && sharded_->planned()) {
-    sharded_->serialize(s, *actual_);  // (the whole state: collective when saving)
+    sharded_->serialize(s, *actual_);  // (this process's pieces; local)
     return;
   }
   actual_->serialize(s);

@@ -175,6 +175,19 @@ TEST(DeadlineLogicTest, ARankAskedByAnotherSaysWhoReachedTheDeadline) {
   EXPECT_NE(late.text.find("so this rank came to it late"), std::string::npos) << late.text;
 }
 
+TEST(DeadlineLogicTest, ADifferentCollectiveOfTheSameNumberIsADesync) {
+  PeerReports reports;
+  reports.grace_seconds = 1;
+  reports.positions = {std::nullopt, collective(7, "bcast_obj", 2.0), collective(7, "allreduce", 2.0)};
+  const Diagnosis d = detail::diagnose("naive", 0, 3, collective(7, "allreduce", 2.0), 2, 0, reports);
+  EXPECT_EQ(d.waited_for, std::vector<int>{1});
+  for (const char* part : {"the ranks called different collectives as #7 (desynchronised", "this rank allreduce",
+                           "rank 1 is in collective #7 (bcast_obj)", "rank 2 waits in the same collective"}) {
+    EXPECT_NE(d.text.find(part), std::string::npos) << part << "\n" << d.text;
+  }
+  EXPECT_EQ(d.text.find("it waits for"), std::string::npos) << d.text;
+}
+
 TEST(DeadlineLogicTest, ManySilentRanksAreListedShortly) {
   PeerReports reports;
   reports.grace_seconds = 5;
@@ -315,6 +328,44 @@ TEST(DeadlineTest, ARankThatSleepsOutsideTheCollectiveIsNamedAfterTheDeadline) {
     } else {
       EXPECT_NE(what.find("came to it late"), std::string::npos) << what;
     }
+    // This rank's last collectives, newest first, with when each began.
+    EXPECT_NE(what.find("Rank " + std::to_string(rank) + "'s last collectives: #3 allreduce_obj"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find(" s ago, #2 barrier"), std::string::npos) << what;
+  }
+  comm.reset();
+  auto next = create_communicator("naive");
+  next->barrier();
+}
+
+TEST(DeadlineTest, RanksInDifferentCollectivesAreNamedAsDesynchronised) {
+  CommunicatorOptions o;
+  o.timeout_seconds = 1;
+  auto comm = create_communicator("flat", o);
+  comm->barrier();
+  const int rank = comm->rank();
+  try {
+    // Rank 0 broadcasts a large object while the others reduce one. Rank 0 cannot finish (nobody
+    // receives its broadcast); the others may (MPI matches collectives by order alone) and leave.
+    if (rank == 0) {
+      comm->bcast_obj(Bytes(1 << 20, 7), 0);
+      ADD_FAILURE() << "a broadcast that nobody received completed";
+    } else {
+      comm->allreduce_obj(1.0);
+    }
+  } catch (const CommunicatorError& e) {
+    // Every rank that waits is told that the ranks are out of step, and what the others called;
+    // a rank whose reduction received the broadcast's message (MPI's error) is told the likely cause.
+    const std::string what = e.what();
+    if (rank == 0 || what.find("MPI call failed") == std::string::npos) {
+      EXPECT_NE(what.find("the ranks called different collectives as #3 (desynchronised"), std::string::npos) << what;
+      EXPECT_NE(what.find(rank == 0 ? "allreduce_obj" : "bcast_obj"), std::string::npos) << what;
+    } else {
+      EXPECT_NE(what.find("in collective #3 (allreduce_obj) on rank " + std::to_string(rank)), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("different collectives or sizes"), std::string::npos) << what;
+    }
+    EXPECT_NE(what.find("KUSARI_MN_CHECK_COLLECTIVES=1"), std::string::npos) << what;
   }
   comm.reset();
   auto next = create_communicator("naive");

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <tuple>
 
 #include "kusari/functions.h"
@@ -301,59 +302,180 @@ std::map<std::string, Array> saved_state(Optimizer& opt) {
   return out;
 }
 
-TEST(ShardedOptimizer, SnapshotsHaveTheUnshardedLayoutAndLoadOnAnyNumberOfProcesses) {
-  auto comm = create_communicator("naive");
-  const int r = comm->rank();
+/// A folder every rank sees: rank 0 makes it and tells the others; removed at the end.
+class SharedFolder {
+ public:
+  explicit SharedFolder(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {
+    std::string made;
+    if (comm_->rank() == 0) {
+      std::string templ = (std::filesystem::temp_directory_path() / "kusari_sharding_XXXXXX").string();
+      if (::mkdtemp(templ.data())) made = templ;
+    }
+    const Bytes name = comm_->bcast_obj(Bytes(made.begin(), made.end()), 0);
+    path_ = std::string(name.begin(), name.end());
+  }
+  ~SharedFolder() {
+    comm_->barrier();
+    if (comm_->rank() == 0 && !path_.empty()) std::filesystem::remove_all(path_);
+  }
+  std::string file(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  bool made() const { return !path_.empty(); }
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  std::string path_;
+};
+
+/// Trains a sharded (zero_stage 2) and an unsharded Adam for 4 steps on the first `n` processes;
+/// the sharded one's processes save their files "sharded.<r>", rank 0 the unsharded state "whole".
+void save_sharded_run(Communicator& world, const SharedFolder& folder, int n) {
+  auto sub = world.split(world.rank() < n ? 0 : 1, world.rank());
+  if (world.rank() >= n) return;
   auto reference = std::make_shared<Mlp>();
   auto sharded = std::make_shared<Mlp>();
   sharded->copyparams(*reference);
-  auto ref_opt = create_multi_node_optimizer(make_optimizer("adam"), comm, MultiNodeOptimizerOptions{});
-  auto opt = create_multi_node_optimizer(make_optimizer("adam"), comm, MultiNodeOptimizerOptions{.zero_stage = 2});
+  auto ref_opt = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{});
+  auto opt = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{.zero_stage = 2});
   ref_opt->setup(reference);
   opt->setup(sharded);
-  train(*ref_opt, *reference, r, 0, 4);
-  train(*opt, *sharded, r, 0, 4);
-  const auto ref_state = saved_state(*ref_opt);
-  const auto state = saved_state(*opt);  // (collective)
-  ASSERT_EQ(state.size(), ref_state.size());
-  for (const auto& [key, value] : ref_state) {
-    ASSERT_TRUE(state.count(key)) << key;
-    EXPECT_EQ(state.at(key).shape(), value.shape()) << key;
-    EXPECT_TRUE(ArraysClose(state.at(key), value, 1e-5, 1e-7)) << key;
+  train(*ref_opt, *reference, sub->rank(), 0, 4);
+  train(*opt, *sharded, sub->rank(), 0, 4);
+  save_npz(folder.file("sharded." + std::to_string(sub->rank())), *opt);  // (local: no communication)
+  if (sub->rank() == 0) {
+    save_npz(folder.file("whole"), *ref_opt);
+    save_npz(folder.file("model"), *reference);
   }
+}
 
-  // Load on fewer processes (a sub-communicator of n - 1, or 1): sharded (the state cut at the
-  // first update, and again after the layout exists) and unsharded from the same snapshot, then
-  // one more step each from the same gradients: the same parameters.
-  NamedArrays arrays(state.begin(), state.end());
-  const int color = comm->size() > 1 && r == comm->size() - 1 ? 1 : 0;
-  auto sub = comm->split(color, r);
-  for (int zero : {1, 2}) {
-    auto a = std::make_shared<Mlp>();
-    auto b = std::make_shared<Mlp>();
-    a->copyparams(*sharded);
-    b->copyparams(*sharded);
-    auto opt_a = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{.zero_stage = zero});
-    auto opt_b = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{});
-    opt_a->setup(a);
-    opt_b->setup(b);
-    NpzDeserializer(arrays).load(*opt_a);
-    NpzDeserializer(arrays).load(*opt_b);
-    dynamic_cast<MultiNodeOptimizer&>(*opt_a).mark_parameters_synchronized();
-    dynamic_cast<MultiNodeOptimizer&>(*opt_b).mark_parameters_synchronized();
-    train(*opt_a, *a, sub->rank(), 10, 1);
-    train(*opt_b, *b, sub->rank(), 10, 1);
-    EXPECT_EQ(opt_a->t(), 4);  // (3 steps saved, then one)
-    // Loaded again, now into the layout.
-    NpzDeserializer(arrays).load(*opt_a);
-    NpzDeserializer(arrays).load(*opt_b);
-    train(*opt_a, *a, sub->rank(), 11, 1);
-    train(*opt_b, *b, sub->rank(), 11, 1);
-    auto pa = a->namedparams();
-    auto pb = b->namedparams();
-    for (size_t i = 0; i < pa.size(); ++i) {
-      EXPECT_TRUE(ArraysClose(pa[i].second.data(), pb[i].second.data(), 1e-5, 1e-6))
-          << pa[i].first << " zero " << zero << " on " << sub->size() << " processes";
+TEST(ShardedOptimizer, SnapshotFilesHoldTheShardOnlyAndLoadOnEveryNumberOfProcesses) {
+  auto comm = create_communicator("naive");
+  const int r = comm->rank(), world = comm->size();
+  for (int n = 1; n <= world; ++n) {
+    SharedFolder folder(comm);
+    ASSERT_TRUE(folder.made());
+    save_sharded_run(*comm, folder, n);
+    comm->barrier();
+    std::vector<std::string> files;
+    for (int q = 0; q < n; ++q) files.push_back(folder.file("sharded." + std::to_string(q)));
+    if (r < n) {
+      // A file holds its shard's state only: Adam's m and v of about 1/n of the parameters.
+      NpzFile mine(files[static_cast<size_t>(r)]);
+      int64_t elements = 0;
+      for (const std::string& key : mine.keys()) {
+        if (key.ends_with("/m") || key.ends_with("/v")) elements += mine.get(key).size();
+      }
+      EXPECT_LE(elements, 2 * (Mlp().count_params() / n + 1)) << n << " processes";
+    }
+    for (int m = 1; m <= world; ++m) {
+      SCOPED_TRACE(::testing::Message() << "saved by " << n << " processes, loaded by " << m);
+      auto sub = comm->split(r < m ? 0 : 1, r);
+      if (r >= m) continue;
+      auto model_of = [&] {
+        auto model = std::make_shared<Mlp>();
+        load_npz(folder.file("model"), *model);
+        return model;
+      };
+      auto a = model_of(), b = model_of(), c = model_of();
+      auto opt_a = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{.zero_stage = 2});
+      auto opt_b = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{});
+      auto opt_c = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{});
+      opt_a->setup(a);
+      opt_b->setup(b);
+      opt_c->setup(c);
+      load_snapshot_files(files, *opt_a, sub->rank() % n);  // sharded: only this process's pieces
+      load_snapshot_files(files, *opt_b, sub->rank() % n);  // unsharded: the whole state
+      load_npz(folder.file("whole"), *opt_c);               // the unsharded run's own state
+      // The sharded optimizer laid its shards out at the load and holds only their state.
+      const ShardStats stats = dynamic_cast<MultiNodeOptimizer&>(*opt_a).shard_stats();
+      ASSERT_GT(stats.total_elements, 0);
+      int64_t held = 0;
+      for (ParamState& st : opt_a->param_states()) {
+        for (auto& [name, arr] : st.arrays) held += arr.size();
+      }
+      EXPECT_EQ(held, 2 * stats.shard_elements);
+      // The whole state put together equals the unsharded run's (stage 2 sums in another order on
+      // 3 or more processes: within rounding).
+      const auto state_b = saved_state(*opt_b);
+      const auto state_c = saved_state(*opt_c);
+      ASSERT_EQ(state_b.size(), state_c.size());
+      for (const auto& [key, value] : state_c) {
+        ASSERT_TRUE(state_b.count(key)) << key;
+        EXPECT_TRUE(ArraysClose(state_b.at(key), value, 1e-5, 1e-7)) << key;
+      }
+      for (auto* o : {opt_a.get(), opt_b.get(), opt_c.get()}) {
+        dynamic_cast<MultiNodeOptimizer&>(*o).mark_parameters_synchronized();
+      }
+      train(*opt_a, *a, sub->rank(), 10, 2);
+      train(*opt_b, *b, sub->rank(), 10, 2);
+      train(*opt_c, *c, sub->rank(), 10, 2);
+      EXPECT_EQ(opt_a->t(), 5);  // (3 steps saved, then two)
+      auto pa = a->namedparams(), pb = b->namedparams(), pc = c->namedparams();
+      for (size_t i = 0; i < pa.size(); ++i) {
+        EXPECT_TRUE(ArraysClose(pa[i].second.data(), pc[i].second.data(), 1e-5, 1e-6)) << pa[i].first;
+        EXPECT_TRUE(ArraysClose(pb[i].second.data(), pc[i].second.data(), 1e-5, 1e-6)) << pb[i].first;
+      }
+    }
+    comm->barrier();
+  }
+}
+
+TEST(ShardedOptimizer, ALoneFileOfASetIsRefusedAndASetMergesIntoOneFile) {
+  auto comm = create_communicator("naive");
+  const int r = comm->rank(), n = comm->size();
+  SharedFolder folder(comm);
+  ASSERT_TRUE(folder.made());
+  save_sharded_run(*comm, folder, n);
+  comm->barrier();
+  std::vector<std::string> files;
+  for (int q = 0; q < n; ++q) files.push_back(folder.file("sharded." + std::to_string(q)));
+  const std::string mine = files[static_cast<size_t>(r)];
+  // An unsharded optimizer cannot take one process's part.
+  auto plain = std::make_shared<optimizers::Adam>();
+  auto model = std::make_shared<Mlp>();
+  load_npz(folder.file("model"), *model);
+  plain->setup(model);
+  EXPECT_TRUE(ThrowsWith<IOError>([&] { load_npz(mine, *plain); },
+                                  {"Adam", "one process's part", "load_snapshot_files", "merge_snapshot_files"}));
+  // The sharded optimizer of the same rank and cut reads its own file directly (an autoload on as
+  // many processes); on another cut (one process fewer) it is told to load the set.
+  auto same = create_multi_node_optimizer(make_optimizer("adam"), comm, MultiNodeOptimizerOptions{.zero_stage = 1});
+  same->setup(model);
+  load_npz(mine, *same);
+  EXPECT_EQ(same->t(), 3);
+  if (n > 1) {
+    auto sub = comm->split(r < n - 1 ? 0 : 1, r);
+    if (r < n - 1) {
+      auto other = std::make_shared<Mlp>();
+      other->copyparams(*model);
+      auto fewer = create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{.zero_stage = 2});
+      fewer->setup(other);
+      EXPECT_TRUE(ThrowsWith<IOError>([&] { load_npz(mine, *fewer); },
+                                      {"part of rank", std::to_string(n) + " processes", "load_newest_snapshot_set"}));
+    }
+  }
+  // Fewer files than processes that wrote them: named.
+  if (n > 1) {
+    EXPECT_TRUE(ThrowsWith<IOError>([&] { load_snapshot_files({files[0]}, *plain); },
+                                    {"load_snapshot_files", std::to_string(n) + " processes", "1 files"}));
+  }
+  // Merged into one unsharded file, the state equals the unsharded run's and loads with load_npz.
+  if (r == 0) {
+    const std::string merged = folder.file("merged.npz");
+    merge_snapshot_files(files, merged);
+    NpzFile f(merged);
+    for (const std::string& key : f.keys()) EXPECT_EQ(key.find("mn_shard_layout"), std::string::npos) << key;
+    auto from_merged = std::make_shared<optimizers::Adam>();
+    auto whole = std::make_shared<optimizers::Adam>();
+    auto m1 = std::make_shared<Mlp>(), m2 = std::make_shared<Mlp>();
+    from_merged->setup(m1);
+    whole->setup(m2);
+    load_npz(merged, *from_merged);
+    load_npz(folder.file("whole"), *whole);
+    const auto a = saved_state(*from_merged), b = saved_state(*whole);
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [key, value] : b) {
+      ASSERT_TRUE(a.count(key)) << key;
+      EXPECT_TRUE(ArraysClose(a.at(key), value, 1e-5, 1e-7)) << key;
     }
   }
 }

@@ -322,4 +322,21 @@ inline std::optional<int64_t> load_newest_snapshot_set(const std::string& folder
                                   prefix);
 }
 
+/// Loads `target` from the files that the processes of one job wrote at one save (`files[r]` by
+/// rank r, as SnapshotSet::files lists them) as from one unsharded snapshot: the state of a
+/// sharded optimizer (MultiNodeOptimizerOptions::zero_stage) is put together from the files that
+/// hold its pieces, everything else is read from `files[own]`. `path` selects a sub-tree, e.g.
+/// "updater/optimizer:main/", and `strict` is as in NpzDeserializer. Local: no communication; a
+/// sharded optimizer reads only the files that hold its own pieces, an unsharded one gets the whole
+/// state. See Note [Sharded snapshot files].
+void load_snapshot_files(const std::vector<std::string>& files, Serializable& target, int own = 0,
+                         const std::string& path = "", bool strict = true);
+
+/// Writes the files of one save (as for load_snapshot_files) as one unsharded npz file `out`, which
+/// load_npz and a single process load (and NumPy reads): the pieces of sharded optimizers put
+/// together, their layouts dropped, the rest from files[0] (rank 0's iterator and log), and the
+/// recorded job size ("mn_world_size") 1. The file is replaced atomically. Local.
+void merge_snapshot_files(const std::vector<std::string>& files, const std::string& out,
+                          bool compression = true);
+
 }  // namespace kusari::mn

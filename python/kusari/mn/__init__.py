@@ -17,8 +17,9 @@ from kusari._kusari.mn import (AllreducePersistent, Communicator, CommunicatorEr
                                ObservationAggregator, communicator_names, create_communicator, create_mnbn_model,
                                create_multi_node_checkpointer, create_multi_node_evaluator,
                                create_multi_node_iterator, create_multi_node_optimizer, create_synchronized_iterator,
-                               load_newest_snapshot_set, load_snapshot_of_each_rank, multi_node_snapshot,
-                               names_snapshot_folder, scatter_dataset, scatter_index)
+                               load_newest_snapshot_set, load_snapshot_files, load_snapshot_of_each_rank,
+                               merge_snapshot_files, multi_node_snapshot, names_snapshot_folder,
+                               newest_complete_snapshot_set, scatter_dataset, scatter_index)
 from kusari.mn import functions  # noqa: F401
 
 

@@ -1,5 +1,8 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include "kusari/core/host_memory.h"
+
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -55,6 +58,18 @@ class LargeBlockCache {
     cached_ += cls;
     return true;
   }
+  size_t cached() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cached_;
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [size, blocks] : free_) {
+      for (void* p : blocks) std::free(p);
+    }
+    free_.clear();
+    cached_ = 0;
+  }
 
  private:
   std::mutex mutex_;
@@ -82,24 +97,34 @@ class CpuBackend final : public Backend {
   int device_count() const override { return 1; }
 
   void* allocate(int, size_t nbytes) override {
-    if (nbytes >= kLargeBlock) {
-      const size_t cls = size_class(nbytes);
-      if (void* p = cache_.take(cls)) return p;
-      void* p = std::aligned_alloc(kAlignment, cls);
-      if (!p) KUSARI_THROW(Error, "cpu: out of memory allocating ", nbytes, " bytes");
-      return p;
-    }
-    size_t rounded = (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-    void* p = std::aligned_alloc(kAlignment, rounded);
-    if (!p) {
-      KUSARI_THROW(Error, "cpu: out of memory allocating ", nbytes, " bytes");
-    }
+    const size_t block = block_size(nbytes);
+    void* p = nbytes >= kLargeBlock ? cache_.take(block) : nullptr;
+    if (!p) p = std::aligned_alloc(kAlignment, block);
+    if (!p) KUSARI_THROW(Error, "cpu: out of memory allocating ", nbytes, " bytes");
+    count(in_use_, peak_in_use_, block);
+    count(requested_, peak_requested_, nbytes);
     return p;
   }
   void deallocate(int, void* ptr, size_t nbytes) override {
+    in_use_.fetch_sub(block_size(nbytes), std::memory_order_relaxed);
+    requested_.fetch_sub(nbytes, std::memory_order_relaxed);
     if (nbytes >= kLargeBlock && cache_.give(ptr, size_class(nbytes))) return;
     std::free(ptr);
   }
+  HostMemoryStats stats() {
+    HostMemoryStats s;
+    s.in_use_bytes = in_use_.load(std::memory_order_relaxed);
+    s.peak_in_use_bytes = peak_in_use_.load(std::memory_order_relaxed);
+    s.requested_bytes = requested_.load(std::memory_order_relaxed);
+    s.peak_requested_bytes = peak_requested_.load(std::memory_order_relaxed);
+    s.cached_bytes = cache_.cached();
+    return s;
+  }
+  void reset_peaks() {
+    peak_in_use_.store(in_use_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    peak_requested_.store(requested_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  void empty_cache() { cache_.release(); }
   void copy_from_host(int, void* dst, const void* src, size_t nbytes) override { std::memcpy(dst, src, nbytes); }
   void copy_to_host(int, void* dst, const void* src, size_t nbytes) override { std::memcpy(dst, src, nbytes); }
   void copy_between_devices(int, void* dst, int, const void* src, size_t nbytes) override {
@@ -108,7 +133,20 @@ class CpuBackend final : public Backend {
   void synchronize(int) override {}
 
  private:
+  /// The bytes a request of `nbytes` takes: its size class when large, else rounded to the alignment.
+  static size_t block_size(size_t nbytes) {
+    if (nbytes >= kLargeBlock) return size_class(nbytes);
+    return (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  static void count(std::atomic<size_t>& now, std::atomic<size_t>& peak, size_t add) {
+    const size_t v = now.fetch_add(add, std::memory_order_relaxed) + add;
+    size_t p = peak.load(std::memory_order_relaxed);
+    while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
+    }
+  }
+
   LargeBlockCache cache_;
+  std::atomic<size_t> in_use_{0}, peak_in_use_{0}, requested_{0}, peak_requested_{0};
 };
 
 }  // namespace
@@ -119,3 +157,11 @@ Backend& cpu_backend() {
 }
 
 }  // namespace kusari::cpu
+
+namespace kusari {
+
+HostMemoryStats cpu_memory_stats() { return static_cast<cpu::CpuBackend&>(cpu::cpu_backend()).stats(); }
+void reset_cpu_peak_memory_stats() { static_cast<cpu::CpuBackend&>(cpu::cpu_backend()).reset_peaks(); }
+void cpu_empty_cache() { static_cast<cpu::CpuBackend&>(cpu::cpu_backend()).empty_cache(); }
+
+}  // namespace kusari

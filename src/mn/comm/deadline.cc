@@ -14,19 +14,18 @@ namespace kusari::mn::detail {
 
 using ::kusari::detail::concat;
 
+std::string measured_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", s);
+  return buf;
+}
+
 namespace {
 
 /// "2", "0.5", "600": a setting as the user wrote it.
 std::string setting_seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", s);
-  return buf;
-}
-
-/// "2.0", "613.4": a measured time.
-std::string measured_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f", s);
   return buf;
 }
 
@@ -115,6 +114,7 @@ Diagnosis diagnose(const char* kind, int rank, int size, const OpPosition& mine,
                    double timeout_seconds, int first, const PeerReports& reports) {
   Diagnosis d;
   std::vector<int> silent, same;
+  std::vector<std::string> differing;  // ranks in the same collective by number, but another one
   std::vector<std::string> waited_notes, other_notes;
   auto position_of_rank = [&](int r) -> const std::optional<OpPosition>& {
     static const std::optional<OpPosition> none;
@@ -145,7 +145,13 @@ Diagnosis diagnose(const char* kind, int rank, int size, const OpPosition& mine,
     // Past it: in a later collective, or finished after having begun this one.
     const bool past = (p->kind == OpKind::kCollective && p->collective > mine.collective) ||
                       (p->kind != OpKind::kCollective && p->collective >= mine.collective);
-    if (in_same) {
+    // The same number, another collective (being in it, or having left the job after it): the
+    // ranks' sequences of collectives diverged.
+    const bool left_after_same = p->kind == OpKind::kFinished && p->collective == mine.collective;
+    if ((in_same || left_after_same) && p->name != mine.name) {
+      d.waited_for.push_back(r);
+      differing.push_back(concat("rank ", r, in_same ? " is in " : " has ", describe_position(*p)));
+    } else if (in_same) {
       same.push_back(r);
     } else if (past) {
       other_notes.push_back(
@@ -168,13 +174,19 @@ Diagnosis diagnose(const char* kind, int rank, int size, const OpPosition& mine,
     out << " (rank " << first << " reached the deadline of " << setting_seconds(timeout_seconds)
         << " s first)";
   }
+  if (!differing.empty()) {
+    out << "; the ranks called different collectives as #" << mine.collective << " (desynchronised: a "
+        << "branch, a skipped step or another size taken on some ranks only): this rank " << mine.name;
+    for (const std::string& note_text : differing) out << "; " << note_text;
+    out << " (KUSARI_MN_CHECK_COLLECTIVES=1 stops at the first differing call, with each rank's sizes)";
+  }
   if (d.waited_for.empty() && first != rank) {
     out << "; every other rank has reached this collective, so this rank came to it late "
            "(was it stopped, or slow?)";
   } else if (d.waited_for.empty()) {
     out << "; every rank answered from the same collective (a slow network or a very long "
            "collective? raise the deadline)";
-  } else {
+  } else if (d.waited_for.size() > differing.size()) {
     out << "; it waits for ";
     std::vector<std::string> parts;
     if (!silent.empty()) {

@@ -76,6 +76,9 @@ struct PeerReports {
   double grace_seconds = 0;
 };
 
+/// "2.0", "613.4": a measured time in seconds, as messages show it.
+std::string measured_seconds(double s);
+
 /// The verdict on a wait that reached its deadline.
 struct Diagnosis {
   /// The ranks this rank waits for, in rank order: for a collective, every rank that did not

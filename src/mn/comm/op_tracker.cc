@@ -359,7 +359,7 @@ void OpTracker::begin(OpKind kind, const char* name, int peer, int64_t count, in
     case OpKind::kCollective:
       ++collectives_;
       last_collective_ = name;
-      recent_[static_cast<size_t>(collectives_) % kRecent] = Recent{collectives_, name, count, dtype};
+      recent_[static_cast<size_t>(collectives_) % kRecent] = Recent{collectives_, name, count, dtype, op_start_};
       break;
     case OpKind::kSend:
       count_now_ = ++sends_[static_cast<size_t>(peer)];
@@ -454,8 +454,9 @@ void OpTracker::check_signature(const char* name, int64_t count, int dtype) {
   fail(message);
 }
 
-std::string OpTracker::recent_collectives(size_t n) const {
+std::string OpTracker::recent_collectives(size_t n, bool ages) const {
   std::string out;
+  const Clock::time_point now = Clock::now();
   for (int64_t k = collectives_; k > 0 && k > collectives_ - static_cast<int64_t>(std::min(n, kRecent)); --k) {
     const Recent& r = recent_[static_cast<size_t>(k) % kRecent];
     if (r.number != k) break;
@@ -463,6 +464,7 @@ std::string OpTracker::recent_collectives(size_t n) const {
     if (r.count >= 0) {
       out += concat(" (", r.count, r.dtype >= 0 ? concat(" ", dtype_name(static_cast<Dtype>(r.dtype))) : "", ")");
     }
+    if (ages) out += concat(" ", measured_seconds(std::chrono::duration<double>(now - r.start).count()), " s ago");
   }
   return out.empty() ? "none" : out;
 }
@@ -483,7 +485,21 @@ void OpTracker::wait(MPI_Request* requests, int n, const char* what) {
   WaitProbes probes;
   probes.done = [&] {
     int flag = 0;
-    check_mpi(MPI_Testall(n, requests, &flag, MPI_STATUSES_IGNORE), what);
+    const int code = MPI_Testall(n, requests, &flag, MPI_STATUSES_IGNORE);
+    int error_class = MPI_SUCCESS;
+    if (code != MPI_SUCCESS) MPI_Error_class(code, &error_class);
+    if (kind_now_ == OpKind::kCollective && (error_class == MPI_ERR_TRUNCATE || error_class == MPI_ERR_IN_STATUS)) {
+      // A message longer than this rank posted for: ranks out of step (Note [Collective signatures]).
+      char text[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(code, text, &len);
+      KUSARI_THROW(CommunicatorError, "MPI call failed: ", what, ": ", std::string(text, static_cast<size_t>(len)),
+                   " in collective #", collectives_, " (", name_now_, ") on rank ", rank_, " of ", size_,
+                   ": a message came that does not fit what this rank posted, which ranks that call different "
+                   "collectives or sizes cause (KUSARI_MN_CHECK_COLLECTIVES=1 stops at the first differing call). "
+                   "Rank ", rank_, "'s last collectives: ", recent_collectives(kRecent, true));
+    }
+    check_mpi(code, what);
     return flag != 0;
   };
   probes.moved_by_polls = true;  // (Note [Waits that move the operation])
@@ -550,7 +566,10 @@ Diagnosis OpTracker::exchange(double waited, int first, double grace) {
       reports.positions[s] = heard_[s];
     }
   }
-  return diagnose(kind_, rank_, size_, mine, timeout_, first, reports);
+  Diagnosis d = diagnose(kind_, rank_, size_, mine, timeout_, first, reports);
+  // This rank's last collectives, when they began (the ring of Note [Collective signatures]).
+  d.text += concat(". Rank ", rank_, "'s last collectives: ", recent_collectives(kRecent, true));
+  return d;
 }
 
 std::string OpTracker::blocked_by_finished_rank() {

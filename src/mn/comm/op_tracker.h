@@ -129,8 +129,9 @@ class OpTracker {
   /// Note [Collective signatures]: every rank's (number, name, count, dtype) of the collective
   /// being entered, compared; throws CommunicatorError when they differ.
   void check_signature(const char* name, int64_t count, int dtype);
-  /// This rank's last collectives, newest first ("#7 allreduce (12 float32), #6 barrier").
-  std::string recent_collectives(size_t n) const;
+  /// This rank's last collectives, newest first ("#7 allreduce (12 float32), #6 barrier"), with
+  /// `ages` how long ago each began ("#7 allreduce (12 float32) 0.51 s ago").
+  std::string recent_collectives(size_t n, bool ages = false) const;
 
   using Clock = std::chrono::steady_clock;
   const char* kind_;
@@ -155,6 +156,7 @@ class OpTracker {
     const char* name = "";
     int64_t count = -1;
     int dtype = -1;
+    Clock::time_point start{};
   };
   static constexpr size_t kRecent = 8;
   Recent recent_[kRecent];

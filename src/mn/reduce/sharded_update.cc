@@ -6,6 +6,7 @@
 #include "kusari/core/routines.h"
 #include "kusari/mn/object.h"
 #include "mn/comm/mpi_util.h"
+#include "mn/snapshot_set.h"
 
 namespace kusari::mn::detail {
 
@@ -48,12 +49,13 @@ namespace kusari::mn::detail {
 // A global gradient norm is summed per shard, then over the shards: within rounding of the
 // unsharded sum.
 //
-// Snapshots: serialize() writes the state in the layout an unsharded optimizer writes (each
-// process gathers the whole state and writes it, as each process writes its own snapshot), and
-// reads a process's parts out of such a state. So a snapshot loads on any number of processes,
-// sharded or not, and an unsharded snapshot loads into a sharded run. State loaded before the
-// layout exists (a snapshot read before the first update) is held by the wrapped optimizer for
-// the whole parameters and cut into the pieces by plan().
+// Snapshots: serialize() writes this process's pieces and the layout, and reads its pieces from
+// the files of every process of a save, from an unsharded snapshot, or from its own file of a save
+// cut alike (Note [Sharded snapshot files] in snapshot_set.cc): a snapshot loads on any number of
+// processes, sharded or not, and an unsharded snapshot loads into a sharded run. State loaded
+// before the layout exists (a snapshot read before the first update, before the parameters are
+// initialised) is held by the wrapped optimizer for the whole parameters and cut into the pieces
+// by plan().
 //
 // Not yet: stage 2's reduce-scatter overlapped with backward (buckets; the model's whole
 // gradients live until the step reduces them), parameters kept in one flat buffer per group (the
@@ -120,24 +122,6 @@ Array part_of(const Array& a, int64_t lo, int64_t hi, const Shape& shape) {
   return a.reshape({a.size()}).at({Slice(lo, hi)}).reshape(shape);
 }
 
-/// A serializer that records what is saved (full key -> array) in order.
-class Capture : public Serializer {
- public:
-  Capture(std::vector<std::pair<std::string, Array>>* entries, std::string prefix)
-      : entries_(entries), prefix_(std::move(prefix)) {}
-  bool is_loading() const override { return false; }
-  std::unique_ptr<Serializer> child(const std::string& name) override {
-    return std::make_unique<Capture>(entries_, prefix_ + name + "/");
-  }
-  void operator()(const std::string& key, Array& value) override { entries_->emplace_back(prefix_ + key, value); }
-  bool contains(const std::string&) const override { return true; }
-  std::string path() const override { return prefix_; }
-
- private:
-  std::vector<std::pair<std::string, Array>>* entries_;
-  std::string prefix_;
-};
-
 /// True when `named` has a parameter `path` of shape `shape`.
 bool same_shape_in(const std::vector<std::pair<std::string, Parameter>>& named, const std::string& path,
                    const Shape& shape) {
@@ -167,17 +151,25 @@ void ShardedUpdate::plan(Link& model, Optimizer& actual) {
   std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
 
   // The state the optimizer holds for whole parameters (loaded, or from an unsharded start).
+  // The state of a piece of the layout before (forget() keeps it until now) is kept when the new
+  // layout cuts the same piece (the parameters were loaded, or broadcast, in place); a piece cut
+  // otherwise cannot be cut again, and starts afresh.
   struct Held {
     int64_t t = 0;
     std::vector<std::pair<std::string, Array>> arrays;
+    bool piece = false;  // of an earlier layout's piece [lo, hi)
+    int64_t lo = 0, hi = 0;
   };
   std::map<std::string, Held> held;
   if (actual.target()) {
     for (ParamState& s : actual.param_states()) {
       if (!s.initialized) continue;
-      // (A state of an earlier layout's piece has the piece's shape: it cannot be cut again.)
-      if (!same_shape_in(named, s.path, s.param.shape())) continue;
-      held[s.path] = Held{s.t, s.arrays};
+      if (same_shape_in(named, s.path, s.param.shape())) {
+        held[s.path] = Held{s.t, s.arrays};
+      } else if (const Piece* old = piece_of(s.path); old != nullptr && !old->whole &&
+                 old->shard.shape() == s.param.shape()) {
+        held[s.path] = Held{s.t, s.arrays, true, old->lo, old->hi};
+      }
     }
   }
 
@@ -234,8 +226,14 @@ void ShardedUpdate::plan(Link& model, Optimizer& actual) {
       auto it = held.find(s.path);
       if (it == held.end()) continue;
       const Piece* piece = piece_of(s.path);
+      if (it->second.piece && (piece->whole || piece->lo != it->second.lo || piece->hi != it->second.hi)) continue;
       s.t = it->second.t;
       s.arrays.clear();
+      if (it->second.piece) {
+        s.arrays = it->second.arrays;
+        s.initialized = true;
+        continue;
+      }
       for (auto& [name, a] : it->second.arrays) {
         if (!a.defined() || piece->whole || a.size() != piece->param.size()) {
           s.arrays.emplace_back(name, a);
@@ -250,8 +248,7 @@ void ShardedUpdate::plan(Link& model, Optimizer& actual) {
 }
 
 void ShardedUpdate::forget() {
-  planned_ = false;
-  groups_.clear();
+  planned_ = false;  // (groups_ stays for the next plan(), which keeps the pieces it cuts alike)
   shard_link_.reset();
 }
 
@@ -457,109 +454,100 @@ void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill, double 
   }
 }
 
+ShardLayout ShardedUpdate::layout() const {
+  ShardLayout layout;
+  layout.processes = comm_->size();
+  layout.rank = comm_->rank();
+  layout.stage = stage_;
+  for (const Group& g : groups_) {
+    ShardLayout::Group out;
+    out.dtype = dtype_name(g.dtype);
+    out.bounds = g.bounds;
+    for (const Entry& e : g.entries) {
+      out.params.push_back(ShardLayout::Param{e.path.substr(1), e.offset, e.size, e.param.shape()});
+    }
+    layout.groups.push_back(std::move(out));
+  }
+  return layout;
+}
+
 void ShardedUpdate::serialize(Serializer& s, Optimizer& actual) {
-  if (s.is_loading()) {
-    // Each process reads its parts of the whole state.
-    class Slicer : public Serializer {
-     public:
-      Slicer(Serializer& real, std::unique_ptr<Serializer> owned, const ShardedUpdate& self, std::string prefix)
-          : real_(real), owned_(std::move(owned)), self_(self), prefix_(std::move(prefix)) {}
-      bool is_loading() const override { return true; }
-      std::unique_ptr<Serializer> child(const std::string& name) override {
-        auto c = real_.child(name);
-        Serializer& ref = *c;
-        return std::make_unique<Slicer>(ref, std::move(c), self_, prefix_ + "/" + name);
+  if (!s.is_loading()) {
+    // This process's pieces under the parameters' keys, and the layout (Note [Sharded snapshot
+    // files]): nothing gathered.
+    actual.serialize(s);
+    Array layout = this->layout().encode();
+    s(kShardLayoutKey, layout);
+    return;
+  }
+  // Loading: each process reads its pieces, from a set of sharded files (SnapshotSetReader), from
+  // an unsharded snapshot (cut out of the whole arrays), or from this process's own file of a
+  // save cut exactly as now.
+  bool direct = false;
+  if (dynamic_cast<SnapshotSetReader*>(&s) == nullptr && s.contains(kShardLayoutKey)) {
+    Array encoded;
+    s(kShardLayoutKey, encoded);
+    const ShardLayout saved = ShardLayout::decode(encoded, "MultiNodeOptimizer: " + s.path() + kShardLayoutKey);
+    const ShardLayout now = layout();
+    KUSARI_CHECK(saved.same_cut(now) && saved.rank == now.rank, IOError, "MultiNodeOptimizer: the snapshot at '",
+                 s.path(), "' holds the part of rank ", saved.rank, " of an optimizer state that ", saved.processes,
+                 " processes sharded (zero_stage ", saved.stage, "); this is rank ", now.rank, " of ", now.processes,
+                 saved.same_cut(now) ? "" : ", cut otherwise",
+                 ". Load the files of all the processes of that save together: kusari::mn::load_newest_snapshot_set "
+                 "or load_snapshot_files (Note [Sharded snapshot files])");
+    direct = true;
+  }
+  class Slicer : public Serializer {
+   public:
+    Slicer(Serializer& real, std::unique_ptr<Serializer> owned, const ShardedUpdate& self, std::string prefix,
+           bool direct)
+        : real_(real), owned_(std::move(owned)), self_(self), prefix_(std::move(prefix)), direct_(direct) {}
+    bool is_loading() const override { return true; }
+    std::unique_ptr<Serializer> child(const std::string& name) override {
+      auto c = real_.child(name);
+      Serializer& ref = *c;
+      return std::make_unique<Slicer>(ref, std::move(c), self_, prefix_ + "/" + name, direct_);
+    }
+    void operator()(const std::string& key, Array& value) override {
+      const Piece* piece = self_.piece_of(prefix_);
+      if (piece == nullptr || piece->whole || key == "t" || direct_) {
+        real_(key, value);
+        return;
       }
-      void operator()(const std::string& key, Array& value) override {
-        const Piece* piece = self_.piece_of(prefix_);
-        if (piece == nullptr || piece->whole || key == "t") {
-          real_(key, value);
-          return;
-        }
+      const Shape shape = piece_shape(piece->param.ndim(), piece->hi - piece->lo);
+      Array part;
+      if (auto* set = dynamic_cast<SnapshotSetReader*>(&real_)) {
+        if (auto p = set->read_part(key, piece->lo, piece->hi)) part = p->reshape(shape);
+      }
+      if (!part.defined()) {
         Array whole;
         real_(key, whole);
         if (!whole.defined()) return;
         KUSARI_CHECK(whole.size() == piece->param.size(), IOError, "MultiNodeOptimizer: the snapshot entry '",
                      real_.path(), key, "' has shape ", whole.shape(), ", expected the shape of the parameter ",
                      piece->path, " ", piece->param.shape());
-        const Shape shape = piece_shape(piece->param.ndim(), piece->hi - piece->lo);
-        Array part = part_of(whole.contiguous(), piece->lo, piece->hi, shape);
-        if (value.defined()) {
-          value.assign(part.astype(value.dtype()).to_device(value.device()));
-        } else {
-          value = part.copy();
-        }
+        part = part_of(whole.contiguous(), piece->lo, piece->hi, shape);
       }
-      bool contains(const std::string& key) const override { return real_.contains(key); }
-      std::string path() const override { return real_.path(); }
+      if (value.defined()) {
+        value.assign(part.astype(value.dtype()).to_device(value.device()));
+      } else {
+        value = part.copy();
+      }
+    }
+    bool contains(const std::string& key) const override {
+      return key != kShardLayoutKey && real_.contains(key);
+    }
+    std::string path() const override { return real_.path(); }
 
-     private:
-      Serializer& real_;
-      std::unique_ptr<Serializer> owned_;
-      const ShardedUpdate& self_;
-      std::string prefix_;  // the parameter path this serializer stands at ("" at the top)
-    };
-    Slicer slicer(s, nullptr, *this, "");
-    actual.serialize(slicer);
-    return;
-  }
-  // Saving: every process gathers the whole state and writes it.
-  std::vector<std::pair<std::string, Array>> entries;
-  Capture capture(&entries, "");
-  actual.serialize(capture);
-  ByteWriter w;
-  w.put<uint64_t>(entries.size());
-  for (auto& [key, value] : entries) {
-    w.put_string(key);
-    const size_t slash = key.rfind('/');
-    const Piece* piece = slash == std::string::npos ? nullptr : piece_of("/" + key.substr(0, slash));
-    const bool part = piece != nullptr && key.substr(slash + 1) != "t" && value.defined() &&
-                      value.size() == piece->hi - piece->lo;
-    w.put<uint8_t>(part ? 1 : 0);
-    if (part) {
-      w.put<int64_t>(piece->lo);
-      w.put<int64_t>(piece->hi);
-      w.put_vector(std::vector<int64_t>(piece->param.shape().begin(), piece->param.shape().end()));
-    }
-    w.put_array(value);
-  }
-  const std::vector<Bytes> all = comm_->allgather_obj(w.take());
-  std::vector<std::string> order;
-  std::map<std::string, Array> merged;
-  for (const Bytes& bytes : all) {
-    ByteReader r(bytes);
-    const uint64_t n = r.get<uint64_t>();
-    for (uint64_t k = 0; k < n; ++k) {
-      const std::string key = r.get_string();
-      const bool part = r.get<uint8_t>() != 0;
-      int64_t lo = 0, hi = 0;
-      Shape shape;
-      if (part) {
-        lo = r.get<int64_t>();
-        hi = r.get<int64_t>();
-        shape = Shape(r.get_vector<int64_t>());
-      }
-      Array value = r.get_array();
-      auto [it, fresh] = merged.emplace(key, Array());
-      if (fresh) order.push_back(key);
-      if (!part) {
-        if (fresh) it->second = value;
-        continue;
-      }
-      if (fresh) it->second = Array::zeros(shape, value.dtype(), Device::cpu());
-      part_of(it->second, lo, hi, Shape{hi - lo}).assign(value.reshape({hi - lo}));
-    }
-  }
-  for (const std::string& key : order) {
-    Array& value = merged[key];
-    const size_t slash = key.rfind('/');
-    if (slash == std::string::npos) {
-      s(key, value);
-    } else {
-      auto child = s.child(key.substr(0, slash));
-      (*child)(key.substr(slash + 1), value);
-    }
-  }
+   private:
+    Serializer& real_;
+    std::unique_ptr<Serializer> owned_;
+    const ShardedUpdate& self_;
+    std::string prefix_;  // the parameter path this serializer stands at ("" at the top)
+    bool direct_;
+  };
+  Slicer slicer(s, nullptr, *this, "", direct);
+  actual.serialize(slicer);
 }
 
 }  // namespace kusari::mn::detail

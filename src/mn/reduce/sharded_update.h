@@ -11,6 +11,7 @@
 
 #include "kusari/mn/communicator.h"
 #include "kusari/optimizers/optimizer.h"
+#include "mn/snapshot_set.h"
 
 namespace kusari::mn::detail {
 
@@ -44,10 +45,11 @@ class ShardedUpdate {
   /// stepped by `actual`, and the updated parameters gathered on every process. Collective.
   /// `scale` multiplies the averaged gradients (a Join's mean over the processes that trained).
   void step(Link& model, Optimizer& actual, bool zero_fill, double scale = 1.0);
-  /// Saves (collective: every process writes the whole state, gathered) or loads (each process
-  /// reads its pieces of the whole state) `actual`'s state in the layout an unsharded optimizer
-  /// writes, so that a snapshot loads on any number of processes, sharded or not.
+  /// Saves this process's pieces of `actual`'s state and the layout, or loads the pieces (Note
+  /// [Sharded snapshot files]). Local: no communication.
   void serialize(Serializer& s, Optimizer& actual);
+  /// The layout a snapshot records (after plan()).
+  ShardLayout layout() const;
 
   /// Elements of the parameters in this process's shard, and in all shards.
   int64_t shard_elements() const;

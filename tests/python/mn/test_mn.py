@@ -72,6 +72,41 @@ def test_sharded_optimizer_equals_the_replicated_one():
         kusari.mn.create_multi_node_optimizer(kusari.optimizers.Adam(), comm, zero_stage=3)
 
 
+def test_sharded_snapshot_files_load_together_and_merge(tmp_path_factory):
+    kusari.manual_seed(0)
+    model = L.Classifier(L.Linear(5, 7))
+    opt = kusari.mn.create_multi_node_optimizer(kusari.optimizers.Adam(), comm, zero_stage=2)
+    opt.setup(model)
+    rng = np.random.RandomState(comm.rank)
+    for _ in range(3):
+        x, t = rng.randn(8, 5).astype(np.float32), rng.randint(0, 7, 8).astype(np.int32)
+        opt.update(model, x, t)
+    folder = comm.bcast_obj(str(tmp_path_factory.mktemp('sharded')) if comm.rank == 0 else None)
+    files = ['%s/opt.%d' % (folder, q) for q in range(comm.size)]
+    kusari.serializers.save_npz(files[comm.rank], opt)
+    comm.barrier()
+    assert 'updater' not in ''.join(np.load(files[comm.rank]).files)
+    layout = np.load(files[comm.rank])['mn_shard_layout']
+    assert '"processes":%d' % comm.size in bytes(layout).decode()
+    # One file alone is refused; the files together give the whole state to an unsharded optimizer.
+    plain = kusari.optimizers.Adam()
+    plain.setup(model)
+    with pytest.raises(OSError, match='load_snapshot_files'):
+        kusari.serializers.load_npz(files[comm.rank], plain)
+    kusari.mn.load_snapshot_files(files, plain, own=comm.rank)
+    if comm.rank == 0:
+        merged = folder + '/merged.npz'
+        kusari.mn.merge_snapshot_files(files, merged)
+        whole = np.load(merged)
+        assert 'mn_shard_layout' not in whole.files
+        assert whole['predictor/W/m'].shape == (7, 5)
+        again = kusari.optimizers.Adam()
+        again.setup(model)
+        kusari.serializers.load_npz(merged, again)
+        assert again.t == plain.t == 2
+    comm.barrier()
+
+
 def test_powersgd_keeps_the_ranks_equal_and_sends_less():
     kusari.manual_seed(comm.rank)
     model = L.Classifier(L.Linear(64, 32))
