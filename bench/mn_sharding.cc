@@ -140,12 +140,14 @@ int run(int argc, char** argv) {
     std::vector<double> times;
     double counted = 0;
     {
+      // A communicator of the phase's own: what its reducers hold goes with it.
+      auto phase_comm = mn::create_communicator(name);
       kusari::manual_seed(0);
       auto model = std::make_shared<Stack>(width, layers);
       mn::MultiNodeOptimizerOptions o;
       o.zero_stage = ph.zero;
       o.overlap = ph.overlap;
-      auto opt = mn::create_multi_node_optimizer(std::make_shared<kusari::optimizers::Adam>(1e-4), comm, o);
+      auto opt = mn::create_multi_node_optimizer(std::make_shared<kusari::optimizers::Adam>(1e-4), phase_comm, o);
       opt->setup(model);
       const int64_t param_bytes = model->count_params() * 4;
       for (int s = 0; s < warmup + 1 + steps; ++s) {  // (the first update only broadcasts)

@@ -18,6 +18,19 @@
 // bytes, launched in turn as backward (two thirds of the compute) makes them ready, and only what
 // is left after backward ends is exposed; without it the allreduce follows backward whole.
 // Scaling efficiency = compute / step.
+//
+// Sharded data parallelism (--zero, docs/sharding.md) moves other collectives. A reduce-scatter
+// or an all-gather of n bytes is half an allreduce: (p - 1) alpha + (p - 1) / p * n / B on the
+// ring (NCCL runs both on rings only). Per step, with n the bytes of all parameters (the
+// gradients have as many):
+//   stage 1 (kusari's): the allreduce of the gradients, then an all-gather of the updated
+//            parameters after the step, exposed: 1.5 allreduces of volume;
+//   stage 2: a reduce-scatter of the gradients (after backward in kusari's version; overlapped
+//            in buckets with --overlap, as ZeRO-2 does), then the all-gather: 1 allreduce;
+//   stage 3: the parameters all-gathered layer by layer before forward and again before
+//            backward, the gradients reduce-scattered during backward: 1.5 allreduces, hidden
+//            behind forward (one third of the compute) and backward (two thirds) but for what
+//            exceeds them, and the first layer's gather, which nothing hides.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -74,9 +87,50 @@ double allreduce_ms(const Machine& m, double bytes, int p) {
   return t * 1e3;
 }
 
+/// A reduce-scatter or an all-gather of `bytes` (the whole buffer) over p GPUs: half of a ring allreduce.
+double gather_ms(const Machine& m, double bytes, int p) {
+  const int g = std::min(p, m.gpus_per_node);
+  const int nodes = std::max(1, p / g);
+  if (nodes == 1) return (g > 1 ? (g - 1.0) / g * bytes / (m.nvlink_gbytes_s * 1e9) * 1e3 : 0.0) + (g - 1) * 2e-3;
+  const double slowest = std::min(m.nvlink_gbytes_s, m.node_gbytes_s) * 1e9;
+  return ((p - 1) * m.alpha_us * 1e-6 + (p - 1.0) / p * bytes / slowest) * 1e3;
+}
+
 struct Step {
   double step_ms, exposed_ms, efficiency;
 };
+
+/// What is left of `comm_ms` of collectives queued as `compute_ms` of work makes them ready, in
+/// `pieces` equal parts (a part's collective starts when its share of the work is done).
+double exposed_after(double compute_ms, double comm_ms, int pieces) {
+  double done = 0;
+  for (int i = 1; i <= pieces; ++i) done = std::max(done, compute_ms * i / pieces) + comm_ms / pieces;
+  return std::max(0.0, done - compute_ms);
+}
+
+/// A step with the optimizer sharded (stage 1, 2 or 3; see the Note).
+Step zero_step(const Machine& m, double compute_ms, double bytes, int p, int stage, bool overlap, double bucket_bytes,
+               double sync_ms) {
+  if (p == 1) return {compute_ms, 0, 1};
+  const double forward_ms = compute_ms / 3.0, backward_ms = compute_ms * 2.0 / 3.0;
+  const int buckets = std::max(1, static_cast<int>(std::ceil(bytes / bucket_bytes)));
+  const double gather = gather_ms(m, bytes, p);
+  double exposed = 0;
+  if (stage == 1) {
+    exposed = allreduce_ms(m, bytes, p) + gather;
+  } else if (stage == 2) {
+    const double scatter = gather_ms(m, bytes, p);
+    exposed = (overlap ? exposed_after(backward_ms, scatter, buckets) : scatter) + gather;
+  } else {
+    // Forward: the gathers run a layer ahead; backward: gathers and reduce-scatters.
+    const double first = gather_ms(m, std::min(bytes, bucket_bytes), p);
+    exposed = first + exposed_after(forward_ms, gather, buckets) +
+              exposed_after(backward_ms, gather + gather_ms(m, bytes, p), buckets);
+  }
+  exposed += sync_ms;
+  const double step = compute_ms + exposed;
+  return {step, exposed, compute_ms / step};
+}
 
 Step model_step(const Machine& m, double compute_ms, double grad_bytes, int p, bool overlap,
                 double bucket_bytes, double sync_ms) {
@@ -128,6 +182,25 @@ void table(const Machine& m, double compute_ms, int batch, double grad_bytes, co
   std::printf("\n");
 }
 
+/// ZeRO stages 0-3 side by side: the scaling efficiency of each.
+void zero_table(const Machine& m, double compute_ms, double bytes, const std::vector<int>& gpus, double bucket_bytes,
+                double sync_ms) {
+  std::printf("%s; compute %.1f ms per step; parameters %.2f GB on the wire; buckets of %.0f MB\n", m.what.c_str(),
+              compute_ms, bytes / 1e9, bucket_bytes / 1e6);
+  std::printf("%6s %12s %12s %12s %12s %12s\n", "GPUs", "replicated", "stage 1", "stage 2", "stage 2 ovl",
+              "stage 3");
+  for (int p : gpus) {
+    const double r = model_step(m, compute_ms, bytes, p, true, bucket_bytes, sync_ms).efficiency;
+    const double z1 = zero_step(m, compute_ms, bytes, p, 1, false, bucket_bytes, sync_ms).efficiency;
+    const double z2 = zero_step(m, compute_ms, bytes, p, 2, false, bucket_bytes, sync_ms).efficiency;
+    const double z2o = zero_step(m, compute_ms, bytes, p, 2, true, bucket_bytes, sync_ms).efficiency;
+    const double z3 = zero_step(m, compute_ms, bytes, p, 3, true, bucket_bytes, sync_ms).efficiency;
+    std::printf("%6d %11.1f%% %11.1f%% %11.1f%% %11.1f%% %11.1f%%\n", p, 100 * r, 100 * z1, 100 * z2, 100 * z2o,
+                100 * z3);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,15 +224,23 @@ int main(int argc, char** argv) {
                  "A fixed cost per step on more than one GPU (synchronisation, stragglers, NCCL kernels "
                  "sharing the multiprocessors with backward), calibrated from a measured 2-GPU run")
       ->capture_default_str();
+  double params = kResNet50Params;
+  bool zero = false;
+  app.add_option("--params", params, "Parameters of the model (default ResNet-50's)")->capture_default_str();
+  app.add_flag("--zero", zero, "Compare the ZeRO stages (docs/sharding.md) instead of the ImageNet table");
   CLI11_PARSE(app, argc, argv);
   if (kusari::only_check_arguments("bench_scaling_model")) return 0;
-  const double grad_bytes = kResNet50Params * wire_bytes;
+  const double grad_bytes = params * wire_bytes;
   if (!machine.empty()) {
     if (step_ms <= 0) {
       std::fprintf(stderr, "bench_scaling_model: --machine needs --step-ms (the measured one-GPU step)\n");
       return 2;
     }
-    table(find_machine(machine), step_ms, batch, grad_bytes, gpus, !no_overlap, bucket_mb * 1e6, sync_ms);
+    if (zero) {
+      zero_table(find_machine(machine), step_ms, grad_bytes, gpus, bucket_mb * 1e6, sync_ms);
+    } else {
+      table(find_machine(machine), step_ms, batch, grad_bytes, gpus, !no_overlap, bucket_mb * 1e6, sync_ms);
+    }
     return 0;
   }
   // The published runs (docs/scaling.md cites them), with their own one-GPU compute estimates.
@@ -175,6 +256,11 @@ int main(int argc, char** argv) {
   table(find_machine("h200-ndr"), 52.6, 256, kResNet50Params * 2, gpus, false, bucket_mb * 1e6);
   std::printf("== the same with the 2.1 ms per step that PyTorch DDP's 96%% on two H200s implies (--sync-ms 2.1)\n");
   table(find_machine("h200-ndr"), 52.6, 256, kResNet50Params * 2, gpus, true, bucket_mb * 1e6, 2.1);
+  std::printf("== ZeRO stages, GPT-2 XL (1.56 B parameters, bfloat16 on the wire), 8 sequences of 1024 tokens per "
+              "GPU:\n   compute 6 x 1.56e9 x 8192 FLOP at 400 TFLOP/s = 192 ms (an assumption, not a measurement)\n");
+  zero_table(find_machine("h200-ndr"), 192, 1.558e9 * 2, gpus, bucket_mb * 1e6, 0);
+  std::printf("== the same at 1 sequence per GPU (24 ms of compute)\n");
+  zero_table(find_machine("h200-ndr"), 24, 1.558e9 * 2, gpus, bucket_mb * 1e6, 0);
   std::printf("reproduce: bench_scaling_model\n");
   return 0;
 }
