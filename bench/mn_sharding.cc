@@ -4,10 +4,13 @@
 // ZeroRedundancyOptimizer (stage 1) in the same run. Run it under mpiexec:
 //
 //   mpiexec -n 4 bench_mn_sharding [--params-m 100] [--width 2048] [--batch 8] [--steps 3]
-//       [--warmup 1] [--communicator flat] [--python python3] [--timeout 900] [--no-peer]
+//       [--warmup 1] [--communicator flat] [--bucket-mb 25] [--python python3] [--timeout 900]
+//       [--no-peer]
 //
 // The model is a stack of Linear(width, width) layers with ReLU between them, as many as make
-// about --params-m million parameters, trained with Adam in float32. Each variant runs in a phase
+// about --params-m million parameters, trained with Adam in float32: unsharded (allreduce after
+// backward, and overlapped), zero_stage 1, and zero_stage 2 with its reduce-scatter after backward
+// and overlapped with it (the optimizer's `overlap`). Each variant runs in a phase
 // of its own (its model and optimizer made, stepped, and freed before the next), one compute
 // thread per process. Memory: the peak of the bytes CPU arrays asked for during the timed steps
 // (kusari::cpu_memory_stats), less what was held before the phase, on the process that peaked
@@ -100,6 +103,7 @@ int run(int argc, char** argv) {
   double params_m = 100;
   int64_t width = 2048;
   int batch = 8, steps = 3, warmup = 1;
+  double bucket_mb = 25;
   std::string name = "flat", python = "python3";
   bool no_peer = false;
   app.add_option("--params-m", params_m, "Parameters of the model, in millions (rounded to whole layers)")
@@ -110,6 +114,10 @@ int run(int argc, char** argv) {
   app.add_option("--steps", steps, "Timed steps per variant")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(0, 1000));
   app.add_option("--communicator", name, "naive, flat (the CPU kinds)")->capture_default_str();
+  app.add_option("--bucket-mb", bucket_mb, "bucket_bytes in MiB: the overlapped allreduce's buckets, the sharded step's "
+                 "chunks")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 65536.0));
   app.add_option("--python", python, "Interpreter of the PyTorch peer")->capture_default_str();
   app.add_flag("--no-peer", no_peer, "Skip the PyTorch peer");
   kusari::bench::setup(app);
@@ -130,7 +138,8 @@ int run(int argc, char** argv) {
   std::vector<Phase> phases = {{"unsharded, allreduce after backward", 0, false},
                                {"unsharded, allreduce overlapped", 0, true},
                                {"zero_stage 1", 1, false},
-                               {"zero_stage 2", 2, false}};
+                               {"zero_stage 2, after backward", 2, false},
+                               {"zero_stage 2, overlapped", 2, true}};
   const double n = nproc;
   for (Phase& ph : phases) {
     ph.formula_bytes = ph.zero == 0 ? 16 * psi : ph.zero == 1 ? 8 * psi + 8 * psi / n : 4 * psi + 12 * psi / n;
@@ -147,6 +156,7 @@ int run(int argc, char** argv) {
       mn::MultiNodeOptimizerOptions o;
       o.zero_stage = ph.zero;
       o.overlap = ph.overlap;
+      o.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
       auto opt = mn::create_multi_node_optimizer(std::make_shared<kusari::optimizers::Adam>(1e-4), phase_comm, o);
       opt->setup(model);
       const int64_t param_bytes = model->count_params() * 4;
@@ -192,16 +202,17 @@ int run(int argc, char** argv) {
 
   const double mb = 1 << 20;
   std::printf("%d Linear(%lld, %lld) layers, %.1f M parameters (Psi), Adam float32, %d processes, batch %d per "
-              "process, %s communicator, 1 compute thread each\n",
+              "process, %s communicator, buckets / chunks of %.3g MiB, 1 compute thread each\n",
               layers, static_cast<long long>(width), static_cast<long long>(width), psi / 1e6, nproc, batch,
-              name.c_str());
+              name.c_str(), bucket_mb);
   std::printf("%-38s %10s %12s %12s %12s %8s\n", "kusari (MiB per process; ms)", "step ms", "peak MiB",
               "states MiB", "ZeRO MiB", "peak/ZeRO");
   for (const Phase& ph : phases) {
     std::printf("%-38s %10.0f %12.0f %12.0f %12.0f %8.2f\n", ph.name.c_str(), ph.step_ms, ph.peak_bytes / mb,
                 ph.counted_bytes / mb, ph.formula_bytes / mb, ph.peak_bytes / ph.formula_bytes);
   }
-  std::printf("stage 2 step / unsharded overlapped step: %.3f; stage 1: %.3f\n", phases[3].step_ms / phases[1].step_ms,
+  std::printf("step / unsharded overlapped step: stage 2 overlapped %.3f, after backward %.3f; stage 1 %.3f\n",
+              phases[4].step_ms / phases[1].step_ms, phases[3].step_ms / phases[1].step_ms,
               phases[2].step_ms / phases[1].step_ms);
   if (!peer.empty()) {
     std::printf("%-38s %10s %12s %12s %8s\n", "pytorch (MiB per process; ms)", "step ms", "peak MiB", "ZeRO MiB",

@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
   app.add_flag("-g,--gpu", gpu, "Use GPUs: each process uses the GPU of its rank within its host");
   app.add_option("--communicator", communicator, "Type of communicator (on CPUs, a GPU one falls back to naive)")
       ->capture_default_str()->check(CLI::IsMember(kusari::mn::communicator_names()));
-  app.add_flag("--overlap", overlap, "Average the gradients in buckets while backward runs");
+  app.add_flag("--overlap", overlap, "Average the gradients in buckets while backward runs (with --zero 2, "
+               "reduce-scatter them so)");
   app.add_option("--zero", zero, "Shard the optimizer's state over the processes (1), and the gradients too (2); "
                  "0: every process holds all of it (docs/sharding.md)")
       ->capture_default_str()

@@ -37,10 +37,12 @@ const MultiNodeOptimizerOptions& checked_options(const MultiNodeOptimizerOptions
   KUSARI_CHECK(options.powersgd_min_ratio >= 0 && options.powersgd_start_step >= 0, ValueError,
                "create_multi_node_optimizer: powersgd_min_ratio (", options.powersgd_min_ratio,
                ") and powersgd_start_step (", options.powersgd_start_step, ") must not be negative");
-  KUSARI_CHECK(options.zero_stage == 0 || !(options.overlap || options.double_buffering), NotImplementedError,
-               "create_multi_node_optimizer: zero_stage ", options.zero_stage, " cannot be combined with ",
-               options.overlap ? "overlap" : "double_buffering", " yet; the sharded step reduces the gradients after "
-               "backward");
+  KUSARI_CHECK(options.zero_stage == 0 || !options.double_buffering, NotImplementedError,
+               "create_multi_node_optimizer: zero_stage ", options.zero_stage, " cannot be combined with "
+               "double_buffering; zero_stage 2 with overlap reduce-scatters the gradients during backward instead");
+  KUSARI_CHECK(options.zero_stage != 1 || !options.overlap, NotImplementedError,
+               "create_multi_node_optimizer: zero_stage 1 cannot be combined with overlap (its gradients are averaged "
+               "whole after backward); zero_stage 2 with overlap reduce-scatters them during backward");
   return options;
 }
 
@@ -75,7 +77,10 @@ MultiNodeOptimizer::MultiNodeOptimizer(std::shared_ptr<Optimizer> actual, std::s
     : MultiNodeOptimizer(std::move(actual), std::move(comm), options.zero_fill,
                          checked_options(options).double_buffering) {
   if (options.zero_stage > 0) {
-    sharded_ = std::make_unique<detail::ShardedUpdate>(comm_, options.zero_stage, options.bucket_bytes);
+    // (stage 2 with overlap reduce-scatters from its own gradient-ready hooks: no bucket reducer)
+    sharded_ = std::make_unique<detail::ShardedUpdate>(comm_, options.zero_stage, options.bucket_bytes,
+                                                       options.overlap);
+    return;
   }
   if (options.powersgd_rank > 0) {
     powersgd_ = std::make_unique<detail::PowerSgdReducer>(comm_, options.powersgd_rank, options.powersgd_min_ratio,
@@ -275,6 +280,13 @@ void MultiNodeOptimizer::update_accumulated(int64_t n, const std::function<Varia
     options.retain_graph = false;
     if (i + 1 < n && reducer_) {
       NoSync hold = no_sync();
+      loss.backward(options);
+    } else if (i + 1 < n && sharded_ && sharded_->overlap()) {
+      struct Hold {
+        detail::ShardedUpdate& s;
+        ~Hold() { s.hold(false); }
+      } hold{*sharded_};
+      sharded_->hold(true);
       loss.backward(options);
     } else {
       loss.backward(options);

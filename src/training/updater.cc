@@ -139,7 +139,13 @@ void StandardUpdater::graph_step(const std::vector<Array>& arrays) {
     step->inputs.push_back(a.copy());
   }
   Link* target = optimizer_->target();
+  // Without a trainer (an updater driven by hand) the recording reports into a reporter of its
+  // own, which knows the model and its links as the trainer's would ("main/...").
   Reporter scratch_reporter;
+  scratch_reporter.add_observer("main", target);
+  std::vector<std::pair<std::string, const void*>> links;
+  for (auto& [path, link] : target->namedlinks(true)) links.emplace_back(path, link);
+  scratch_reporter.add_observers("main", links);
   Reporter* reporter = current_reporter();
   Reporter& recording_reporter = reporter ? *reporter : scratch_reporter;
   {

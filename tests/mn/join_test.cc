@@ -31,10 +31,10 @@ Variable loss_of(links::Linear& model, int rank, int step) {
 /// Process r has `steps(r)` batches; the step after the broadcast (step 0) is taken by all.
 int steps_of(int rank, int zero_for_rank0) { return rank == 0 ? zero_for_rank0 : 1 + 2 * rank; }
 
-class JoinTest : public ::testing::TestWithParam<std::tuple<int, int>> {};  // zero_stage, rank 0's steps
+class JoinTest : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};  // zero_stage, rank 0's steps, overlap
 
 TEST_P(JoinTest, EachStepAveragesOverTheProcessesThatTookIt) {
-  const auto [zero, rank0_steps] = GetParam();
+  const auto [zero, rank0_steps, overlap] = GetParam();
   auto comm = create_communicator("naive");
   const int r = comm->rank(), n = comm->size();
   auto model = std::make_shared<links::Linear>(5, 2);
@@ -48,7 +48,11 @@ TEST_P(JoinTest, EachStepAveragesOverTheProcessesThatTookIt) {
   // (A loss scale, which every process must undo alike, finished ones included.)
   auto sgd = std::make_shared<optimizers::MomentumSGD>(0.1);
   sgd->set_loss_scale(8);
-  auto opt = create_multi_node_optimizer(sgd, comm, MultiNodeOptimizerOptions{.zero_stage = zero});
+  MultiNodeOptimizerOptions o;
+  o.zero_stage = zero;
+  o.overlap = overlap;  // (zero_stage 2: the finished processes' zeros go out as the others' chunks)
+  o.bucket_bytes = 16;
+  auto opt = create_multi_node_optimizer(sgd, comm, o);
   opt->setup(model);
   int64_t shadow = 0;
   {
@@ -79,10 +83,12 @@ TEST_P(JoinTest, EachStepAveragesOverTheProcessesThatTookIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, JoinTest,
-                         ::testing::Values(std::tuple{0, 2}, std::tuple{0, 0}, std::tuple{1, 3}, std::tuple{2, 1}),
+                         ::testing::Values(std::tuple{0, 2, false}, std::tuple{0, 0, false}, std::tuple{1, 3, false},
+                                           std::tuple{2, 1, false}, std::tuple{2, 3, true}),
                          [](const auto& info) {
                            return "zero" + std::to_string(std::get<0>(info.param)) + "_rank0_steps" +
-                                  std::to_string(std::get<1>(info.param));
+                                  std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) ? "_overlap" : "");
                          });
 
 TEST(Join, RefusesWhatItCannotDo) {

@@ -39,7 +39,9 @@ struct MultiNodeOptimizerOptions {
   /// 1/N of the parameters only, the shard; 2 also reduces the gradients into the shards
   /// (reduce-scatter instead of allreduce) and drops the model's gradients after each step.
   /// Every process still holds all parameters. Results equal the unsharded optimizer's (Note
-  /// [Sharded optimizer]). Every communicator kind; not combined with overlap or
+  /// [Sharded optimizer]). Every communicator kind. With `overlap`, stage 2 reduce-scatters the
+  /// gradients in chunks of bucket_bytes while backward runs and drops each gradient once sent,
+  /// so that they never live whole (ZeRO-2's memory); stage 1 refuses overlap, both refuse
   /// double_buffering. Stage 3 (sharded parameters) is not implemented yet.
   int zero_stage = 0;
   /// PowerSGD (Vogels et al., 2019): the averaged gradient of each matrix (a gradient of n x m,

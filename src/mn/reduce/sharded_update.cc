@@ -15,13 +15,14 @@ namespace kusari::mn::detail {
 // each process keeps the optimizer's state (moments, float32 master copies) of a 1/N part of the
 // parameters only, its shard, and every process still holds all parameters.
 //
-// Layout. The model's initialised parameters, sorted by path, are grouped by dtype; each group
-// is one flat space (parameter after parameter, each in C order) cut into N shards of nearly
-// equal size (shard_bounds). A parameter may be cut between shards when the wrapped optimizer
+// Layout. The model's initialised parameters, in the reverse of the order the model registers
+// them (about the order backward finishes them), are grouped by dtype; each group is one flat
+// space (parameter after parameter, each in C order) cut into N shards of nearly equal size
+// (shard_bounds). A parameter may be cut between shards when the wrapped optimizer
 // steps elementwise (Optimizer::steps_elementwise: SGD, MomentumSGD, Adam, RMSprop, ...) and its
 // data is C-contiguous; otherwise it lies whole in one shard (LARS's and LAMB's trust ratios
 // need the whole parameter; a channels-last filter is kept whole). Every process computes the
-// same layout from the same sorted parameters.
+// same layout from the same parameters in the same order.
 //
 // The wrapped optimizer is attached (Optimizer::retarget) to a link of this process's pieces:
 // the parameter itself when it is whole in the shard, else a view of its part, shaped
@@ -57,10 +58,10 @@ namespace kusari::mn::detail {
 // initialised) is held by the wrapped optimizer for the whole parameters and cut into the pieces
 // by plan().
 //
-// Not yet: stage 2's reduce-scatter overlapped with backward (buckets; the model's whole
-// gradients live until the step reduces them), parameters kept in one flat buffer per group (the
-// step packs and unpacks, in chunks of bucket_bytes), the NCCL collectives (GPU gradients are
-// staged through host memory), and stage 3.
+// Stage 2 with the optimizer's `overlap` reduce-scatters during backward (the paragraph
+// "Overlap" below). Not yet: parameters kept in one flat buffer per group (the step packs and
+// unpacks, in chunks of bucket_bytes), the NCCL collectives (GPU gradients are staged through host
+// memory), and stage 3.
 
 std::vector<int64_t> shard_bounds(const std::vector<int64_t>& sizes, const std::vector<bool>& splittable,
                                   int processes) {
@@ -133,11 +134,31 @@ bool same_shape_in(const std::vector<std::pair<std::string, Parameter>>& named, 
 
 }  // namespace
 
-ShardedUpdate::ShardedUpdate(std::shared_ptr<Communicator> comm, int stage, int64_t chunk_bytes)
-    : comm_(std::move(comm)), stage_(stage), chunk_bytes_(chunk_bytes) {
+ShardedUpdate::ShardedUpdate(std::shared_ptr<Communicator> comm, int stage, int64_t chunk_bytes, bool overlap)
+    : comm_(std::move(comm)), stage_(stage), chunk_bytes_(chunk_bytes), overlap_(overlap) {
   KUSARI_CHECK(stage_ == 1 || stage_ == 2, ValueError, "ShardedUpdate: stage must be 1 or 2, got ", stage_);
   KUSARI_CHECK(chunk_bytes_ > 0, ValueError, "create_multi_node_optimizer: bucket_bytes (the chunk of the sharded "
                "step) must be positive, got ", chunk_bytes_);
+  KUSARI_CHECK(!overlap_ || stage_ == 2, NotImplementedError, "create_multi_node_optimizer: zero_stage 1 cannot be "
+               "combined with overlap (its gradients are averaged whole); zero_stage 2 overlaps its reduce-scatter");
+  // The chunks' collectives get a communicator of their own: a model may run collectives of its
+  // own during backward, which must not interleave with them in another order on another process.
+  if (overlap_) KUSARI_MPI_CHECK(MPI_Comm_dup(to_comm(comm_->mpi_comm_handle()), &dup_));
+}
+
+ShardedUpdate::~ShardedUpdate() {
+  detach_hooks();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // Chunks a backward launched without an update after it: MPI still writes into their buffers.
+  if (!finalized && next_chunk_ > 0) {
+    try {
+      drain();
+    } catch (...) {
+      // (the communicator failed: the job ends with its report)
+    }
+  }
+  if (dup_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&dup_);
 }
 
 std::vector<int64_t> ShardedUpdate::Group::counts() const {
@@ -147,8 +168,11 @@ std::vector<int64_t> ShardedUpdate::Group::counts() const {
 }
 
 void ShardedUpdate::plan(Link& model, Optimizer& actual) {
+  // The flat space follows the parameters in the reverse of the order the model registers them,
+  // which is about the order backward finishes their gradients: the overlapped reduce-scatter
+  // launches its chunks in this order (every process computes the same order).
   auto named = model.namedparams(false);
-  std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::reverse(named.begin(), named.end());
 
   // The state the optimizer holds for whole parameters (loaded, or from an unsharded start).
   // The state of a piece of the layout before (forget() keeps it until now) is kept when the new
@@ -245,9 +269,19 @@ void ShardedUpdate::plan(Link& model, Optimizer& actual) {
     }
   }
   planned_ = true;
+  if (overlap_) {
+    make_chunks();
+    attach_hooks();
+  }
 }
 
 void ShardedUpdate::forget() {
+  if (overlap_) {
+    detach_hooks();
+    if (next_chunk_ > 0) drain();  // (a backward launched chunks before the parameter set changed)
+    chunks_.clear();
+    requests_.clear();
+  }
   planned_ = false;  // (groups_ stays for the next plan(), which keeps the pieces it cuts alike)
   shard_link_.reset();
 }
@@ -358,11 +392,17 @@ void ShardedUpdate::reduce_scatter_grads(Group& g, bool zero_fill, double scale)
                         to_comm(comm_->mpi_comm_handle()));
   }
   buffer = Array();
-  if (comm_->size() > 1) {
-    // Scaled as the unsharded reducers scale (16-bit values in float32, rounded once).
-    shard = (is_half_precision(shard.dtype()) ? shard.astype(Dtype::kFloat32) : shard) * (1.0 / comm_->size());
-  }
-  if (scale != 1.0) shard = shard * scale;
+  pieces_from_shard(g, shard, present, zero_fill, scale);
+}
+
+void ShardedUpdate::pieces_from_shard(Group& g, Array shard, const std::vector<bool>& present, bool zero_fill,
+                                      double scale) {
+  const int64_t begin = g.bounds[static_cast<size_t>(comm_->rank())];
+  // Scaled as the unsharded reducers scale (16-bit values in float32, rounded once); in place
+  // where the shard's dtype allows, so that the pieces' gradients can be views of it.
+  if (is_half_precision(shard.dtype()) && (comm_->size() > 1 || scale != 1.0)) shard = shard.astype(Dtype::kFloat32);
+  if (comm_->size() > 1) multiply_to(shard, 1.0 / comm_->size());
+  if (scale != 1.0) multiply_to(shard, scale);
   size_t i = 0;
   for (Piece& piece : g.pieces) {
     while (g.entries[i].path != piece.path) ++i;
@@ -372,6 +412,10 @@ void ShardedUpdate::reduce_scatter_grads(Group& g, bool zero_fill, double scale)
     }
     const Array part = shard.at({Slice(piece.flat - begin, piece.flat - begin + (piece.hi - piece.lo))});
     const Array& data = piece.shard.data();
+    if (data.device().is_cpu() && data.dtype() == part.dtype() && data.is_contiguous()) {
+      piece.shard.set_grad(part.reshape(data.shape()));  // (a view of the shard: no copy)
+      continue;
+    }
     Array grad = Array::empty_like(data);
     grad.assign(part.astype(data.dtype()).reshape(data.shape()).to_device(data.device()));
     piece.shard.set_grad(grad);
@@ -430,6 +474,9 @@ void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill, double 
   if (stage_ == 1) {
     comm_->multi_node_mean_grad(model, zero_fill);
     for (Group& g : groups_) shard_grads_from_model(g, scale);
+  } else if (overlap_) {
+    finish_overlapped(zero_fill, scale);
+    model.cleargrads();
   } else {
     for (Group& g : groups_) reduce_scatter_grads(g, zero_fill, scale);
     model.cleargrads();
@@ -445,13 +492,191 @@ void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill, double 
   model.for_each_param([](const Parameter& p) { p.impl().loss_scale = 1.0; });
   actual.update();
   for (Group& g : groups_) all_gather_params(g);
-  if (stage_ == 1) {
-    for (Group& g : groups_) {
-      for (Piece& piece : g.pieces) {
-        if (!piece.whole) piece.shard.set_grad(Array());  // (views of the model's gradients)
-      }
+  for (Group& g : groups_) {
+    for (Piece& piece : g.pieces) {
+      // Stage 1: views of the model's gradients; stage 2: of the shard (its buffer is reused).
+      if (stage_ == 2 || !piece.whole) piece.shard.set_grad(Array());
     }
   }
+}
+
+// Overlap (stage 2 with the optimizer's `overlap`; Note [Sharded optimizer]): the chunks of the flat space (bucket_bytes
+// each, in the order of the flat space, which follows the reverse of the model's registration
+// order: about the order backward finishes the gradients) are reduce-scattered while backward
+// runs. Every parameter has a gradient-ready hook; when the last gradient a chunk covers is
+// final, the chunk is packed (the wire dtype, as the step after backward packs it) and launched
+// with MPI_Ireduce_scatter on a duplicate of the communicator, but only after every chunk before
+// it: the chunks go out strictly in order on every process, so the collectives match even where
+// backward finishes the gradients in another order (a process then only launches later). A
+// gradient whose chunks are all packed is dropped at once, so that the model's gradients do not
+// live whole until the step: what stays is this process's shard of them and the chunks in
+// flight (at most kChunksInFlight: a process whose peers lag would otherwise hold every chunk's
+// buffer; a ready chunk beyond the limit waits, unpacked, for a later hook or the update - a hook
+// never blocks, since a peer may be in a collective of the model's own, or of a Join, that this
+// process has yet to reach). The hooks also test the requests in flight, which moves MPI on
+// while backward runs.
+// The update packs and launches the chunks not launched yet (a parameter without a gradient
+// sends zeros), waits for all, and gives the pieces their means as the step after backward does.
+// Gradient accumulation holds the hooks (hold()) for every backward but the last; a gradient
+// finished again after its chunk went out is an error, as in the bucketed overlap.
+
+void ShardedUpdate::make_chunks() {
+  chunks_.clear();
+  shard_grads_.clear();
+  ready_.assign(groups_.size(), {});
+  present_.assign(groups_.size(), {});
+  unpacked_.assign(groups_.size(), {});
+  const int rank = comm_->rank();
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
+    const Dtype wire = comm_->options().allreduce_grad_dtype.value_or(g.dtype);
+    const int64_t item = static_cast<int64_t>(itemsize(wire));
+    const int64_t chunk = std::max<int64_t>(1, std::min(chunk_bytes_ / item, max_chunk_elements()));
+    shard_grads_.push_back(Array::empty({g.bounds[static_cast<size_t>(rank) + 1] - g.bounds[static_cast<size_t>(rank)]},
+                                        wire, Device::cpu()));
+    ready_[gi].assign(g.entries.size(), 0);
+    present_[gi].assign(g.entries.size(), 0);
+    unpacked_[gi].assign(g.entries.size(), 0);
+    size_t first = 0;
+    for (int64_t a = 0; a < g.bounds.back(); a += chunk) {
+      Chunk c;
+      c.group = gi;
+      c.a = a;
+      c.b = std::min(g.bounds.back(), a + chunk);
+      while (g.entries[first].offset + g.entries[first].size <= a) ++first;
+      c.first = first;
+      c.last = first;
+      while (c.last < g.entries.size() && g.entries[c.last].offset < c.b) ++unpacked_[gi][c.last++];
+      chunks_.push_back(std::move(c));
+    }
+  }
+  requests_.assign(chunks_.size(), MPI_REQUEST_NULL);
+  reset_overlap();
+}
+
+void ShardedUpdate::reset_overlap() {
+  next_chunk_ = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    std::fill(ready_[gi].begin(), ready_[gi].end(), 0);
+    std::fill(present_[gi].begin(), present_[gi].end(), 0);
+    std::fill(unpacked_[gi].begin(), unpacked_[gi].end(), 0);
+  }
+  for (Chunk& c : chunks_) {
+    c.launched = false;
+    c.send = Array();
+    c.pending = static_cast<int>(c.last - c.first);
+    for (size_t i = c.first; i < c.last; ++i) ++unpacked_[c.group][i];
+  }
+}
+
+void ShardedUpdate::attach_hooks() {
+  detach_hooks();
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    for (size_t i = 0; i < groups_[gi].entries.size(); ++i) {
+      Parameter p = groups_[gi].entries[i].param;
+      const int64_t id = p.add_grad_ready_hook([this, gi, i](const Variable&) { on_ready(gi, i); });
+      hooks_.emplace_back(p, id);
+    }
+  }
+}
+
+void ShardedUpdate::detach_hooks() {
+  for (auto& [p, id] : hooks_) p.remove_grad_ready_hook(id);
+  hooks_.clear();
+}
+
+void ShardedUpdate::on_ready(size_t gi, size_t i) {
+  if (holding_) return;
+  const Entry& e = groups_[gi].entries[i];
+  if (ready_[gi][i]) {
+    KUSARI_CHECK(unpacked_[gi][i] > 0 && std::none_of(chunks_.begin(), chunks_.end(), [&](const Chunk& c) {
+                   return c.launched && c.group == gi && c.first <= i && i < c.last;
+                 }),
+                 ValueError, "MultiNodeOptimizer (zero_stage 2, overlap): the gradient of ", e.path,
+                 " was finished again after it was sent; accumulate gradients with update_accumulated (or "
+                 "hold the overlap for every backward but the last)");
+    return;
+  }
+  ready_[gi][i] = 1;
+  for (Chunk& c : chunks_) {
+    if (c.group == gi && c.first <= i && i < c.last) --c.pending;
+  }
+  // Move the chunks in flight on while backward runs, free the buffers of those done, and launch
+  // what is ready within the limit. A hook never waits: a peer may be in a collective of the
+  // model's own (or of a Join) that this process has yet to reach.
+  int flag = 0;
+  KUSARI_MPI_CHECK(MPI_Testall(static_cast<int>(next_chunk_), requests_.data(), &flag, MPI_STATUSES_IGNORE));
+  for (size_t k = 0; k < next_chunk_; ++k) {
+    if (requests_[k] == MPI_REQUEST_NULL) chunks_[k].send = Array();
+  }
+  while (next_chunk_ < chunks_.size() && chunks_[next_chunk_].pending == 0 && chunks_in_flight() < kChunksInFlight) {
+    launch(next_chunk_++);
+  }
+}
+
+void ShardedUpdate::drain() {
+  // The processes may have launched different numbers of chunks (a chunk beyond the limit waits
+  // for a later hook): every process launches the rest, so that every collective matches.
+  while (next_chunk_ < chunks_.size()) launch(next_chunk_++);
+  wait_requests(requests_.data(), static_cast<int>(requests_.size()), "MPI_Ireduce_scatter (the sharded gradients)");
+  reset_overlap();
+}
+
+size_t ShardedUpdate::chunks_in_flight() const {
+  size_t n = 0;
+  for (size_t j = 0; j < next_chunk_; ++j) n += requests_[j] != MPI_REQUEST_NULL ? 1 : 0;
+  return n;
+}
+
+void ShardedUpdate::launch(size_t k) {
+  Chunk& c = chunks_[k];
+  Group& g = groups_[c.group];
+  const int rank = comm_->rank();
+  const Dtype wire = shard_grads_[c.group].dtype();
+  const int64_t item = static_cast<int64_t>(itemsize(wire));
+  const int64_t begin = g.bounds[static_cast<size_t>(rank)];
+  const int64_t end = g.bounds[static_cast<size_t>(rank) + 1];
+  c.send = Array::empty({c.b - c.a}, wire, Device::cpu());
+  for (size_t i = c.first; i < c.last; ++i) {
+    const Entry& e = g.entries[i];
+    const int64_t lo = std::max(c.a, e.offset) - e.offset;
+    const int64_t hi = std::min(c.b, e.offset + e.size) - e.offset;
+    Array dst = c.send.at({Slice(e.offset + lo - c.a, e.offset + hi - c.a)});
+    const Array grad = e.param.grad();
+    if (grad.defined()) {
+      dst.assign(host_flat(grad).at({Slice(lo, hi)}).astype(wire));
+      present_[c.group][i] = 1;
+    } else {
+      dst.fill(0.0);
+    }
+    if (--unpacked_[c.group][i] == 0) Parameter(e.param).cleargrad();  // (sent: this process keeps its shard only)
+  }
+  const std::vector<int64_t> counts = counts_within(g.bounds, c.a, c.b);
+  std::vector<int> counts32(counts.begin(), counts.end());
+  char* out = static_cast<char*>(shard_grads_[c.group].raw_data()) +
+              std::max<int64_t>(0, std::min(std::max(c.a, begin), end) - begin) * item;
+  KUSARI_MPI_CHECK(MPI_Ireduce_scatter(c.send.raw_data(), out, counts32.data(), mpi_datatype(wire),
+                                       mpi_op(ReduceOp::kSum, wire), dup_, &requests_[k]));
+  c.launched = true;
+}
+
+void ShardedUpdate::finish_overlapped(bool zero_fill, double scale) {
+  // The rest, still at most kChunksInFlight at once (the update may wait).
+  while (next_chunk_ < chunks_.size()) {
+    for (size_t j = 0; j < next_chunk_ && chunks_in_flight() >= kChunksInFlight; ++j) {
+      if (requests_[j] == MPI_REQUEST_NULL) continue;
+      wait_requests(&requests_[j], 1, "MPI_Ireduce_scatter (the sharded gradients)");
+      chunks_[j].send = Array();
+    }
+    launch(next_chunk_++);
+  }
+  wait_requests(requests_.data(), static_cast<int>(requests_.size()), "MPI_Ireduce_scatter (the sharded gradients)");
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    std::vector<bool> present(present_[gi].begin(), present_[gi].end());
+    pieces_from_shard(groups_[gi], shard_grads_[gi], present, zero_fill, scale);
+  }
+  for (Chunk& c : chunks_) c.send = Array();
+  reset_overlap();
 }
 
 ShardLayout ShardedUpdate::layout() const {

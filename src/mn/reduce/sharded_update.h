@@ -4,6 +4,8 @@
 // all-gather) and the object collectives.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,7 +31,19 @@ class ShardedUpdate {
   /// optimizer's state is sharded; 2: the gradients are reduce-scattered into the shard and the
   /// model's gradients are dropped after the step.
   /// `chunk_bytes`: the most bytes reduced or gathered at once (the host memory the step needs).
-  ShardedUpdate(std::shared_ptr<Communicator> comm, int stage, int64_t chunk_bytes = int64_t{25} << 20);
+  /// `overlap` (stage 2 only): the chunks are reduce-scattered while backward runs, each launched
+  /// from the gradient-ready hooks once its gradients are final, and each gradient dropped once
+  /// packed (Note [Sharded optimizer], "Overlap"). Collective: every process makes it.
+  ShardedUpdate(std::shared_ptr<Communicator> comm, int stage, int64_t chunk_bytes = int64_t{25} << 20,
+                bool overlap = false);
+  ~ShardedUpdate();
+  ShardedUpdate(const ShardedUpdate&) = delete;
+  ShardedUpdate& operator=(const ShardedUpdate&) = delete;
+  /// True when the reduce-scatter overlaps backward.
+  bool overlap() const { return overlap_; }
+  /// While on, the hooks launch nothing: the gradients of several backward calls add up, and the
+  /// last one (with hold off) launches them (gradient accumulation).
+  void hold(bool on) { holding_ = on; }
 
   int stage() const { return stage_; }
   /// True once plan() has run (and until forget()).
@@ -81,6 +95,30 @@ class ShardedUpdate {
   };
 
   void reduce_scatter_grads(Group& g, bool zero_fill, double scale);
+  /// The pieces' gradients from the reduced shard of `g` (scaled by 1/N and `scale`); an entry
+  /// whose gradient was absent gets none unless `zero_fill`.
+  void pieces_from_shard(Group& g, Array shard, const std::vector<bool>& present, bool zero_fill, double scale);
+
+  // --- stage 2 overlapped with backward -----------------------------------------------------
+  struct Chunk {
+    size_t group = 0;
+    int64_t a = 0, b = 0;    // elements of the group's flat space
+    size_t first = 0, last = 0;  // the entries [first, last) that reach into it
+    int pending = 0;         // of those, the ones whose gradient is not final yet
+    bool launched = false;
+    Array send;
+  };
+  void make_chunks();
+  void attach_hooks();
+  void detach_hooks();
+  void on_ready(size_t group, size_t entry);
+  void launch(size_t k);
+  size_t chunks_in_flight() const;
+  /// Launches the chunks not launched yet and waits for all (a backward without its update).
+  void drain();
+  static constexpr size_t kChunksInFlight = 2;
+  void reset_overlap();
+  void finish_overlapped(bool zero_fill, double scale);
   void shard_grads_from_model(Group& g, double scale);
   void all_gather_params(Group& g);
   /// The piece of `path`, or null.
@@ -92,6 +130,17 @@ class ShardedUpdate {
   bool planned_ = false;
   std::vector<Group> groups_;
   std::shared_ptr<Link> shard_link_;
+
+  bool overlap_ = false;
+  bool holding_ = false;
+  MPI_Comm dup_ = MPI_COMM_NULL;  // the chunks' collectives (never interleaved with a model's own)
+  std::vector<Chunk> chunks_;
+  std::vector<MPI_Request> requests_;  // by chunk
+  size_t next_chunk_ = 0;              // chunks are launched strictly in order on every process
+  std::vector<Array> shard_grads_;     // per group: this process's reduced shard (wire dtype)
+  std::vector<std::vector<char>> ready_, present_;  // per group, per entry (this step)
+  std::vector<std::vector<int64_t>> unpacked_;      // per group, per entry: its chunks not packed yet
+  std::vector<std::pair<Parameter, int64_t>> hooks_;
 };
 
 }  // namespace kusari::mn::detail
