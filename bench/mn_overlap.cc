@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "bench_mn_util.h"
 #include "bench_util.h"
 #include "kusari/kusari.h"
 #include "kusari/mn.h"
@@ -35,30 +36,8 @@
 
 namespace F = kusari::functions;
 namespace mn = kusari::mn;
-
-namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-/// Waits for every rank without spinning a core (the peer runs on rank 0 meanwhile).
-void sleepy_barrier() {
-  MPI_Request request;
-  MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  int done = 0;
-  while (!done) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
-}  // namespace
+using kusari::bench::median_of;
+using kusari::bench::now_seconds;
 
 int run(int argc, char** argv, bool multiple) {
   CLI::App app{
@@ -142,9 +121,9 @@ int run(int argc, char** argv, bool multiple) {
   // The slowest rank's seconds of f, every rank starting together.
   auto timed = [&](const std::function<void()>& f) {
     comm_off->barrier();
-    const double a = now();
+    const double a = now_seconds();
     f();
-    return comm_off->allreduce_obj(now() - a, mn::ReduceOp::kMax);
+    return comm_off->allreduce_obj(now_seconds() - a, mn::ReduceOp::kMax);
   };
   std::vector<double> t_off, t_on, t_local, t_allreduce, t_in_backward, t_waiting;
   auto& overlapped = dynamic_cast<mn::MultiNodeOptimizer&>(*opt_on);
@@ -165,8 +144,8 @@ int run(int argc, char** argv, bool multiple) {
     t_waiting.push_back(waiting);
   }
   const mn::OverlapStats stats = overlapped.overlap_stats();
-  const double off = median(t_off) * 1e3, on = median(t_on) * 1e3, local = median(t_local) * 1e3,
-               allreduce = median(t_allreduce) * 1e3;
+  const double off = median_of(t_off) * 1e3, on = median_of(t_on) * 1e3, local = median_of(t_local) * 1e3,
+               allreduce = median_of(t_allreduce) * 1e3;
 
   std::map<std::string, double> peer;
   if (rank == 0 && !no_peer) {
@@ -179,7 +158,7 @@ int run(int argc, char** argv, bool multiple) {
                "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1")
                .value_or(std::map<std::string, double>{});
   }
-  sleepy_barrier();
+  kusari::bench::sleepy_barrier();
   if (rank != 0) return 0;
 
   // What a step shows is taken round by round (the step minus the step without communication of
@@ -189,7 +168,7 @@ int run(int argc, char** argv, bool multiple) {
     d_off.push_back(t_off[i] - t_local[i]);
     d_on.push_back(t_on[i] - t_local[i]);
   }
-  const double shown_off = median(d_off) * 1e3, shown_on = median(d_on) * 1e3;
+  const double shown_off = median_of(d_off) * 1e3, shown_on = median_of(d_on) * 1e3;
   std::printf(
       "ResNet-18, %d processes, batch %d per process, 3x%dx%d, 1 compute thread each on %d "
       "CPU(s) (the peer's workers bound alike); %s communicator, "
@@ -219,7 +198,7 @@ int run(int argc, char** argv, bool multiple) {
   std::printf(
       "overlapped: %.1f ms inside the collectives during backward, %.1f ms waiting in the update "
       "(slowest rank, median)\n",
-      median(t_in_backward) * 1e3, median(t_waiting) * 1e3);
+      median_of(t_in_backward) * 1e3, median_of(t_waiting) * 1e3);
   std::printf("kusari: overlap hides %.0f%% of the communication the step shows without it\n",
               100 * hidden);
   if (peer.count("on_ms")) {

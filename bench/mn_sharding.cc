@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "bench_mn_util.h"
 #include "bench_util.h"
 #include "kusari/kusari.h"
 #include "kusari/mn.h"
@@ -35,28 +36,10 @@
 namespace F = kusari::functions;
 namespace L = kusari::links;
 namespace mn = kusari::mn;
+using kusari::bench::median_of;
+using kusari::bench::now_seconds;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-/// Waits for every rank without spinning a core (the peer runs on rank 0 meanwhile).
-void sleepy_barrier() {
-  MPI_Request request;
-  MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  int done = 0;
-  while (!done) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
 
 class Stack : public kusari::Chain {
  public:
@@ -163,7 +146,7 @@ int run(int argc, char** argv) {
       for (int s = 0; s < warmup + 1 + steps; ++s) {  // (the first update only broadcasts)
         if (s == warmup + 1) kusari::reset_cpu_peak_memory_stats();
         comm->barrier();
-        const double a = now();
+        const double a = now_seconds();
         model->cleargrads();
         {
           kusari::Variable loss = F::mean_squared_error((*model)(kusari::Variable(x)), kusari::Variable(t));
@@ -176,13 +159,13 @@ int run(int argc, char** argv) {
           if (p.grad().defined()) grad_bytes += p.grad().nbytes();
         });
         opt->update();
-        const double took = comm->allreduce_obj(now() - a, mn::ReduceOp::kMax);
+        const double took = comm->allreduce_obj(now_seconds() - a, mn::ReduceOp::kMax);
         if (s > warmup) times.push_back(took);
         counted = static_cast<double>(param_bytes + grad_bytes + state_bytes(*opt));
       }
     }
     const double peak = static_cast<double>(kusari::cpu_memory_stats().peak_requested_bytes - before);
-    ph.step_ms = median(times) * 1e3;
+    ph.step_ms = median_of(times) * 1e3;
     ph.peak_bytes = comm->allreduce_obj(peak, mn::ReduceOp::kMax);
     ph.counted_bytes = comm->allreduce_obj(counted, mn::ReduceOp::kMax);
   }
@@ -197,7 +180,7 @@ int run(int argc, char** argv) {
                                    "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1")
                .value_or(std::map<std::string, double>{});
   }
-  sleepy_barrier();
+  kusari::bench::sleepy_barrier();
   if (rank != 0) return 0;
 
   const double mb = 1 << 20;
