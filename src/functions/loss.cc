@@ -8,13 +8,16 @@
 #include "kusari/functions/activation.h"
 #include "kusari/functions/array.h"
 #include "kusari/functions/math.h"
+#include "routines/reduction.h"
 
 namespace kusari::functions {
 
 // Note [Softmax cross entropy]
-// Forward computes log_softmax once and gathers the labels' entries. The gradient with respect
-// to x is (softmax(x) - onehot(t)) * gy / count, masked where t == ignore_label; it is written
-// with differentiable functions (softmax = exp(log_softmax)) so the loss can be differentiated twice.
+// Forward runs the fused kernels (Note [Fused softmax cross entropy]): one pass over x per row
+// for the loss, keeping only each row's log-sum-exp; backward writes (softmax(x) - onehot(t)) *
+// gy / count, 0 where t == ignore_label, in one more pass. For double backprop the gradient is
+// written again with differentiable functions of x, so the loss can be differentiated twice; a
+// device without the kernels composes the loss from log_softmax.
 //
 // Note [Label smoothing]
 // With label_smoothing = eps the target of a sample is not onehot(t) but the mixture
@@ -26,21 +29,53 @@ namespace kusari::functions {
 // large-minibatch ImageNet runs use eps = 0.1.
 //
 // Note [Softmax cross entropy in 16-bit floats]
-// A float16 or bfloat16 x is cast to float32 first (a differentiable cast), so the log-sum-exp,
-// the gathered log-probabilities, the mean and softmax(x) - onehot(t) are all float32 and only
-// the gradient with respect to x is rounded, once, to x's dtype by the cast's backward. The loss
-// is therefore float32: bfloat16 would keep 2-3 digits of it, and the first gradient of a loss
-// scaled for float16 training (2^16) would overflow float16 (its largest value is 65504).
+// The loss of float16 or bfloat16 x is float32, like its sums: bfloat16 would keep 2-3 digits of
+// it, and the first gradient of a loss scaled for float16 training (2^16) would overflow float16
+// (its largest value is 65504). The fused kernels (Note [Fused softmax cross entropy]) read x in
+// its own dtype and compute in float32, so only the gradient with respect to x is rounded, once,
+// to x's dtype, and no float32 copy of the (batch, classes) logits is made; the composed path
+// casts x to float32 first.
+namespace {
+
+// The target q of each row (Note [Label smoothing]) in `dtype`; rows of ignored samples are 0.
+Array target_rows(const Array& safe_t, const Array& valid, int64_t n, int64_t classes, double label_smoothing,
+                  Dtype dtype, const Device& device) {
+  Array onehot = kusari::equal(Array::arange(classes, int64, device).reshape({1, classes}).broadcast_to({n, classes}),
+                               safe_t.reshape({n, 1}).broadcast_to({n, classes}));
+  onehot = kusari::logical_and(onehot, valid.reshape({n, 1}).broadcast_to({n, classes}));
+  Array q = onehot.astype(dtype);
+  if (label_smoothing != 0.0) {
+    Array row_valid = valid.reshape({n, 1}).broadcast_to({n, classes}).astype(dtype);
+    q = q * (1.0 - label_smoothing) + row_valid * (label_smoothing / static_cast<double>(classes));
+  }
+  return q;
+}
+
+// (softmax(x) - q) * gy * coeff written with differentiable functions of x, in float32 for
+// 16-bit x: the rule for double backprop (Note [Softmax cross entropy]).
+Variable composed_grad(const Variable& x, const Array& q, const Array& coeff, Reduce reduce, const Variable& gy) {
+  const int64_t n = x.shape()[0], k = x.shape()[1];
+  const Variable xf = is_half_precision(x.dtype()) ? cast(x, float32) : x;
+  // softmax(x) = e / sum(e) with e = exp(x - rowmax); the shift is a constant, so this is exactly
+  // softmax and differentiable. Rows of ignored samples (q all 0) get no gradient.
+  Variable e = exp(sub(xf, Variable(kusari::amax(xf.data(), {1}, true))));
+  Variable p = div(e, sum(e, {1}, true));
+  Array row_valid = kusari::not_equal(kusari::sum(q, {1}, true), 0.0).astype(q.dtype());
+  Variable diff = mul(sub(p, Variable(q)), Variable(row_valid));
+  Variable scale = reduce == Reduce::kMean ? broadcast_to(reshape(mul(gy, Variable(coeff)), {1, 1}), {n, k})
+                                           : broadcast_to(reshape(gy, {n, 1}), {n, k});
+  Variable g = mul(diff, scale);
+  return g.dtype() == x.dtype() ? g : cast(g, x.dtype());
+}
+
+}  // namespace
+
 Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label, Reduce reduce,
                                double label_smoothing) {
   const char* fn = "softmax_cross_entropy";
   detail::check_floating(fn, x);
   KUSARI_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, fn,
                ": label_smoothing must be in [0, 1], got ", label_smoothing);
-  if (is_half_precision(x.dtype())) {
-    // See Note [Softmax cross entropy in 16-bit floats].
-    return softmax_cross_entropy(cast(x, float32), t, ignore_label, reduce, label_smoothing);
-  }
   KUSARI_CHECK(x.ndim() == 2, ShapeError, fn, ": x must be 2-d (batch, classes), got shape ", x.shape());
   KUSARI_CHECK(t.dtype() == int32 || t.dtype() == int64, DtypeError, fn, ": labels must be int32 or int64, got ",
                dtype_name(t.dtype()));
@@ -63,44 +98,38 @@ Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore
                    " is out of range for ", classes, " classes (ignore_label is ", ignore_label, ")");
     }
   }
-  // log p[i, t_i] through a differentiable gather: one-hot mask sum keeps it simple and fused.
-  Array onehot = kusari::equal(Array::arange(classes, int64, x.device()).reshape({1, classes}).broadcast_to({n, classes}),
-                               safe_t.reshape({n, 1}).broadcast_to({n, classes}));
-  onehot = kusari::logical_and(onehot, valid.reshape({n, 1}).broadcast_to({n, classes}));
-  Array onehot_f = onehot.astype(x.dtype());
-  if (label_smoothing != 0.0) {
-    // The smoothed target q (Note [Label smoothing]); rows of ignored samples stay zero.
-    Array row_valid = valid.reshape({n, 1}).broadcast_to({n, classes}).astype(x.dtype());
-    onehot_f = onehot_f * (1.0 - label_smoothing) +
-               row_valid * (label_smoothing / static_cast<double>(classes));
-  }
-  Array logp = kusari::log_softmax(x.data(), 1);
-  Array per_sample = kusari::negative(kusari::sum(kusari::multiply(logp, onehot_f), {1}));
+  const Dtype stat = routines::cross_entropy_stat_dtype(x.dtype());
   // 1 / (number of labels not ignored), kept on the device (no synchronisation).
-  Array coeff = kusari::reciprocal(kusari::maximum(kusari::sum(valid).astype(x.dtype()), 1.0));
-  Array y = reduce == Reduce::kMean ? kusari::multiply(kusari::sum(per_sample), coeff) : per_sample;
-  return record(fn, {x}, std::move(y), [onehot_f, coeff, reduce, logp](BackwardContext& ctx) {
-    Variable x = ctx.input(0);
-    const int64_t n = x.shape()[0], k = x.shape()[1];
-    Variable gy = ctx.output_grad();
-    // p - onehot (or the smoothed target), masked rows already zero in it; rows with ignored
-    // labels need p masked too. Each valid row of the target sums to 1 (up to rounding with
-    // smoothing, so the mask is taken as "nonzero").
-    Array row_valid = kusari::not_equal(kusari::sum(onehot_f, {1}, true), 0.0).astype(onehot_f.dtype());
-    Variable p;
-    if (ctx.is_double_backprop()) {
-      // softmax(x) = e / sum(e) with e = exp(x - rowmax); the shift is a constant, so this is
-      // exactly softmax and differentiable.
-      Variable e = exp(sub(x, Variable(kusari::amax(x.data(), {1}, true))));
-      p = div(e, sum(e, {1}, true));
-    } else {
-      p = Variable(kusari::exp(logp));
-    }
-    Variable diff = mul(sub(p, Variable(onehot_f)), Variable(row_valid));
-    Variable scale = reduce == Reduce::kMean ? broadcast_to(reshape(mul(gy, Variable(coeff)), {1, 1}), {n, k})
-                                             : broadcast_to(reshape(gy, {n, 1}), {n, k});
-    ctx.set_input_grad(0, mul(diff, scale));
-  });
+  Array coeff = kusari::reciprocal(kusari::maximum(kusari::sum(valid).astype(stat), 1.0));
+  Array lse;
+  Array per_sample = routines::softmax_cross_entropy_rows(x.data(), t64, ignore_label, label_smoothing, lse);
+  if (per_sample.defined()) {
+    Array y = reduce == Reduce::kMean ? kusari::multiply(kusari::sum(per_sample), coeff) : per_sample;
+    return record(fn, {x}, std::move(y),
+                  [t64, valid, safe_t, lse, coeff, reduce, ignore_label, label_smoothing, stat](BackwardContext& ctx) {
+                    const Variable x = ctx.input(0);
+                    const Variable& gy = ctx.output_grad();
+                    const int64_t n = x.shape()[0], k = x.shape()[1];
+                    if (!ctx.is_double_backprop()) {
+                      Array g = reduce == Reduce::kMean ? kusari::multiply(gy.data(), coeff).broadcast_to({n})
+                                                        : gy.data();
+                      g = kusari::multiply(g, valid.astype(stat));
+                      Array gx = routines::softmax_cross_entropy_rows_backward(x.data(), t64, lse, g, ignore_label,
+                                                                               label_smoothing);
+                      if (gx.defined()) {
+                        ctx.set_input_grad(0, Variable(std::move(gx)));
+                        return;
+                      }
+                    }
+                    const Array q = target_rows(safe_t, valid, n, k, label_smoothing, stat, x.device());
+                    ctx.set_input_grad(0, composed_grad(x, q, coeff, reduce, gy));
+                  });
+  }
+  // The device has no fused kernel: -sum(q log_softmax(x)) composed, differentiable throughout.
+  const Variable xf = is_half_precision(x.dtype()) ? cast(x, float32) : x;
+  const Array q = target_rows(safe_t, valid, n, classes, label_smoothing, xf.dtype(), x.device());
+  Variable per = neg(sum(mul(log_softmax(xf, 1), Variable(q)), {1}));
+  return reduce == Reduce::kMean ? mul(sum(per), Variable(coeff)) : per;
 }
 
 // Note [Sigmoid cross entropy]

@@ -1,6 +1,7 @@
 #include "kusari/core/routines.h"
 
 #include "kernels/reduction.h"
+#include "routines/reduction.h"
 #include "routines/routine_util.h"
 
 namespace kusari {
@@ -152,3 +153,51 @@ Array log_softmax(const Array& x, int axis) {
 }
 
 }  // namespace kusari
+
+// --- softmax cross entropy (src/routines/reduction.h) ---------------------------------------------
+
+namespace kusari::routines {
+
+Dtype cross_entropy_stat_dtype(Dtype x) { return x == Dtype::kFloat64 ? Dtype::kFloat64 : Dtype::kFloat32; }
+
+namespace {
+
+kernels::CrossEntropyParams params(const Array& x, int64_t ignore_label, double label_smoothing) {
+  kernels::CrossEntropyParams p;
+  p.rows = x.shape()[0];
+  p.classes = x.shape()[1];
+  p.ignore_label = ignore_label;
+  p.label_smoothing = label_smoothing;
+  return p;
+}
+
+}  // namespace
+
+Array softmax_cross_entropy_rows(const Array& x_in, const Array& t_in, int64_t ignore_label, double label_smoothing,
+                                 Array& lse) {
+  KUSARI_ASSERT(x_in.ndim() == 2 && t_in.ndim() == 1 && t_in.shape()[0] == x_in.shape()[0]);
+  const Array x = x_in.contiguous(), t = t_in.contiguous();
+  const kernels::CrossEntropyParams p = params(x, ignore_label, label_smoothing);
+  const Dtype stat = cross_entropy_stat_dtype(x.dtype());
+  Array loss = Array::empty({p.rows}, stat, x.device());
+  lse = Array::empty({p.rows}, stat, x.device());
+  if (p.rows == 0) return loss;
+  if (p.classes == 0 || !kernels::softmax_cross_entropy_forward.try_run(x.device(), x, t, p, loss, lse)) {
+    lse = Array();
+    return Array();
+  }
+  return loss;
+}
+
+Array softmax_cross_entropy_rows_backward(const Array& x_in, const Array& t_in, const Array& lse, const Array& g,
+                                          int64_t ignore_label, double label_smoothing) {
+  const Array x = x_in.contiguous(), t = t_in.contiguous();
+  const kernels::CrossEntropyParams p = params(x, ignore_label, label_smoothing);
+  Array gx = Array::empty(x.shape(), x.dtype(), x.device());
+  if (p.rows == 0) return gx;
+  const Array gc = g.astype(cross_entropy_stat_dtype(x.dtype())).contiguous();
+  if (!kernels::softmax_cross_entropy_backward.try_run(x.device(), x, t, lse, gc, p, gx)) return Array();
+  return gx;
+}
+
+}  // namespace kusari::routines

@@ -1,6 +1,7 @@
 // CPU kernels: reductions over axes, arg-reductions and softmax.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -200,10 +201,95 @@ void softmax(const Array& x_in, int axis, bool log, Array& out) {
   });
 }
 
+// Note [Fused softmax cross entropy]
+// Per row, with m the maximum, lse = m + log(sum_k exp(x_k - m)) and the target
+// q = (1 - eps) onehot(t) + eps / K (Note [Label smoothing]):
+//   loss = -sum_k q_k (x_k - lse) = lse - (1 - eps) x_t - (eps / K) sum_k x_k,
+//   gx_k = g (exp(x_k - lse) - q_k).
+// Forward reads x once (its maximum first, then the sums) and keeps only lse per row; backward
+// reads x once more and writes gx in x's dtype. Nothing of (rows, classes) is held between them
+// but x itself, which the caller's graph holds anyway. The sums are float64 on the CPU.
+template <typename T, typename S>
+void cross_entropy_rows(const T* x, const int64_t* t, const kernels::CrossEntropyParams& p, S* loss, S* lse,
+                        int64_t b, int64_t e) {
+  using C = compute_t<T>;
+  const double eps = p.label_smoothing, k = static_cast<double>(p.classes);
+  for (int64_t r = b; r < e; ++r) {
+    const T* xr = x + r * p.classes;
+    C m = -std::numeric_limits<C>::infinity();
+    for (int64_t j = 0; j < p.classes; ++j) m = std::max(m, static_cast<C>(xr[j]));
+    double sum = 0.0, total = 0.0;
+    for (int64_t j = 0; j < p.classes; ++j) {
+      const double v = static_cast<double>(static_cast<C>(xr[j]));
+      sum += std::exp(v - static_cast<double>(m));
+      total += v;
+    }
+    const double l = static_cast<double>(m) + std::log(sum);
+    lse[r] = static_cast<S>(l);
+    if (t[r] == p.ignore_label) {
+      loss[r] = S(0);
+      continue;
+    }
+    double out = l - (1.0 - eps) * static_cast<double>(static_cast<C>(xr[t[r]]));
+    if (eps != 0.0) out -= eps / k * total;
+    loss[r] = static_cast<S>(out);
+  }
+}
+
+template <typename T, typename S>
+void cross_entropy_grad_rows(const T* x, const int64_t* t, const S* lse, const S* g,
+                             const kernels::CrossEntropyParams& p, T* gx, int64_t b, int64_t e) {
+  using C = compute_t<T>;
+  const double eps = p.label_smoothing, uniform = eps / static_cast<double>(p.classes);
+  for (int64_t r = b; r < e; ++r) {
+    const T* xr = x + r * p.classes;
+    T* gr = gx + r * p.classes;
+    const double gi = static_cast<double>(g[r]), l = static_cast<double>(lse[r]);
+    for (int64_t j = 0; j < p.classes; ++j) {
+      const double q = (j == t[r] ? 1.0 - eps : 0.0) + uniform;
+      gr[j] = static_cast<T>(static_cast<C>(gi * (std::exp(static_cast<double>(static_cast<C>(xr[j])) - l) - q)));
+    }
+  }
+}
+
+bool softmax_cross_entropy_forward(const Array& x, const Array& t_in, const kernels::CrossEntropyParams& p,
+                                   Array& loss, Array& lse) {
+  const Array t = t_in.astype(int64);
+  common::visit_floating_dtype(x.dtype(), "softmax_cross_entropy_forward", [&](auto tag) {
+    using T = decltype(tag);
+    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const T* xp = x.data<T>();
+    const int64_t* tp = t.data<int64_t>();
+    S* lp = loss.data<S>();
+    S* ep = lse.data<S>();
+    parallel_for(p.rows, p.classes * 10, [&](int64_t b, int64_t e) { cross_entropy_rows<T, S>(xp, tp, p, lp, ep, b, e); });
+  });
+  return true;
+}
+
+bool softmax_cross_entropy_backward(const Array& x, const Array& t_in, const Array& lse, const Array& g,
+                                    const kernels::CrossEntropyParams& p, Array& gx) {
+  const Array t = t_in.astype(int64);
+  common::visit_floating_dtype(x.dtype(), "softmax_cross_entropy_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const T* xp = x.data<T>();
+    const int64_t* tp = t.data<int64_t>();
+    const S* ep = lse.data<S>();
+    const S* gp = g.data<S>();
+    T* op = gx.data<T>();
+    parallel_for(p.rows, p.classes * 10,
+                 [&](int64_t b, int64_t e) { cross_entropy_grad_rows<T, S>(xp, tp, ep, gp, p, op, b, e); });
+  });
+  return true;
+}
+
 void register_cpu_reduction_kernels() {
   kernels::reduce.set(DeviceType::kCPU, &reduce);
   kernels::arg_reduce.set(DeviceType::kCPU, &arg_reduce);
   kernels::softmax.set(DeviceType::kCPU, &softmax);
+  kernels::softmax_cross_entropy_forward.set(DeviceType::kCPU, &softmax_cross_entropy_forward);
+  kernels::softmax_cross_entropy_backward.set(DeviceType::kCPU, &softmax_cross_entropy_backward);
 }
 
 }  // namespace kusari::cpu

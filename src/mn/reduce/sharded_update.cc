@@ -526,6 +526,8 @@ void ShardedUpdate::make_chunks() {
   ready_.assign(groups_.size(), {});
   present_.assign(groups_.size(), {});
   unpacked_.assign(groups_.size(), {});
+  entry_chunks_.assign(groups_.size(), {});
+  host_grads_.assign(groups_.size(), {});
   const int rank = comm_->rank();
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     Group& g = groups_[gi];
@@ -537,6 +539,8 @@ void ShardedUpdate::make_chunks() {
     ready_[gi].assign(g.entries.size(), 0);
     present_[gi].assign(g.entries.size(), 0);
     unpacked_[gi].assign(g.entries.size(), 0);
+    entry_chunks_[gi].assign(g.entries.size(), {0, 0});
+    host_grads_[gi].assign(g.entries.size(), Array());
     size_t first = 0;
     for (int64_t a = 0; a < g.bounds.back(); a += chunk) {
       Chunk c;
@@ -547,6 +551,11 @@ void ShardedUpdate::make_chunks() {
       c.first = first;
       c.last = first;
       while (c.last < g.entries.size() && g.entries[c.last].offset < c.b) ++unpacked_[gi][c.last++];
+      for (size_t i = c.first; i < c.last; ++i) {
+        auto& range = entry_chunks_[gi][i];
+        if (range.second == 0) range.first = chunks_.size();
+        range.second = chunks_.size() + 1;
+      }
       chunks_.push_back(std::move(c));
     }
   }
@@ -560,6 +569,7 @@ void ShardedUpdate::reset_overlap() {
     std::fill(ready_[gi].begin(), ready_[gi].end(), 0);
     std::fill(present_[gi].begin(), present_[gi].end(), 0);
     std::fill(unpacked_[gi].begin(), unpacked_[gi].end(), 0);
+    std::fill(host_grads_[gi].begin(), host_grads_[gi].end(), Array());
   }
   for (Chunk& c : chunks_) {
     c.launched = false;
@@ -588,19 +598,18 @@ void ShardedUpdate::detach_hooks() {
 void ShardedUpdate::on_ready(size_t gi, size_t i) {
   if (holding_) return;
   const Entry& e = groups_[gi].entries[i];
+  const auto [from, to] = entry_chunks_[gi][i];
   if (ready_[gi][i]) {
-    KUSARI_CHECK(unpacked_[gi][i] > 0 && std::none_of(chunks_.begin(), chunks_.end(), [&](const Chunk& c) {
-                   return c.launched && c.group == gi && c.first <= i && i < c.last;
-                 }),
+    KUSARI_CHECK(unpacked_[gi][i] > 0 && std::none_of(chunks_.begin() + static_cast<std::ptrdiff_t>(from),
+                                                      chunks_.begin() + static_cast<std::ptrdiff_t>(to),
+                                                      [](const Chunk& c) { return c.launched; }),
                  ValueError, "MultiNodeOptimizer (zero_stage 2, overlap): the gradient of ", e.path,
                  " was finished again after it was sent; accumulate gradients with update_accumulated (or "
                  "hold the overlap for every backward but the last)");
     return;
   }
   ready_[gi][i] = 1;
-  for (Chunk& c : chunks_) {
-    if (c.group == gi && c.first <= i && i < c.last) --c.pending;
-  }
+  for (size_t k = from; k < to; ++k) --chunks_[k].pending;
   // Move the chunks in flight on while backward runs, free the buffers of those done, and launch
   // what is ready within the limit. A hook never waits: a peer may be in a collective of the
   // model's own (or of a Join) that this process has yet to reach.
@@ -642,14 +651,19 @@ void ShardedUpdate::launch(size_t k) {
     const int64_t lo = std::max(c.a, e.offset) - e.offset;
     const int64_t hi = std::min(c.b, e.offset + e.size) - e.offset;
     Array dst = c.send.at({Slice(e.offset + lo - c.a, e.offset + hi - c.a)});
-    const Array grad = e.param.grad();
-    if (grad.defined()) {
-      dst.assign(host_flat(grad).at({Slice(lo, hi)}).astype(wire));
+    // One host copy of a device gradient for all of its chunks (a host gradient is its own view).
+    Array& host = host_grads_[c.group][i];
+    if (!host.defined() && e.param.grad().defined()) host = host_flat(e.param.grad());
+    if (host.defined()) {
+      dst.assign(host.at({Slice(lo, hi)}).astype(wire));
       present_[c.group][i] = 1;
     } else {
       dst.fill(0.0);
     }
-    if (--unpacked_[c.group][i] == 0) Parameter(e.param).cleargrad();  // (sent: this process keeps its shard only)
+    if (--unpacked_[c.group][i] == 0) {
+      host = Array();
+      Parameter(e.param).cleargrad();  // (sent: this process keeps its shard only)
+    }
   }
   const std::vector<int64_t> counts = counts_within(g.bounds, c.a, c.b);
   std::vector<int> counts32(counts.begin(), counts.end());

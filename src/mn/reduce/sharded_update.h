@@ -140,6 +140,8 @@ class ShardedUpdate {
   std::vector<Array> shard_grads_;     // per group: this process's reduced shard (wire dtype)
   std::vector<std::vector<char>> ready_, present_;  // per group, per entry (this step)
   std::vector<std::vector<int64_t>> unpacked_;      // per group, per entry: its chunks not packed yet
+  std::vector<std::vector<std::pair<size_t, size_t>>> entry_chunks_;  // per group, per entry: chunks [from, to)
+  std::vector<std::vector<Array>> host_grads_;  // per group, per entry: the flat host gradient while packed
   std::vector<std::pair<Parameter, int64_t>> hooks_;
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kusari/autograd/gradient_check.h"
+#include "kernels/reduction.h"
 #include "kusari/functions.h"
 #include "function_test_util.h"
 #include "test_util.h"
@@ -88,6 +89,47 @@ double low_precision_tol(Dtype d) { return d == float16 ? 4e-3 : 3e-2; }
 ::testing::AssertionResult CloseToFloat32(const Array& actual, const Array& expected, double tol) {
   const double scale = kusari::amax(kusari::abs(expected)).item<double>();
   return testing::ArraysClose(actual.astype(float32), expected, 0, tol * std::max(scale, 1e-30));
+}
+
+// The fused kernels (Note [Fused softmax cross entropy]) against the loss composed from
+// log_softmax, which the function runs where a device has no kernel (here: with the slots
+// emptied for the test): loss and gradient, with and without label smoothing, mean and per
+// sample, ignored labels, and rows long enough for the GPU's block-per-row geometry.
+TEST_P(MlpFunctionsTest, SoftmaxCrossEntropyFusedMatchesTheComposedLoss) {
+  for (int64_t classes : {7, 9000}) {
+    const Array t = Array::from_vector(std::vector<int64_t>{0, classes - 1, -1, 3, 2}, std::nullopt, device());
+    for (Dtype d : {float64, float32, bfloat16}) {
+      const Array x = (uniform({5, classes}, float32) * 6.0).astype(d);
+      for (double eps : {0.0, 0.1}) {
+        for (F::Reduce r : {F::Reduce::kMean, F::Reduce::kNone}) {
+          SCOPED_TRACE(::testing::Message() << dtype_name(d) << " classes " << classes << " eps " << eps
+                                            << (r == F::Reduce::kMean ? " mean" : " none"));
+          const Array gy = r == F::Reduce::kMean ? Array::full({}, 2.0, d == float64 ? float64 : float32, device())
+                                                 : uniform({5}, d == float64 ? float64 : float32);
+          Array loss[2], grad[2];
+          for (int composed = 0; composed < 2; ++composed) {
+            auto* const forward = kernels::softmax_cross_entropy_forward.find(device());
+            if (composed) kernels::softmax_cross_entropy_forward.set(device().type(), nullptr);
+            Variable v(x, true);
+            Variable l = F::softmax_cross_entropy(v, t, -1, r, eps);
+            kernels::softmax_cross_entropy_forward.set(device().type(), forward);
+            l.set_grad(gy);
+            l.backward();
+            loss[composed] = l.data();
+            grad[composed] = v.grad();
+          }
+          EXPECT_EQ(loss[0].dtype(), loss[1].dtype());
+          EXPECT_EQ(grad[0].dtype(), d);
+          const double tol = d == float64 ? 1e-12 : d == float32 ? 2e-5 : 1e-2;
+          EXPECT_TRUE(CloseToFloat32(loss[0].astype(float32), loss[1].astype(float32), tol));
+          EXPECT_TRUE(CloseToFloat32(grad[0].astype(float32), grad[1].astype(float32), tol));
+          // The ignored sample (row 2) has no loss and no gradient.
+          if (r == F::Reduce::kNone) EXPECT_EQ(loss[0].astype(float64).to_vector<double>()[2], 0.0);
+          EXPECT_EQ(kusari::amax(kusari::abs(grad[0].at({int64_t{2}}).astype(float32))).item<float>(), 0.0f);
+        }
+      }
+    }
+  }
 }
 
 TEST_P(MlpFunctionsTest, LinearAndReluInSixteenBitsMatchFloat32) {

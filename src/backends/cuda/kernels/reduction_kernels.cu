@@ -1,4 +1,6 @@
-// CUDA kernels: reductions over axes, arg-reductions and softmax.
+// CUDA kernels: reductions over axes, arg-reductions, softmax and softmax cross entropy (Note
+// [Fused softmax cross entropy] in the CPU's file; here the sums are in the statistics' dtype,
+// float32 but for float64 data).
 //
 // Note [GPU reductions]
 // x's axes split into kept axes (the output's) and reduced axes, each compacted to a strided
@@ -308,6 +310,74 @@ __global__ void softmax_columns_kernel(int64_t outer, int64_t n, int64_t inner, 
   }
 }
 
+// Softmax cross entropy, a group of G threads per row as softmax_rows_kernel: loss and lse.
+template <typename T, typename S>
+__global__ void cross_entropy_rows_kernel(int64_t rows, int64_t classes, const T* x, const int64_t* t,
+                                          int64_t ignore_label, S eps, S* loss, S* lse) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  S* smem = reinterpret_cast<S*>(smem_raw);
+  const int group = blockDim.x <= 256 ? 32 : static_cast<int>(blockDim.x);
+  const int lane = threadIdx.x % group;
+  const int64_t groups_per_block = blockDim.x / group;
+  const auto max_op = [](S a, S b) { return (b > a || b != b) ? b : a; };
+  const auto sum_op = [](S a, S b) { return a + b; };
+  for (int64_t base = blockIdx.x * groups_per_block; base < rows;
+       base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
+    const int64_t row = base + threadIdx.x / group;
+    const bool active = row < rows;
+    const T* xr = x + (active ? row : 0) * classes;
+    S m = -static_cast<S>(INFINITY);
+    if (active) {
+      for (int64_t j = lane; j < classes; j += group) m = max_op(m, static_cast<S>(to_compute(xr[j])));
+    }
+    m = group_allreduce(m, max_op, group, smem);
+    S sum = S(0), total = S(0);
+    if (active) {
+      for (int64_t j = lane; j < classes; j += group) {
+        const S v = static_cast<S>(to_compute(xr[j]));
+        sum += exp(v - m);
+        total += v;
+      }
+    }
+    sum = group_allreduce(sum, sum_op, group, smem);
+    total = group_allreduce(total, sum_op, group, smem);
+    if (active && lane == 0) {
+      const S l = m + log(sum);
+      lse[row] = l;
+      const int64_t label = t[row];
+      S out = S(0);
+      if (label != ignore_label) {
+        out = l - (S(1) - eps) * static_cast<S>(to_compute(xr[label]));
+        if (eps != S(0)) out -= eps / static_cast<S>(classes) * total;
+      }
+      loss[row] = out;
+    }
+  }
+}
+
+// gx = g (softmax(x) - q), a group of threads per row.
+template <typename T, typename S>
+__global__ void cross_entropy_grad_kernel(int64_t rows, int64_t classes, const T* x, const int64_t* t,
+                                          const S* lse, const S* g, S eps, T* gx) {
+  const int group = blockDim.x <= 256 ? 32 : static_cast<int>(blockDim.x);
+  const int lane = threadIdx.x % group;
+  const int64_t groups_per_block = blockDim.x / group;
+  const S uniform = eps / static_cast<S>(classes);
+  for (int64_t base = blockIdx.x * groups_per_block; base < rows;
+       base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
+    const int64_t row = base + threadIdx.x / group;
+    if (row >= rows) continue;
+    const T* xr = x + row * classes;
+    T* gr = gx + row * classes;
+    const S gi = g[row], l = lse[row];
+    const int64_t label = t[row];
+    for (int64_t j = lane; j < classes; j += group) {
+      const S q = (j == label ? S(1) - eps : S(0)) + uniform;
+      gr[j] = from_compute<T>(static_cast<compute_t<T>>(gi * (exp(static_cast<S>(to_compute(xr[j])) - l) - q)));
+    }
+  }
+}
+
 // --- launchers -----------------------------------------------------------------------------------
 
 /// The plan for reducing x over the axes where `reduced[d]` is true.
@@ -460,10 +530,58 @@ void softmax(const Array& x_in, int axis, bool log, Array& out) {
   KUSARI_CUDA_CHECK_LAUNCH();
 }
 
+/// The row geometry of the cross entropy kernels: a warp per row, or a block of 512 per long row.
+struct RowLaunch {
+  unsigned grid;
+  int block;
+};
+RowLaunch row_launch(int64_t rows, int64_t classes, int device) {
+  const int block = classes > 8192 ? 512 : kBlockSize;
+  const int64_t rows_per_block = block == 512 ? 1 : block / 32;
+  return {static_cast<unsigned>(std::clamp<int64_t>((rows + rows_per_block - 1) / rows_per_block, 1,
+                                                    static_cast<int64_t>(sm_count(device)) * 32)),
+          block};
+}
+
+bool softmax_cross_entropy_forward(const Array& x, const Array& t_in, const kernels::CrossEntropyParams& p,
+                                   Array& loss, Array& lse) {
+  const Array t = t_in.astype(int64);
+  const RowLaunch launch = row_launch(p.rows, p.classes, x.device().index());
+  cudaStream_t stream = prepare(x);
+  common::visit_floating_dtype(x.dtype(), "softmax_cross_entropy_forward", [&](auto tag) {
+    using T = device_t<decltype(tag)>;
+    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    const size_t smem = static_cast<size_t>(launch.block / 32) * sizeof(S);
+    cross_entropy_rows_kernel<T, S><<<launch.grid, launch.block, smem, stream>>>(
+        p.rows, p.classes, static_cast<const T*>(x.raw_data()), t.data<int64_t>(), p.ignore_label,
+        static_cast<S>(p.label_smoothing), loss.data<S>(), lse.data<S>());
+  });
+  KUSARI_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+bool softmax_cross_entropy_backward(const Array& x, const Array& t_in, const Array& lse, const Array& g,
+                                    const kernels::CrossEntropyParams& p, Array& gx) {
+  const Array t = t_in.astype(int64);
+  const RowLaunch launch = row_launch(p.rows, p.classes, x.device().index());
+  cudaStream_t stream = prepare(x);
+  common::visit_floating_dtype(x.dtype(), "softmax_cross_entropy_backward", [&](auto tag) {
+    using T = device_t<decltype(tag)>;
+    using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    cross_entropy_grad_kernel<T, S><<<launch.grid, launch.block, 0, stream>>>(
+        p.rows, p.classes, static_cast<const T*>(x.raw_data()), t.data<int64_t>(), lse.data<S>(), g.data<S>(),
+        static_cast<S>(p.label_smoothing), static_cast<T*>(gx.raw_data()));
+  });
+  KUSARI_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 void register_cuda_reduction_kernels() {
   kernels::reduce.set(DeviceType::kCUDA, &reduce);
   kernels::arg_reduce.set(DeviceType::kCUDA, &arg_reduce);
   kernels::softmax.set(DeviceType::kCUDA, &softmax);
+  kernels::softmax_cross_entropy_forward.set(DeviceType::kCUDA, &softmax_cross_entropy_forward);
+  kernels::softmax_cross_entropy_backward.set(DeviceType::kCUDA, &softmax_cross_entropy_backward);
 }
 
 }  // namespace kusari::cuda
