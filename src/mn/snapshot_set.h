@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "kusari/core/array.h"
+#include "optimizers/shard_layout_key.h"
 #include "kusari/serializers/serializer.h"
 
 namespace kusari::mn::detail {
 
 /// The key, under the optimizer's path, of the layout a sharded optimizer writes beside its pieces.
-inline constexpr const char* kShardLayoutKey = "mn_shard_layout";
+using optimizers::detail::kShardLayoutKey;
 
 /// How a sharded optimizer's state was cut over the processes that wrote a snapshot: per group of
 /// parameters of one dtype, the flat space's bounds per process and where each parameter lies.

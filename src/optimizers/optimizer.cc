@@ -7,6 +7,7 @@
 
 #include "kusari/core/routines.h"
 #include "kusari/functions/math.h"
+#include "optimizers/shard_layout_key.h"
 
 namespace kusari {
 
@@ -490,9 +491,9 @@ std::vector<std::string> Optimizer::hyperparam_names() const {
 void Optimizer::serialize(Serializer& s) {
   // One process's file of a sharded optimizer's snapshot holds only that process's part of the
   // state (kusari::mn, Note [Sharded snapshot files]): refuse it rather than load a part.
-  KUSARI_CHECK(!(s.is_loading() && s.contains("mn_shard_layout")), IOError, type_name(), ": the snapshot at '",
-               s.path(), "' is one process's part of the state of an optimizer that several processes sharded "
-               "(zero_stage); load the files of all the processes of that save together "
+  const bool part = s.is_loading() && s.contains(optimizers::detail::kShardLayoutKey);
+  KUSARI_CHECK(!part, IOError, type_name(), ": the snapshot at '", s.path(), "' is one process's part of the "
+               "state of an optimizer that several processes sharded (zero_stage); load the files of all the processes of that save together "
                "(kusari::mn::load_newest_snapshot_set, load_snapshot_files) or merge them into one "
                "(kusari::mn::merge_snapshot_files)");
   settle_loss_scale();
