@@ -69,6 +69,14 @@ void init_functions(py::module_& f) {
           py::gil_scoped_release r;
           return F::resize_images(x.v, output_shape, align_corners);
         }, py::arg("x"), py::arg("output_shape"), py::arg("mode") = "bilinear", py::arg("align_corners") = true);
+  f.def("spatial_transformer_grid", [](const VarArg& theta, const Shape& output_shape) {
+          return F::spatial_transformer_grid(theta.v, output_shape);
+        }, py::arg("theta"), py::arg("output_shape"), R());
+  f.def("spatial_transformer_sampler", [](const VarArg& x, const VarArg& grid) {
+          return F::spatial_transformer_sampler(x.v, grid.v);
+        }, py::arg("x"), py::arg("grid"), R());
+  f.def("take", [](const VarArg& x, const ArrArg& indices, int axis) { return F::take(x.v, indices.a, axis); },
+        py::arg("x"), py::arg("indices"), py::arg("axis") = 0, R());
   f.def("reshape", [](const VarArg& x, const Shape& shape) { return F::reshape(x.v, shape); }, py::arg("x"),
         py::arg("shape"), R());
   f.def("transpose", [](const VarArg& x, py::handle axes) { return F::transpose(x.v, axes_of(axes)); }, py::arg("x"),

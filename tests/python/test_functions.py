@@ -157,6 +157,11 @@ def test_chainers_composed_functions(rng):
     np.testing.assert_allclose(F.resize_images(img, (3, 3)).array[0, 0], [[0, 1, 2], [2, 3, 4], [4, 5, 6]])
     with pytest.raises(ValueError, match="mode 'nearest' is not available"):
         F.resize_images(img, (3, 3), mode='nearest')
+    theta = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
+    grid = F.spatial_transformer_grid(theta, (2, 2))
+    np.testing.assert_allclose(grid.array[0], [[[-1, 1], [-1, 1]], [[-1, -1], [1, 1]]])
+    np.testing.assert_allclose(F.spatial_transformer_sampler(img[:, :, :, :], grid).array, img)
+    np.testing.assert_allclose(F.take(np.arange(6.0).reshape(2, 3), np.array([2, 0]), axis=1).array, [[2, 0], [5, 3]])
     a = np.array([[0.0, 0.0, 2.0, 2.0]])
     b = np.array([[1.0, 1.0, 3.0, 3.0], [0.0, 0.0, 2.0, 2.0]])
     np.testing.assert_allclose(F.bbox_iou(a, b).array, [[1 / 7, 1.0]])

@@ -35,6 +35,10 @@ std::vector<Variable> split_axis(const Variable& x, int64_t sections, int axis);
 std::vector<Variable> split_axis(const Variable& x, const std::vector<int64_t>& indices, int axis);
 /// NumPy basic indexing (integers, slices, NewAxis, Ellipsis); the gradient is scattered back.
 Variable get_item(const Variable& x, const std::vector<Index>& indices);
+/// NumPy's take: the entries of x at `indices` (int32 or int64, any shape; negative ones count
+/// from the end) along `axis`, which the indices' shape replaces. The gradient is added back at
+/// the indices (repeated indices sum), and can itself be differentiated.
+Variable take(const Variable& x, const Array& indices, int axis = 0);
 /// cond ? a : b (cond is a bool array, not differentiated).
 Variable where(const Array& cond, const Variable& a, const Variable& b);
 
@@ -44,5 +48,17 @@ Variable where(const Array& cond, const Variable& a, const Variable& b);
 /// without, pixel centres do: (i + 0.5) H / out_h - 0.5, clamped to the image. Written as two
 /// products with interpolation matrices, so it is differentiable on every device.
 Variable resize_images(const Variable& x, const Shape& output_shape, bool align_corners = true);
+
+/// The sampling grid of a spatial transformer (Jaderberg et al.; Chainer's
+/// spatial_transformer_grid): for affine parameters theta (B, 2, 3) and output_shape (H, W), the
+/// (B, 2, H, W) source coordinates theta [x_t; y_t; 1] of the target pixels, whose coordinates
+/// x_t, y_t run from -1 to 1 across the output (channel 0 is x, channel 1 is y).
+Variable spatial_transformer_grid(const Variable& theta, const Shape& output_shape);
+/// Samples x (B, C, H, W) at the coordinates of grid (B, 2, H_out, W_out) (as
+/// spatial_transformer_grid makes them: -1 and 1 are the centres of the first and last pixels) by
+/// bilinear interpolation, with zeros outside the image (Chainer's spatial_transformer_sampler).
+/// Differentiable with respect to x and grid; written with take and elementwise functions, so it
+/// runs on every device.
+Variable spatial_transformer_sampler(const Variable& x, const Variable& grid);
 
 }  // namespace kusari::functions

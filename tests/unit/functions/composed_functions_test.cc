@@ -237,6 +237,112 @@ TEST_P(ComposedFunctionsTest, ResizeImagesInterpolatesBilinearly) {
   EXPECT_THROW(F::resize_images(Variable(x), {0, 3}), ValueError);
 }
 
+TEST_P(ComposedFunctionsTest, TakeGathersAndAddsBack) {
+  const Array x = vec({0, 1, 2, 3, 4, 5}, {2, 3});
+  const Array idx = Array::from_vector(std::vector<int64_t>{2, 0, 2, -1}, std::nullopt, device());
+  Variable vx(x, true);
+  Variable y = F::take(vx, idx, 1);
+  EXPECT_TRUE(ArraysClose(y.data(), vec({2, 0, 2, 2, 5, 3, 5, 5}, {2, 4}), 0));
+  F::sum(y).backward();
+  // Index 2 is taken three times (-1 is 2), 0 once, 1 never.
+  EXPECT_TRUE(ArraysClose(vx.grad(), vec({1, 0, 3, 1, 0, 3}, {2, 3}), 0));
+  const Array rows = Array::from_vector(std::vector<int32_t>{1, 1, 0}, Shape{3, 1}, device());
+  EXPECT_EQ(F::take(Variable(x), rows, 0).shape(), (Shape{3, 1, 3}));
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check([idx](const Variable& v) { return F::take(v, idx, 1); }, uniform({2, 3}, d));
+    check([rows](const Variable& v) { return F::take(v, rows, -2); }, uniform({2, 4}, d));
+  }
+  EXPECT_THROW(F::take(Variable(x), idx.astype(float32), 1), DtypeError);
+  EXPECT_THROW(F::take(Variable(x), idx, 2), ShapeError);
+}
+
+// Chainer's spatial_transformer_sampler element by element (Note [Spatial transformer]), for the
+// tests: x (B, C, H, W) and grid (B, 2, Ho, Wo) as flat float64 vectors.
+std::vector<double> sample_bilinear(const std::vector<double>& x, const std::vector<double>& grid, int64_t b,
+                                    int64_t c, int64_t h, int64_t w, int64_t ho, int64_t wo) {
+  std::vector<double> y(static_cast<size_t>(b * c * ho * wo));
+  for (int64_t n = 0; n < b; ++n) {
+    for (int64_t i = 0; i < ho; ++i) {
+      for (int64_t j = 0; j < wo; ++j) {
+        const double gu = grid[static_cast<size_t>(((n * 2 + 0) * ho + i) * wo + j)];
+        const double gv = grid[static_cast<size_t>(((n * 2 + 1) * ho + i) * wo + j)];
+        const double u = std::clamp((gu + 1) * (w - 1) / 2.0 + 1, 0.0, w + 1.0);
+        const double v = std::clamp((gv + 1) * (h - 1) / 2.0 + 1, 0.0, h + 1.0);
+        const int64_t u0 = std::min<int64_t>(static_cast<int64_t>(std::floor(u)), w), v0 =
+            std::min<int64_t>(static_cast<int64_t>(std::floor(v)), h);
+        for (int64_t ch = 0; ch < c; ++ch) {
+          // The padded image: row r, column q of the padding are 0.
+          const auto at = [&](int64_t r, int64_t q) {
+            if (r < 1 || r > h || q < 1 || q > w) return 0.0;
+            return x[static_cast<size_t>(((n * c + ch) * h + (r - 1)) * w + (q - 1))];
+          };
+          const double value = (u0 + 1 - u) * (v0 + 1 - v) * at(v0, u0) + (u - u0) * (v0 + 1 - v) * at(v0, u0 + 1) +
+                               (u0 + 1 - u) * (v - v0) * at(v0 + 1, u0) + (u - u0) * (v - v0) * at(v0 + 1, u0 + 1);
+          y[static_cast<size_t>(((n * c + ch) * ho + i) * wo + j)] = value;
+        }
+      }
+    }
+  }
+  return y;
+}
+
+TEST_P(ComposedFunctionsTest, SpatialTransformerSamplesAnAffineGrid) {
+  // The identity transform: the grid is the target coordinates, and sampling it returns x.
+  const Array identity = vec({1, 0, 0, 0, 1, 0}, {1, 2, 3});
+  const Array grid = F::spatial_transformer_grid(Variable(identity), {2, 3}).data();
+  EXPECT_TRUE(ArraysClose(grid, vec({-1, 0, 1, -1, 0, 1, -1, -1, -1, 1, 1, 1}, {1, 2, 2, 3}), 1e-12));
+  const Array img = uniform({1, 2, 2, 3}, float64);
+  EXPECT_TRUE(ArraysClose(F::spatial_transformer_sampler(Variable(img), Variable(grid)).data(), img, 1e-12));
+  // Random affine maps (some points outside the image, which fade to zero) against the formula.
+  const Array theta = uniform({2, 2, 3}, float64, -1.2, 1.2);
+  const Array g = F::spatial_transformer_grid(Variable(theta), {4, 5}).data();
+  const std::vector<double> tv = theta.to_vector<double>(), gv = g.to_vector<double>();
+  for (int64_t n = 0; n < 2; ++n) {
+    for (int64_t i = 0; i < 4; ++i) {
+      for (int64_t j = 0; j < 5; ++j) {
+        const double xt = -1 + 2.0 * j / 4, yt = -1 + 2.0 * i / 3;
+        for (int64_t r = 0; r < 2; ++r) {
+          const double* t = tv.data() + (n * 2 + r) * 3;
+          EXPECT_NEAR(gv[static_cast<size_t>(((n * 2 + r) * 4 + i) * 5 + j)], t[0] * xt + t[1] * yt + t[2], 1e-12);
+        }
+      }
+    }
+  }
+  const Array x = uniform({2, 3, 6, 7}, float64);
+  const Array y = F::spatial_transformer_sampler(Variable(x), Variable(g)).data();
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 4, 5}));
+  EXPECT_TRUE(ArraysClose(y, vec(sample_bilinear(x.to_vector<double>(), gv, 2, 3, 6, 7, 4, 5), {2, 3, 4, 5}), 1e-12));
+  // Gradients with respect to theta, x and the grid (coordinates away from whole pixels, where the
+  // bilinear weights have kinks).
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check([](const Variable& t) { return F::spatial_transformer_grid(t, {3, 4}); }, uniform({2, 2, 3}, d));
+    const VariadicFunction sampler = [](const std::vector<Variable>& v) {
+      return std::vector<Variable>{F::spatial_transformer_sampler(v[0], v[1])};
+    };
+    // Over a 4 x 5 image, grid points 0.3 or 0.7 of a pixel from whole ones (in the padded
+    // image's pixels: u = (g + 1) (W - 1) / 2 + 1), some in the border that fades to zero.
+    std::vector<double> pts;
+    for (int n = 0; n < 2; ++n) {
+      for (int ch = 0; ch < 2; ++ch) {
+        const int size = ch == 0 ? 5 : 4;
+        for (int i = 0; i < 3; ++i) {
+          for (int j = 0; j < 3; ++j) {
+            const double pixel = 1 + (ch == 0 ? (n + i + 2 * j) % 5 : (n + 2 * i + j) % 4) + ((i + j + n) % 2 ? 0.7 : 0.3);
+            pts.push_back((pixel - 1) * 2.0 / (size - 1) - 1);
+          }
+        }
+      }
+    }
+    check(sampler, {uniform({2, 2, 4, 5}, d), vec(pts, {2, 2, 3, 3}, d)});
+  }
+  EXPECT_THROW(F::spatial_transformer_grid(Variable(identity.reshape({2, 3})), {2, 2}), ShapeError);
+  EXPECT_THROW(F::spatial_transformer_grid(Variable(identity), {0, 2}), ShapeError);
+  EXPECT_THROW(F::spatial_transformer_sampler(Variable(x), Variable(uniform({3, 2, 4, 5}, float64))), ShapeError);
+  EXPECT_THROW(F::spatial_transformer_sampler(Variable(x), Variable(g.astype(float32))), DtypeError);
+}
+
 TEST_P(ComposedFunctionsTest, BoxesOverlapsAndOffsets) {
   // (y_min, x_min, y_max, x_max): a 2x2 box, one sharing a 1x1 corner with it, one far away.
   const Array a = vec({0, 0, 2, 2, 10, 10, 11, 12}, {2, 4});
