@@ -182,6 +182,17 @@ void init_functions(py::module_& f) {
   f.def("sigmoid_focal_loss", [](const VarArg& x, const ArrArg& t, double alpha, double gamma, const std::string& reduce) {
           return F::sigmoid_focal_loss(x.v, t.a, alpha, gamma, reduce_of(reduce, "F.sigmoid_focal_loss"));
         }, py::arg("x"), py::arg("t"), py::arg("alpha") = 0.25, py::arg("gamma") = 2.0, py::arg("reduce") = "no");
+  f.def("connectionist_temporal_classification",
+        [](const std::vector<VarArg>& x, const ArrArg& t, int64_t blank_symbol, py::handle input_length,
+           py::handle label_length, const std::string& reduce) {
+          const auto lengths = [](py::handle h) { return h.is_none() ? Array() : h.cast<ArrArg>().a; };
+          const Array il = lengths(input_length), ll = lengths(label_length);
+          const F::Reduce red = reduce_of(reduce, "F.connectionist_temporal_classification");
+          const std::vector<Variable> xs = vars_of(x);
+          py::gil_scoped_release r;
+          return F::connectionist_temporal_classification(xs, t.a, blank_symbol, il, ll, red);
+        }, py::arg("x"), py::arg("t"), py::arg("blank_symbol"), py::arg("input_length") = py::none(),
+        py::arg("label_length") = py::none(), py::arg("reduce") = "mean");
   f.def("mean_squared_error", [](const VarArg& a, const VarArg& b) { return F::mean_squared_error(a.v, b.v); },
         py::arg("x0"), py::arg("x1"), R());
 

@@ -232,4 +232,116 @@ Variable sigmoid_focal_loss(const Variable& x, const Array& t, double alpha, dou
   return reduce == Reduce::kMean ? mean(loss) : loss;
 }
 
+// Note [CTC as a recursion of functions]
+// The labels t of a sample are extended to l' = (blank, t_1, blank, t_2, ..., t_L, blank), S =
+// 2 L + 1 states. alpha_t(s), the log-probability of the alignments of the first t + 1 steps that
+// end in state s, follows
+//   alpha_t(s) = logsumexp(alpha_{t-1}(s), alpha_{t-1}(s-1), [alpha_{t-1}(s-2)]) + log p_t(l'_s),
+// the third term only where l'_s is a label that differs from l'_{s-2}, starting from
+// alpha_{-1} = (0, lowest, ...): a virtual step before the first, in state 0 with probability 1,
+// which gives the usual alpha_0 (only states 0 and 1 reachable). A sample whose steps have ended
+// (t >= input_length) keeps its alpha. The loss is -logsumexp(alpha(2 L), alpha(2 L - 1)) at the
+// sample's own L. Unreachable states hold `lowest` = -1e30 instead of -inf, so no gradient is
+// NaN; the emissions log p_t(l'_s) are gathered from log_softmax(x_t) with take. Each step is a
+// few (batch, S) functions, so the graph is O(T) nodes and holds O(T batch S) values besides x.
+Variable connectionist_temporal_classification(const std::vector<Variable>& xs, const Array& t, int64_t blank_symbol,
+                                               const Array& input_length, const Array& label_length,
+                                               Reduce reduce) {
+  const char* fn = "connectionist_temporal_classification";
+  KUSARI_CHECK(!xs.empty(), ValueError, fn, ": x is empty; expected one (batch, classes) array of scores per step");
+  const Variable& x0 = xs[0];
+  detail::check_floating(fn, x0);
+  KUSARI_CHECK(x0.ndim() == 2, ShapeError, fn, ": each step's scores must be (batch, classes), got shape ",
+               x0.shape());
+  const int64_t batch = x0.shape()[0], classes = x0.shape()[1], steps = static_cast<int64_t>(xs.size());
+  const Device device = x0.device();
+  for (size_t i = 1; i < xs.size(); ++i) {
+    KUSARI_CHECK(xs[i].defined() && xs[i].shape() == x0.shape() && xs[i].dtype() == x0.dtype() &&
+                     xs[i].device() == device,
+                 ValueError, fn, ": the scores of step ", i, " (", xs[i].defined() ? xs[i].shape().to_string() : "undefined",
+                 ") differ from step 0's (", x0.shape(), ", ", dtype_name(x0.dtype()), ", ", device,
+                 ") in shape, dtype or device");
+  }
+  KUSARI_CHECK(blank_symbol >= 0 && blank_symbol < classes, ValueError, fn, ": blank_symbol ", blank_symbol,
+               " is not one of the ", classes, " classes");
+  KUSARI_CHECK(t.dtype() == int32 || t.dtype() == int64, DtypeError, fn, ": labels must be int32 or int64, got ",
+               dtype_name(t.dtype()));
+  KUSARI_CHECK(t.ndim() == 2 && t.shape()[0] == batch, ShapeError, fn, ": labels must be (batch, max_label_length) "
+               "with the scores' batch ", batch, ", got shape ", t.shape());
+  KUSARI_CHECK(t.device() == device, DeviceError, fn, ": the labels are on ", t.device(), " but x is on ", device);
+  const int64_t max_labels = t.shape()[1], states = 2 * max_labels + 1;
+  const auto lengths = [&](const Array& given, int64_t all, const char* name) {
+    if (!given.defined()) return Array::full({batch}, Scalar(all), int64, device);
+    KUSARI_CHECK(given.dtype() == int32 || given.dtype() == int64, DtypeError, fn, ": ", name,
+                 " must be int32 or int64, got ", dtype_name(given.dtype()));
+    KUSARI_CHECK(given.ndim() == 1 && given.shape()[0] == batch, ShapeError, fn, ": ", name, " must be (batch,) = (",
+                 batch, ",), got shape ", given.shape());
+    KUSARI_CHECK(given.device() == device, DeviceError, fn, ": ", name, " is on ", given.device(), " but x is on ",
+                 device);
+    return given.astype(int64);
+  };
+  const Array in_len = lengths(input_length, steps, "input_length");
+  const Array lab_len = lengths(label_length, max_labels, "label_length");
+  const Array labels = t.astype(int64);
+  if (device.is_cpu() || is_debug()) {
+    // Out-of-range lengths and labels are user errors (read on the host: on a GPU only in debug mode).
+    const std::vector<int64_t> il = in_len.to_vector<int64_t>(), ll = lab_len.to_vector<int64_t>(),
+                               tv = labels.to_vector<int64_t>();
+    for (int64_t b = 0; b < batch; ++b) {
+      KUSARI_CHECK(il[b] >= 0 && il[b] <= steps, ValueError, fn, ": input_length ", il[b], " of sample ", b,
+                   " is not in [0, ", steps, "]");
+      KUSARI_CHECK(ll[b] >= 0 && ll[b] <= max_labels, ValueError, fn, ": label_length ", ll[b], " of sample ", b,
+                   " is not in [0, ", max_labels, "]");
+      for (int64_t j = 0; j < ll[b]; ++j) {
+        const int64_t l = tv[static_cast<size_t>(b * max_labels + j)];
+        KUSARI_CHECK(l >= 0 && l < classes && l != blank_symbol, IndexError, fn, ": label ", l, " at position ", j,
+                     " of sample ", b, " is not a class in [0, ", classes, ") other than the blank ", blank_symbol);
+      }
+    }
+  }
+  const Dtype dtype = is_half_precision(x0.dtype()) ? float32 : x0.dtype();
+  constexpr double kLowest = -1e30;
+  // l' (batch, S): blanks at the even states, the labels at the odd ones.
+  const Array blanks = Array::full({batch, max_labels}, Scalar(blank_symbol), int64, device);
+  const Array ext = kusari::concatenate(
+      {kusari::stack({blanks, labels}, 2).reshape({batch, 2 * max_labels}),
+       Array::full({batch, 1}, Scalar(blank_symbol), int64, device)},
+      1);
+  // Where the skip from s - 2 is allowed: a label differing from the one two states back.
+  const Array back2 = states > 2 ? kusari::concatenate({Array::full({batch, 2}, Scalar(blank_symbol), int64, device),
+                                                        ext.at({Slice(), Slice(0, states - 2)})},
+                                                       1)
+                                 : Array::full({batch, states}, Scalar(blank_symbol), int64, device);
+  const Array skip = kusari::logical_and(kusari::not_equal(ext, blank_symbol), kusari::not_equal(ext, back2));
+  const Array emission_index =
+      ((Array::arange(batch, int64, device) * classes).reshape({batch, 1}).broadcast_to({batch, states}) + ext)
+          .reshape({batch * states});
+  const Variable lowest(Array::full({batch, states}, kLowest, dtype, device));
+  const auto lowest_cols = [&](int64_t n) { return Variable(Array::full({batch, n}, kLowest, dtype, device)); };
+  const auto shifted = [&](const Variable& a, int64_t by) {  // a moved `by` states right, `lowest` coming in
+    if (states <= by) return lowest;
+    return concat({lowest_cols(by), get_item(a, {Slice(), Slice(0, states - by)})}, 1);
+  };
+  Array start = Array::full({batch, states}, kLowest, dtype, device);
+  start.at({Slice(), int64_t{0}}).fill(0.0);
+  Variable alpha(start);
+  for (int64_t step = 0; step < steps; ++step) {
+    const Variable xt = xs[static_cast<size_t>(step)].dtype() == dtype ? xs[static_cast<size_t>(step)]
+                                                                       : cast(xs[static_cast<size_t>(step)], dtype);
+    const Variable emission = reshape(take(reshape(log_softmax(xt, 1), {batch * classes}), emission_index, 0),
+                                      {batch, states});
+    const Variable from2 = where(skip, shifted(alpha, 2), lowest);
+    const Variable next = add(logsumexp(stack({alpha, shifted(alpha, 1), from2}, 0), {0}), emission);
+    const Array running = kusari::greater(in_len, step).reshape({batch, 1}).broadcast_to({batch, states});
+    alpha = where(running, next, alpha);
+  }
+  const Array row = Array::arange(batch, int64, device) * states;
+  const Variable flat = reshape(alpha, {batch * states});
+  const Variable last = take(flat, row + lab_len * 2, 0);
+  const Variable before = where(kusari::greater(lab_len, 0), take(flat, row + kusari::maximum(lab_len * 2 - 1, Scalar(int64_t{0})), 0),
+                                Variable(Array::full({batch}, kLowest, dtype, device)));
+  const Variable nll = neg(logsumexp(stack({last, before}, 0), {0}));
+  return reduce == Reduce::kMean ? mean(nll) : nll;
+}
+
 }  // namespace kusari::functions

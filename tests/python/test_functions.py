@@ -162,6 +162,11 @@ def test_chainers_composed_functions(rng):
     np.testing.assert_allclose(grid.array[0], [[[-1, 1], [-1, 1]], [[-1, -1], [1, 1]]])
     np.testing.assert_allclose(F.spatial_transformer_sampler(img[:, :, :, :], grid).array, img)
     np.testing.assert_allclose(F.take(np.arange(6.0).reshape(2, 3), np.array([2, 0]), axis=1).array, [[2, 0], [5, 3]])
+    # CTC of one step and one label: -log softmax(x)[label].
+    scores = rng.randn(2, 3)
+    logp = scores - np.log(np.exp(scores).sum(1, keepdims=True))
+    ctc = F.connectionist_temporal_classification([scores], np.array([[1], [0]], np.int32), 2, reduce='no')
+    np.testing.assert_allclose(ctc.array, -logp[[0, 1], [1, 0]], rtol=1e-12)
     a = np.array([[0.0, 0.0, 2.0, 2.0]])
     b = np.array([[1.0, 1.0, 3.0, 3.0], [0.0, 0.0, 2.0, 2.0]])
     np.testing.assert_allclose(F.bbox_iou(a, b).array, [[1 / 7, 1.0]])

@@ -48,4 +48,20 @@ Variable huber_loss(const Variable& x, const Variable& t, double delta,
 Variable sigmoid_focal_loss(const Variable& x, const Array& t, double alpha = 0.25, double gamma = 2.0,
                             Reduce reduce = Reduce::kNone);
 
+/// Connectionist temporal classification (Graves et al. 2006; Chainer's
+/// connectionist_temporal_classification): the negative log-likelihood of the label sequences t
+/// (batch, max_label_length; int32 or int64, no blank among them) under the per-step scores x
+/// (one (batch, classes) array per step, unnormalised: log_softmax is applied), summed over every
+/// alignment that collapses to t (repeats merged, then blanks removed). input_length and
+/// label_length (batch; int32 or int64) are each sample's number of steps and of labels;
+/// undefined, they are all the steps and all the labels. Reduce::kMean averages over the batch,
+/// kNone keeps one loss per sample. 16-bit scores are computed in float32 and the loss is
+/// float32. A sample that no alignment fits (fewer steps than its labels need) gets a loss of
+/// about 1e30. Composed from log_softmax, take and logsumexp, one recursion step per time step
+/// (Note [CTC as a recursion of functions]), so it runs, and differentiates twice, on every
+/// device.
+Variable connectionist_temporal_classification(const std::vector<Variable>& x, const Array& t, int64_t blank_symbol,
+                                               const Array& input_length = Array(),
+                                               const Array& label_length = Array(), Reduce reduce = Reduce::kMean);
+
 }  // namespace kusari::functions

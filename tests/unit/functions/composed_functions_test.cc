@@ -343,6 +343,92 @@ TEST_P(ComposedFunctionsTest, SpatialTransformerSamplesAnAffineGrid) {
   EXPECT_THROW(F::spatial_transformer_sampler(Variable(x), Variable(g.astype(float32))), DtypeError);
 }
 
+// -log of the probability that `steps` steps of class probabilities p[t][k] emit a path that
+// collapses (repeats merged, blanks removed) to `labels`, by enumerating every path.
+double ctc_by_enumeration(const std::vector<std::vector<double>>& p, const std::vector<int64_t>& labels, int64_t blank) {
+  const size_t steps = p.size(), classes = p.empty() ? 0 : p[0].size();
+  size_t paths = 1;
+  for (size_t i = 0; i < steps; ++i) paths *= classes;
+  double total = 0.0;
+  for (size_t code = 0; code < paths; ++code) {
+    std::vector<int64_t> collapsed;
+    double prob = 1.0;
+    int64_t previous = -1;
+    size_t rest = code;
+    for (size_t i = 0; i < steps; ++i) {
+      const int64_t k = static_cast<int64_t>(rest % classes);
+      rest /= classes;
+      prob *= p[i][static_cast<size_t>(k)];
+      if (k != blank && k != previous) collapsed.push_back(k);
+      previous = k;
+    }
+    if (collapsed == labels) total += prob;
+  }
+  return -std::log(total);
+}
+
+TEST_P(ComposedFunctionsTest, CtcSumsEveryAlignment) {
+  const int64_t batch = 3, steps = 4, classes = 3, blank = 2;
+  std::vector<Array> xs;
+  std::vector<Variable> vs;
+  for (int64_t i = 0; i < steps; ++i) {
+    xs.push_back(uniform({batch, classes}, float64, -2, 2));
+    vs.emplace_back(xs.back());
+  }
+  // Labels (0, 1), (1, 1) (a blank must separate the repeat) and (0); the last sample has 3 steps.
+  const Array t = Array::from_vector(std::vector<int32_t>{0, 1, 1, 1, 0, 0}, Shape{batch, 2}, device());
+  const Array in_len = Array::from_vector(std::vector<int64_t>{4, 4, 3}, std::nullopt, device());
+  const Array lab_len = Array::from_vector(std::vector<int64_t>{2, 2, 1}, std::nullopt, device());
+  const std::vector<std::vector<int64_t>> labels{{0, 1}, {1, 1}, {0}};
+  const Array losses =
+      F::connectionist_temporal_classification(vs, t, blank, in_len, lab_len, F::Reduce::kNone).data();
+  ASSERT_EQ(losses.shape(), (Shape{batch}));
+  const std::vector<double> got = losses.to_vector<double>();
+  double mean = 0.0;
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<std::vector<double>> p;
+    for (int64_t i = 0; i < (b == 2 ? 3 : steps); ++i) {
+      const std::vector<double> row = xs[static_cast<size_t>(i)].to_vector<double>();
+      std::vector<double> q(classes);
+      double z = 0.0;
+      for (int64_t k = 0; k < classes; ++k) z += std::exp(row[static_cast<size_t>(b * classes + k)]);
+      for (int64_t k = 0; k < classes; ++k) q[static_cast<size_t>(k)] = std::exp(row[static_cast<size_t>(b * classes + k)]) / z;
+      p.push_back(q);
+    }
+    const double want = ctc_by_enumeration(p, labels[static_cast<size_t>(b)], blank);
+    EXPECT_NEAR(got[static_cast<size_t>(b)], want, 1e-10) << "sample " << b;
+    mean += want / batch;
+  }
+  EXPECT_NEAR(F::connectionist_temporal_classification(vs, t, blank, in_len, lab_len).data().item<double>(), mean,
+              1e-10);
+  // Without lengths: every step and every label.
+  const Array all = F::connectionist_temporal_classification(vs, t, blank, Array(), Array(), F::Reduce::kNone).data();
+  EXPECT_NEAR(all.to_vector<double>()[0], got[0], 1e-12);
+  // Too few steps for (1, 1): about 1e30.
+  const Array two = Array::from_vector(std::vector<int64_t>{2, 2, 2}, std::nullopt, device());
+  EXPECT_GT(F::connectionist_temporal_classification(vs, t, blank, two, lab_len, F::Reduce::kNone)
+                .data()
+                .to_vector<double>()[1],
+            1e29);
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    const VariadicFunction f = [t, in_len, lab_len](const std::vector<Variable>& v) {
+      return std::vector<Variable>{F::connectionist_temporal_classification(v, t, 2, in_len, lab_len)};
+    };
+    std::vector<Array> inputs;
+    for (int64_t i = 0; i < steps; ++i) inputs.push_back(uniform({batch, classes}, d));
+    check(f, inputs);
+  }
+  EXPECT_THROW(F::connectionist_temporal_classification(vs, t, 3), ValueError);
+  EXPECT_THROW(F::connectionist_temporal_classification(vs, t.astype(float32), blank), DtypeError);
+  EXPECT_THROW(F::connectionist_temporal_classification({}, t, blank), ValueError);
+  if (device().is_cpu()) {
+    EXPECT_THROW(F::connectionist_temporal_classification(vs, t, 0), IndexError);  // label 0 is the blank
+    EXPECT_THROW(F::connectionist_temporal_classification(vs, t, blank, Array::full({batch}, 5, int64, device())),
+                 ValueError);
+  }
+}
+
 TEST_P(ComposedFunctionsTest, BoxesOverlapsAndOffsets) {
   // (y_min, x_min, y_max, x_max): a 2x2 box, one sharing a 1x1 corner with it, one far away.
   const Array a = vec({0, 0, 2, 2, 10, 10, 11, 12}, {2, 4});
