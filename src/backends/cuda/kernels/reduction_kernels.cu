@@ -236,6 +236,18 @@ __global__ void reduce_partials_kernel(int64_t n_out, int64_t splits,
   }
 }
 
+// The maximum of a row (NaN wins) over a group of `group` threads, every thread of the block
+// taking part (inactive ones with no row); every thread of the group gets it.
+template <typename S, typename T>
+__device__ __forceinline__ S group_row_max(const T* xr, int64_t n, bool active, int group, int lane, S* smem) {
+  const auto max_op = [](S a, S b) { return (b > a || b != b) ? b : a; };
+  S m = -static_cast<S>(INFINITY);
+  if (active) {
+    for (int64_t j = lane; j < n; j += group) m = max_op(m, static_cast<S>(to_compute(xr[j])));
+  }
+  return group_allreduce(m, max_op, group, smem);
+}
+
 // Softmax rows along the last axis: x, y (rows, n) contiguous; a group of G threads per row.
 template <typename T>
 __global__ void softmax_rows_kernel(int64_t rows, int64_t n, const T* x, T* y, bool log) {
@@ -246,18 +258,13 @@ __global__ void softmax_rows_kernel(int64_t rows, int64_t n, const T* x, T* y, b
   const int group = blockDim.x <= 256 ? 32 : static_cast<int>(blockDim.x);
   const int lane = threadIdx.x % group;
   const int64_t groups_per_block = blockDim.x / group;
-  const auto max_op = [](C a, C b) { return (b > a || b != b) ? b : a; };
   const auto sum_op = [](double a, double b) { return a + b; };
   for (int64_t base = blockIdx.x * groups_per_block; base < rows;
        base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
     const int64_t row = base + threadIdx.x / group;
     const bool active = row < rows;
     const T* xr = x + (active ? row : 0) * n;
-    C m = -static_cast<C>(INFINITY);
-    if (active) {
-      for (int64_t j = lane; j < n; j += group) m = max_op(m, to_compute(xr[j]));
-    }
-    m = group_allreduce(m, max_op, group, smem_c);
+    const C m = group_row_max<C>(xr, n, active, group, lane, smem_c);
     double sum = 0.0;
     if (active) {
       for (int64_t j = lane; j < n; j += group) {
@@ -319,18 +326,13 @@ __global__ void cross_entropy_rows_kernel(int64_t rows, int64_t classes, const T
   const int group = blockDim.x <= 256 ? 32 : static_cast<int>(blockDim.x);
   const int lane = threadIdx.x % group;
   const int64_t groups_per_block = blockDim.x / group;
-  const auto max_op = [](S a, S b) { return (b > a || b != b) ? b : a; };
   const auto sum_op = [](S a, S b) { return a + b; };
   for (int64_t base = blockIdx.x * groups_per_block; base < rows;
        base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
     const int64_t row = base + threadIdx.x / group;
     const bool active = row < rows;
     const T* xr = x + (active ? row : 0) * classes;
-    S m = -static_cast<S>(INFINITY);
-    if (active) {
-      for (int64_t j = lane; j < classes; j += group) m = max_op(m, static_cast<S>(to_compute(xr[j])));
-    }
-    m = group_allreduce(m, max_op, group, smem);
+    const S m = group_row_max<S>(xr, classes, active, group, lane, smem);
     S sum = S(0), total = S(0);
     if (active) {
       for (int64_t j = lane; j < classes; j += group) {
@@ -499,6 +501,20 @@ void arg_reduce(ArgReduceOp op, const Array& x, int axis, Array& out) {
   });
 }
 
+/// The row geometry of softmax and the cross entropy kernels: a warp per row, or a block of 512
+/// per long row.
+struct RowLaunch {
+  unsigned grid;
+  int block;
+};
+RowLaunch row_launch(int64_t rows, int64_t classes, int device) {
+  const int block = classes > 8192 ? 512 : kBlockSize;
+  const int64_t rows_per_block = block == 512 ? 1 : block / 32;
+  return {static_cast<unsigned>(std::clamp<int64_t>((rows + rows_per_block - 1) / rows_per_block, 1,
+                                                    static_cast<int64_t>(sm_count(device)) * 32)),
+          block};
+}
+
 void softmax(const Array& x_in, int axis, bool log, Array& out) {
   KUSARI_ASSERT(out.is_contiguous());
   const Array x = x_in.contiguous();
@@ -514,33 +530,15 @@ void softmax(const Array& x_in, int axis, bool log, Array& out) {
     const T* xp = static_cast<const T*>(x.raw_data());
     T* yp = static_cast<T*>(out.raw_data());
     if (inner == 1) {
-      // A warp per row for ordinary rows; a block of 512 per very long row.
-      const int block = n > 8192 ? 512 : kBlockSize;
-      const int64_t rows_per_block = block == 512 ? 1 : block / 32;
-      const unsigned grid = static_cast<unsigned>(
-          std::clamp<int64_t>((outer + rows_per_block - 1) / rows_per_block, 1,
-                              static_cast<int64_t>(sm_count(device)) * 32));
-      const size_t smem = static_cast<size_t>(block / 32) * sizeof(double);
-      softmax_rows_kernel<T><<<grid, block, smem, stream>>>(outer, n, xp, yp, log);
+      const RowLaunch launch = row_launch(outer, n, device);
+      const size_t smem = static_cast<size_t>(launch.block / 32) * sizeof(double);
+      softmax_rows_kernel<T><<<launch.grid, launch.block, smem, stream>>>(outer, n, xp, yp, log);
     } else {
       softmax_columns_kernel<T><<<grid_for(outer * inner, device), kBlockSize, 0, stream>>>(
           outer, n, inner, xp, yp, log);
     }
   });
   KUSARI_CUDA_CHECK_LAUNCH();
-}
-
-/// The row geometry of the cross entropy kernels: a warp per row, or a block of 512 per long row.
-struct RowLaunch {
-  unsigned grid;
-  int block;
-};
-RowLaunch row_launch(int64_t rows, int64_t classes, int device) {
-  const int block = classes > 8192 ? 512 : kBlockSize;
-  const int64_t rows_per_block = block == 512 ? 1 : block / 32;
-  return {static_cast<unsigned>(std::clamp<int64_t>((rows + rows_per_block - 1) / rows_per_block, 1,
-                                                    static_cast<int64_t>(sm_count(device)) * 32)),
-          block};
 }
 
 bool softmax_cross_entropy_forward(const Array& x, const Array& t_in, const kernels::CrossEntropyParams& p,
