@@ -17,7 +17,10 @@ namespace kusari::functions {
 // for the loss, keeping only each row's log-sum-exp; backward writes (softmax(x) - onehot(t)) *
 // gy / count, 0 where t == ignore_label, in one more pass. For double backprop the gradient is
 // written again with differentiable functions of x, so the loss can be differentiated twice; a
-// device without the kernels composes the loss from log_softmax.
+// device without the kernels composes the loss from log_softmax. Labels out of range are an
+// IndexError on the CPU, and on a GPU in debug mode (KUSARI_DEBUG=1: checking every step would
+// wait for the device); otherwise the GPU kernel gives such a sample a NaN loss rather than read
+// past its row.
 //
 // Note [Label smoothing]
 // With label_smoothing = eps the target of a sample is not onehot(t) but the mixture

@@ -348,7 +348,9 @@ __global__ void cross_entropy_rows_kernel(int64_t rows, int64_t classes, const T
       lse[row] = l;
       const int64_t label = t[row];
       S out = S(0);
-      if (label != ignore_label) {
+      if (label != ignore_label && (label < 0 || label >= classes)) {
+        out = static_cast<S>(NAN);  // (labels are checked on the host in debug mode only: never read past the row)
+      } else if (label != ignore_label) {
         out = l - (S(1) - eps) * static_cast<S>(to_compute(xr[label]));
         if (eps != S(0)) out -= eps / static_cast<S>(classes) * total;
       }
