@@ -87,18 +87,24 @@ AttentionCall check_call(const Variable& q, const Variable& k, const Variable& v
 }
 
 // Note [Attention paths]
-// On a device with attention kernels (the CPU's blocked ones) the forward and the first-order
-// backward run there. Otherwise, and for double backprop, attention is composed: the scores, a
-// softmax and the products, holding the (batch, heads, q_len, kv_len) weights. On a GPU that
-// is a fallback the user should know about, so it is said once per process (to stderr).
+// On a device with attention kernels (the CPU's blocked ones, a GPU's cuDNN fused attention:
+// Note [cuDNN fused attention]) the forward and the first-order backward run there. Otherwise
+// (a kernel declines what it does not take, as float32 or a mask on a GPU), and for double
+// backprop, attention is composed: the scores, a softmax and the products, holding the (batch,
+// heads, q_len, kv_len) weights. On a GPU that is a fallback the user should know about, so it
+// is said once per process (to stderr).
 void note_gpu_fallback(const Device& device, Dtype dtype) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    std::fprintf(stderr,
-                 "kusari: scaled_dot_product_attention has no fused kernel for %s on %s in this build; it is "
-                 "composed from matmul and softmax, which holds a (batch, heads, q_len, kv_len) matrix "
-                 "(said once)\n",
-                 dtype_name(dtype), device.str().c_str());
+    std::fprintf(
+        stderr,
+        "kusari: scaled_dot_product_attention has no fused kernel for this call (%s on %s; the "
+        "fused "
+        "one takes float16 and bfloat16 without a mask or dropout, see docs/transformers.md); it "
+        "is "
+        "composed from matmul and softmax, which holds a (batch, heads, q_len, kv_len) matrix "
+        "(said once)\n",
+        dtype_name(dtype), device.str().c_str());
   });
 }
 
@@ -217,9 +223,15 @@ Variable scaled_dot_product_attention(const Variable& q_in, const Variable& k_in
       };
       out = record(kFn, {q, k, v}, y, std::move(rule));
     } else {
-      KUSARI_CHECK(options.path != AttentionPath::kFused, NotImplementedError, kFn, ": AttentionPath::kFused was "
-                   "asked for, but ", q.device(), " has no attention kernel for ", dtype_name(q.dtype()), " in this "
-                   "build; use AttentionPath::kAuto or kComposed");
+      KUSARI_CHECK(options.path != AttentionPath::kFused, NotImplementedError, kFn,
+                   ": AttentionPath::kFused was "
+                   "asked for, but ",
+                   q.device(), " has no attention kernel that takes this call (",
+                   dtype_name(q.dtype()), ", q ", q.shape(), ", k ", k.shape(), ", v ", v.shape(),
+                   c.mask.defined() ? ", a mask" : "", c.p.dropout > 0 ? ", dropout" : "",
+                   c.p.causal ? ", causal" : "",
+                   "); see docs/transformers.md "
+                   "for what the fused kernels take, or use AttentionPath::kAuto or kComposed");
       if (q.device().type() != DeviceType::kCPU) note_gpu_fallback(q.device(), q.dtype());
     }
   }

@@ -22,6 +22,7 @@ void register_cuda_nn_kernels();           // libs/cudnn_conv.cc (cuDNN) with po
 void register_cuda_update_kernels();       // update_kernels.cu
 void register_cuda_normalization_kernels();  // normalization_kernels.cu (batch normalization)
 void register_cuda_image_kernels();        // image_kernels.cu (the input pipeline's normalisation)
+void register_cuda_attention_kernels();    // libs/cudnn_attention.cc (cuDNN's fused attention)
 
 // The kernels used across the CUDA family files (declared here because they are).
 void binary(BinaryOp op, const Array& a, const Array& b, Array& out);  // elementwise_kernels.cu

@@ -41,16 +41,41 @@ void check(cudnnStatus_t status, const std::string& what) {
   if (status != CUDNN_STATUS_SUCCESS) check_cudnn(status, what.c_str(), __FILE__, __LINE__);
 }
 
-Descriptor tensor(const TensorSpec& spec, int64_t uid, cudnnDataType_t type) {
+Descriptor make_tensor(int64_t uid, const std::vector<int64_t>& dims,
+                       const std::vector<int64_t>& strides, cudnnDataType_t type, int64_t alignment,
+                       bool is_virtual, bool by_value) {
+  KUSARI_CHECK(dims.size() == strides.size() && !dims.empty(), DeviceError, "cuDNN graph: tensor ",
+               uid, " has ", dims.size(), " dims and ", strides.size(), " strides");
   Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type)
-      .set_int64s(CUDNN_ATTR_TENSOR_DIMENSIONS, spec.dims.data(), 4)
-      .set_int64s(CUDNN_ATTR_TENSOR_STRIDES, spec.strides.data(), 4)
+      .set_int64s(CUDNN_ATTR_TENSOR_DIMENSIONS, dims.data(), static_cast<int64_t>(dims.size()))
+      .set_int64s(CUDNN_ATTR_TENSOR_STRIDES, strides.data(), static_cast<int64_t>(strides.size()))
       .set_int64(CUDNN_ATTR_TENSOR_UNIQUE_ID, uid)
-      .set_int64(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, spec.alignment);
-  t.finalize("the convolution's tensor descriptor");
+      .set_int64(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, alignment);
+  if (is_virtual) {
+    const bool yes = true;
+    t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes);
+  }
+  if (by_value) {
+    const bool yes = true;
+    t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes);
+  }
+  t.finalize(concat("the tensor descriptor of id ", uid).c_str());
   return t;
 }
+
+Descriptor tensor(const TensorSpec& spec, int64_t uid, cudnnDataType_t type) {
+  return make_tensor(uid, {spec.dims.begin(), spec.dims.end()},
+                     {spec.strides.begin(), spec.strides.end()}, type, spec.alignment, false,
+                     false);
+}
+
+/// What a plan keeps alive of the graph it came from.
+struct Keep {
+  std::shared_ptr<std::map<int64_t, Descriptor>> tensors;
+  std::shared_ptr<std::vector<Descriptor>> params;
+  std::shared_ptr<std::vector<Descriptor>> ops;
+};
 
 // The unique ids of the three tensors in every variant pack.
 constexpr int64_t kUidX = 'x', kUidW = 'w', kUidY = 'y';
@@ -135,8 +160,9 @@ std::vector<Note> notes(const Descriptor& engine, cudnnBackendAttributeName_t na
   return out;
 }
 
-/// Why an engine may not be used for `p` (empty: it may), from its notes.
-std::string rejection(const Descriptor& engine, const ConvProblem& p, std::string* description) {
+/// Why an engine may not be used under `filter` (empty: it may), from its notes.
+std::string rejection(const Descriptor& engine, const EngineFilter& filter,
+                      std::string* description) {
   const auto numerical = notes<cudnnBackendNumericalNote_t>(
       engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
       CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
@@ -152,15 +178,19 @@ std::string rejection(const Descriptor& engine, const ConvProblem& p, std::strin
   *description = concat("engine ", index, has(numerical, CUDNN_NUMERICAL_NOTE_TENSOR_CORE)
                                               ? " (tensor cores)"
                                               : "");
-  if (has(numerical, CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)) return "rounds its inputs down";
-  if (p.data_type == CUDNN_DATA_FLOAT && !p.allow_tf32 &&
-      has(numerical, CUDNN_NUMERICAL_NOTE_TENSOR_CORE)) {
+  if (!filter.allow_down_convert && has(numerical, CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)) {
+    return "rounds its inputs down";
+  }
+  if (filter.forbid_tf32 && has(numerical, CUDNN_NUMERICAL_NOTE_TENSOR_CORE)) {
     return "uses TF32 tensor cores";
   }
-  if (p.deterministic && has(numerical, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)) {
+  if (filter.deterministic && has(numerical, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)) {
     return "is not deterministic";
   }
-  if (has(behaviour, CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION)) return "compiles at run time";
+  if (!filter.allow_runtime_compilation &&
+      has(behaviour, CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION)) {
+    return "compiles at run time";
+  }
   return "";
 }
 
@@ -191,6 +221,60 @@ std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeur
   }
   configs.erase(configs.begin() + std::clamp<int64_t>(got, 0, available), configs.end());
   return configs;
+}
+
+/// The plans of a finalized graph (Note [cuDNN graph API convolutions]): heuristics mode A's
+/// engine configurations, or the fallback list's when A gives none usable, that pass `filter`,
+/// finalize and fit `max_workspace`; at most `max_plans`.
+std::vector<std::shared_ptr<const Plan>> finalize_plans(cudnnHandle_t handle,
+                                                        const Descriptor& graph,
+                                                        const EngineFilter& filter,
+                                                        int64_t max_workspace, int max_plans,
+                                                        const std::shared_ptr<const void>& keep,
+                                                        std::string* why = nullptr) {
+  std::vector<std::shared_ptr<const Plan>> plans;
+  std::string refusals;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    for (Descriptor& config : engine_configs(graph, mode)) {
+      if (static_cast<int>(plans.size()) >= max_plans) return plans;
+      Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+      cudnnBackendDescriptor_t raw_engine = engine.get();
+      int64_t got = 0;
+      if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                                   &raw_engine) != CUDNN_STATUS_SUCCESS) {
+        continue;
+      }
+      std::string description;
+      const std::string rejected = rejection(engine, filter, &description);
+      if (!rejected.empty()) {
+        refusals += concat("; ", description, " ", rejected);
+        continue;
+      }
+      Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
+          .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
+      if (const cudnnStatus_t st = plan.try_finalize(); st != CUDNN_STATUS_SUCCESS) {
+        refusals += concat("; ", description, " does not finalize (", cudnnGetErrorString(st), ")");
+        continue;
+      }
+      int64_t workspace = 0;
+      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                   CUDNN_TYPE_INT64, 1, &got, &workspace) != CUDNN_STATUS_SUCCESS ||
+          workspace < 0 || workspace > max_workspace) {
+        refusals += concat("; ", description, " needs ", workspace, " bytes of workspace");
+        continue;
+      }
+      plans.push_back(std::make_shared<const Plan>(std::move(plan), workspace, description, keep));
+    }
+    // The fallback list is asked for only when the heuristics proposed nothing usable.
+    if (!plans.empty()) break;
+  }
+  if (plans.empty() && why) {
+    *why = refusals.empty() ? std::string("cuDNN's heuristics propose no engine")
+                            : concat("no engine is usable", refusals);
+  }
+  return plans;
 }
 
 }  // namespace
@@ -242,62 +326,145 @@ void Descriptor::finalize(const char* what) {
 
 cudnnStatus_t Descriptor::try_finalize() { return cudnnBackendFinalize(d_); }
 
+void Plan::execute(cudnnHandle_t handle, const int64_t* uids, void* const* pointers, int64_t count,
+                   void* workspace, const char* what) const {
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set_int64s(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids, count)
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, pointers)
+      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  pack.finalize("a variant pack");
+  check(cudnnBackendExecute(handle, plan_.get(), pack.get()),
+        concat("cudnnBackendExecute(", what, ", ", engine_, ")"));
+}
+
 void ConvPlan::execute(cudnnHandle_t handle, void* x, void* w, void* y, void* workspace) const {
   const int64_t uids[3] = {kUidX, kUidW, kUidY};
-  void* pointers[3] = {x, w, y};
-  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  pack.set_int64s(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids, 3)
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers)
-      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-  pack.finalize("the convolution's variant pack");
-  check(cudnnBackendExecute(handle, plan_.get(), pack.get()),
-        concat("cudnnBackendExecute(convolution, ", engine_, ")"));
+  void* const pointers[3] = {x, w, y};
+  plan_->execute(handle, uids, pointers, 3, workspace, "convolution");
 }
 
 std::vector<std::shared_ptr<const ConvPlan>> conv_plans(cudnnHandle_t handle,
                                                         const ConvProblem& problem,
                                                         int64_t max_workspace, int max_plans) {
-  const Descriptor x = tensor(problem.x, kUidX, problem.data_type);
-  const Descriptor w = tensor(problem.w, kUidW, problem.data_type);
-  const Descriptor y = tensor(problem.y, kUidY, problem.data_type);
-  const Descriptor conv = convolution(problem);
-  const Descriptor op = operation(problem, x, w, y, conv);
+  auto keep = std::make_shared<std::vector<Descriptor>>();
+  keep->push_back(tensor(problem.x, kUidX, problem.data_type));
+  keep->push_back(tensor(problem.w, kUidW, problem.data_type));
+  keep->push_back(tensor(problem.y, kUidY, problem.data_type));
+  keep->push_back(convolution(problem));
+  keep->push_back(operation(problem, (*keep)[0], (*keep)[1], (*keep)[2], (*keep)[3]));
   Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  cudnnBackendDescriptor_t ops[1] = {op.get()};
+  cudnnBackendDescriptor_t ops[1] = {keep->back().get()};
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
       .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, ops);
   if (graph.try_finalize() != CUDNN_STATUS_SUCCESS) return {};
-
-  std::vector<std::shared_ptr<const ConvPlan>> plans;
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (Descriptor& config : engine_configs(graph, mode)) {
-      if (static_cast<int>(plans.size()) >= max_plans) return plans;
-      Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-      cudnnBackendDescriptor_t raw_engine = engine.get();
-      int64_t got = 0;
-      if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
-                                   &raw_engine) != CUDNN_STATUS_SUCCESS) {
-        continue;
-      }
-      std::string description;
-      if (!rejection(engine, problem, &description).empty()) continue;
-      Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
-          .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
-      if (plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
-      int64_t workspace = 0;
-      if (cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                   CUDNN_TYPE_INT64, 1, &got, &workspace) != CUDNN_STATUS_SUCCESS ||
-          workspace < 0 || workspace > max_workspace) {
-        continue;
-      }
-      plans.push_back(std::make_shared<const ConvPlan>(std::move(plan), workspace, description));
-    }
-    // The fallback list is asked for only when the heuristics proposed nothing usable.
-    if (!plans.empty()) break;
+  EngineFilter filter;
+  filter.forbid_tf32 = problem.data_type == CUDNN_DATA_FLOAT && !problem.allow_tf32;
+  filter.deterministic = problem.deterministic;
+  std::vector<std::shared_ptr<const ConvPlan>> out;
+  for (auto& plan : finalize_plans(handle, graph, filter, max_workspace, max_plans, keep)) {
+    out.push_back(std::make_shared<const ConvPlan>(std::move(plan)));
   }
-  return plans;
+  return out;
+}
+
+void GraphBuilder::tensor(int64_t uid, const std::vector<int64_t>& dims,
+                          const std::vector<int64_t>& strides, cudnnDataType_t type,
+                          int64_t alignment) {
+  (*tensors_).insert_or_assign(uid, make_tensor(uid, dims, strides, type, alignment, false, false));
+}
+
+void GraphBuilder::virtual_tensor(int64_t uid, const std::vector<int64_t>& dims,
+                                  const std::vector<int64_t>& strides, cudnnDataType_t type) {
+  (*tensors_).insert_or_assign(uid, make_tensor(uid, dims, strides, type, 16, true, false));
+}
+
+void GraphBuilder::scalar(int64_t uid, cudnnDataType_t type) {
+  (*tensors_).insert_or_assign(uid,
+                               make_tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, type, 16, false, true));
+}
+
+const Descriptor& GraphBuilder::at(int64_t uid) const {
+  auto it = tensors_->find(uid);
+  KUSARI_CHECK(it != tensors_->end(), DeviceError, "cuDNN graph: tensor ", uid,
+               " is used before it is described");
+  return it->second;
+}
+
+void GraphBuilder::pointwise(cudnnPointwiseMode_t mode, int64_t y, int64_t x, int64_t b, int64_t t,
+                             cudnnDataType_t compute, int64_t axis) {
+  Descriptor pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+      .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+  if (axis >= 0) pw.set_int64(CUDNN_ATTR_POINTWISE_AXIS, axis);
+  pw.finalize("a pointwise descriptor");
+  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)
+      .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, at(x))
+      .set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, at(y));
+  if (b >= 0) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, at(b));
+  if (t >= 0) op.set_descriptor(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, at(t));
+  op.finalize("a pointwise operation");
+  params_->push_back(std::move(pw));
+  ops_->push_back(std::move(op));
+}
+
+void GraphBuilder::matmul(int64_t c, int64_t a, int64_t b) {
+  Descriptor mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+  mm.finalize("a matmul descriptor");
+  Descriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+  op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_ADESC, at(a))
+      .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, at(b))
+      .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, at(c))
+      .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
+  op.finalize("a matmul operation");
+  params_->push_back(std::move(mm));
+  ops_->push_back(std::move(op));
+}
+
+void GraphBuilder::reduction(cudnnReduceTensorOp_t reduce, int64_t y, int64_t x) {
+  Descriptor red(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &reduce)
+      .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+  red.finalize("a reduction descriptor");
+  Descriptor op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+  op.set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_DESC, red)
+      .set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, at(x))
+      .set_descriptor(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, at(y));
+  op.finalize("a reduction operation");
+  params_->push_back(std::move(red));
+  ops_->push_back(std::move(op));
+}
+
+void GraphBuilder::reshape(int64_t y, int64_t x) {
+  Descriptor op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+  op.set_descriptor(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, at(x))
+      .set_descriptor(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, at(y));
+  op.finalize("a reshape operation");
+  ops_->push_back(std::move(op));
+}
+
+std::vector<std::shared_ptr<const Plan>> GraphBuilder::plans(cudnnHandle_t handle,
+                                                             const EngineFilter& filter,
+                                                             int64_t max_workspace, int max_plans,
+                                                             std::string* why) {
+  std::vector<cudnnBackendDescriptor_t> ops;
+  for (const Descriptor& d : *ops_) ops.push_back(d.get());
+  Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
+      .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+           static_cast<int64_t>(ops.size()), ops.data());
+  const cudnnStatus_t status = graph.try_finalize();
+  if (status != CUDNN_STATUS_SUCCESS) {
+    if (why)
+      *why = concat("cuDNN does not take the operation graph (", cudnnGetErrorString(status), ")");
+    return {};
+  }
+  auto keep = std::make_shared<Keep>(Keep{tensors_, params_, ops_});
+  auto out = finalize_plans(handle, graph, filter, max_workspace, max_plans, keep, why);
+  return out;
 }
 
 }  // namespace kusari::cuda::cudnn_graph

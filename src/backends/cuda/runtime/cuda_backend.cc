@@ -307,6 +307,7 @@ class CudaBackend final : public Backend {
     register_cuda_update_kernels();
     register_cuda_normalization_kernels();
     register_cuda_image_kernels();
+    register_cuda_attention_kernels();
   }
 
   DeviceType type() const override { return DeviceType::kCUDA; }
