@@ -15,3 +15,4 @@
 #include "kusari/functions/noise.h"
 #include "kusari/functions/normalization.h"
 #include "kusari/functions/pooling.h"
+#include "kusari/functions/rnn.h"

@@ -202,6 +202,63 @@ void init_functions(py::module_& f) {
           return py::make_tuple(c_new, h);
         }, py::arg("c_prev"), py::arg("x"));
 
+  // Chainer's n_step_* take ws and bs as lists (one per layer and direction) of lists of arrays.
+  const auto nested = [](const std::vector<std::vector<VarArg>>& xs) {
+    std::vector<std::vector<Variable>> out;
+    for (const auto& x : xs) out.push_back(vars_of(x));
+    return out;
+  };
+  for (bool bi : {false, true}) {
+    f.def(
+        bi ? "n_step_bilstm" : "n_step_lstm",
+        [=](int64_t n_layers, double dropout_ratio, const VarArg& hx, const VarArg& cx,
+            const std::vector<std::vector<VarArg>>& ws, const std::vector<std::vector<VarArg>>& bs,
+            const std::vector<VarArg>& xs) {
+          const auto w = nested(ws), b = nested(bs);
+          const auto x = vars_of(xs);
+          auto [hy, cy, ys] = [&] {
+            py::gil_scoped_release r;
+            return bi ? F::n_step_bilstm(n_layers, dropout_ratio, hx.v, cx.v, w, b, x)
+                      : F::n_step_lstm(n_layers, dropout_ratio, hx.v, cx.v, w, b, x);
+          }();
+          return py::make_tuple(hy, cy, py::list(tuple_of(ys)));
+        },
+        py::arg("n_layers"), py::arg("dropout_ratio"), py::arg("hx"), py::arg("cx"), py::arg("ws"),
+        py::arg("bs"), py::arg("xs"));
+    f.def(
+        bi ? "n_step_bigru" : "n_step_gru",
+        [=](int64_t n_layers, double dropout_ratio, const VarArg& hx,
+            const std::vector<std::vector<VarArg>>& ws, const std::vector<std::vector<VarArg>>& bs,
+            const std::vector<VarArg>& xs) {
+          const auto w = nested(ws), b = nested(bs);
+          const auto x = vars_of(xs);
+          auto [hy, ys] = [&] {
+            py::gil_scoped_release r;
+            return bi ? F::n_step_bigru(n_layers, dropout_ratio, hx.v, w, b, x)
+                      : F::n_step_gru(n_layers, dropout_ratio, hx.v, w, b, x);
+          }();
+          return py::make_tuple(hy, py::list(tuple_of(ys)));
+        },
+        py::arg("n_layers"), py::arg("dropout_ratio"), py::arg("hx"), py::arg("ws"), py::arg("bs"),
+        py::arg("xs"));
+    f.def(
+        bi ? "n_step_birnn" : "n_step_rnn",
+        [=](int64_t n_layers, double dropout_ratio, const VarArg& hx,
+            const std::vector<std::vector<VarArg>>& ws, const std::vector<std::vector<VarArg>>& bs,
+            const std::vector<VarArg>& xs, const std::string& activation) {
+          const auto w = nested(ws), b = nested(bs);
+          const auto x = vars_of(xs);
+          auto [hy, ys] = [&] {
+            py::gil_scoped_release r;
+            return bi ? F::n_step_birnn(n_layers, dropout_ratio, hx.v, w, b, x, activation)
+                      : F::n_step_rnn(n_layers, dropout_ratio, hx.v, w, b, x, activation);
+          }();
+          return py::make_tuple(hy, py::list(tuple_of(ys)));
+        },
+        py::arg("n_layers"), py::arg("dropout_ratio"), py::arg("hx"), py::arg("ws"), py::arg("bs"),
+        py::arg("xs"), py::arg("activation") = "tanh");
+  }
+
   // --- arithmetic and reductions
   f.def("add", [](const VarArg& a, const VarArg& b) { return F::add(a.v, b.v); }, R());
   f.def("add", [](const VarArg& a, Scalar b) { return F::add(a.v, b); }, R());
@@ -361,45 +418,72 @@ void init_functions(py::module_& f) {
         py::arg("src_bbox"), py::arg("dst_bbox"), R());
   f.def("loc_to_bbox", [](const VarArg& src, const VarArg& loc) { return F::loc_to_bbox(src.v, loc.v); },
         py::arg("src_bbox"), py::arg("loc"), R());
-  f.def("roi_average_align_2d",
-        [](const VarArg& x, const ArrArg& rois, const ArrArg& roi_indices, py::handle outsize, double spatial_scale,
-           py::handle sampling_ratio) {
-          Shape out;
-          if (py::isinstance<py::int_>(outsize)) {
-            out = {outsize.cast<int64_t>(), outsize.cast<int64_t>()};
-          } else {
-            out = outsize.cast<Shape>();
-          }
-          std::optional<int64_t> ratio;
-          if (!sampling_ratio.is_none()) {
-            // Chainer takes an int or a pair; kusari samples as many points along both axes.
-            if (py::isinstance<py::int_>(sampling_ratio)) {
-              ratio = sampling_ratio.cast<int64_t>();
-            } else {
-              const Shape pair = sampling_ratio.cast<Shape>();
-              if (pair.size() != 2 || pair[0] != pair[1]) {
-                throw py::value_error("F.roi_average_align_2d: sampling_ratio must be an int (or a pair of equal ints)");
-              }
-              ratio = pair[0];
-            }
-          }
-          py::gil_scoped_release r;
-          return F::roi_average_align_2d(x.v, rois.a, roi_indices.a, out, spatial_scale, ratio);
-        },
-        py::arg("x"), py::arg("rois"), py::arg("roi_indices"), py::arg("outsize"), py::arg("spatial_scale"),
-        py::arg("sampling_ratio") = py::none());
-  f.def("roi_average_pooling_2d",
-        [](const VarArg& x, const ArrArg& rois, const ArrArg& roi_indices, py::handle outsize, double spatial_scale) {
-          Shape out;
-          if (py::isinstance<py::int_>(outsize)) {
-            out = {outsize.cast<int64_t>(), outsize.cast<int64_t>()};
-          } else {
-            out = outsize.cast<Shape>();
-          }
-          py::gil_scoped_release r;
-          return F::roi_average_pooling_2d(x.v, rois.a, roi_indices.a, out, spatial_scale);
-        },
-        py::arg("x"), py::arg("rois"), py::arg("roi_indices"), py::arg("outsize"), py::arg("spatial_scale"));
+  // Chainer's outsize (an int or a pair) and sampling_ratio (None, an int or a pair of equal ints:
+  // kusari samples as many points along both axes).
+  const auto roi_outsize = [](py::handle outsize) -> Shape {
+    if (py::isinstance<py::int_>(outsize))
+      return {outsize.cast<int64_t>(), outsize.cast<int64_t>()};
+    return outsize.cast<Shape>();
+  };
+  const auto roi_ratio = [](py::handle sampling_ratio, const char* fn) -> std::optional<int64_t> {
+    if (sampling_ratio.is_none()) return std::nullopt;
+    if (py::isinstance<py::int_>(sampling_ratio)) return sampling_ratio.cast<int64_t>();
+    const Shape pair = sampling_ratio.cast<Shape>();
+    if (pair.size() != 2 || pair[0] != pair[1]) {
+      throw py::value_error(std::string("F.") + fn +
+                            ": sampling_ratio must be an int (or a pair of equal ints)");
+    }
+    return pair[0];
+  };
+  f.def(
+      "roi_average_align_2d",
+      [=](const VarArg& x, const ArrArg& rois, const ArrArg& roi_indices, py::handle outsize,
+          double spatial_scale, py::handle sampling_ratio) {
+        const Shape out = roi_outsize(outsize);
+        const std::optional<int64_t> ratio = roi_ratio(sampling_ratio, "roi_average_align_2d");
+        py::gil_scoped_release r;
+        return F::roi_average_align_2d(x.v, rois.a, roi_indices.a, out, spatial_scale, ratio);
+      },
+      py::arg("x"), py::arg("rois"), py::arg("roi_indices"), py::arg("outsize"),
+      py::arg("spatial_scale"), py::arg("sampling_ratio") = py::none());
+  f.def(
+      "roi_max_align_2d",
+      [=](const VarArg& x, const ArrArg& rois, const ArrArg& roi_indices, py::handle outsize,
+          double spatial_scale, py::handle sampling_ratio) {
+        const Shape out = roi_outsize(outsize);
+        const std::optional<int64_t> ratio = roi_ratio(sampling_ratio, "roi_max_align_2d");
+        py::gil_scoped_release r;
+        return F::roi_max_align_2d(x.v, rois.a, roi_indices.a, out, spatial_scale, ratio);
+      },
+      py::arg("x"), py::arg("rois"), py::arg("roi_indices"), py::arg("outsize"),
+      py::arg("spatial_scale"), py::arg("sampling_ratio") = py::none());
+  f.def(
+      "roi_average_pooling_2d",
+      [=](const VarArg& x, const ArrArg& rois, const ArrArg& roi_indices, py::handle outsize,
+          double spatial_scale) {
+        const Shape out = roi_outsize(outsize);
+        py::gil_scoped_release r;
+        return F::roi_average_pooling_2d(x.v, rois.a, roi_indices.a, out, spatial_scale);
+      },
+      py::arg("x"), py::arg("rois"), py::arg("roi_indices"), py::arg("outsize"),
+      py::arg("spatial_scale"));
+  f.def(
+      "roi_max_pooling_2d",
+      [=](const VarArg& x, const ArrArg& rois, const ArrArg& roi_indices, py::handle outsize,
+          double spatial_scale) {
+        const Shape out = roi_outsize(outsize);
+        py::gil_scoped_release r;
+        return F::roi_max_pooling_2d(x.v, rois.a, roi_indices.a, out, spatial_scale);
+      },
+      py::arg("x"), py::arg("rois"), py::arg("roi_indices"), py::arg("outsize"),
+      py::arg("spatial_scale"));
+  f.def(
+      "roi_pooling_2d",
+      [](const VarArg& x, const ArrArg& rois, int64_t outh, int64_t outw, double spatial_scale) {
+        py::gil_scoped_release r;
+        return F::roi_pooling_2d(x.v, rois.a, outh, outw, spatial_scale);
+      },
+      py::arg("x"), py::arg("rois"), py::arg("outh"), py::arg("outw"), py::arg("spatial_scale"));
   f.def("non_maximum_suppression",
         [](const ArrArg& bbox, double thresh, py::handle score, py::handle limit, py::handle label) {
           Array s = score.is_none() ? Array() : array_from_python(score, "non_maximum_suppression");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -111,13 +112,16 @@ Variable loc_to_bbox(const Variable& src, const Variable& loc) {
 
 namespace {
 
-/// A RoI function of the form Wy X Wx^T (Note [RoI Align as two products]): checks the
-/// arguments, then runs one pair of products per run of RoIs of the same image. `weights(box, wy,
-/// wx)` appends the RoI's (out_h, H) and (out_w, W) matrices for a box already scaled to x's pixels.
-Variable roi_separable(const char* fn, const Variable& x, const Array& rois, const Array& roi_indices,
-                       const Shape& outsize, double spatial_scale,
-                       const std::function<void(const double* box, std::vector<double>& wy, std::vector<double>& wx)>&
-                           weights) {
+/// The checked arguments of a RoI function: x's geometry, the output size and the RoIs' boxes
+/// scaled to x's pixels, with their images.
+struct RoiBatch {
+  int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0, r = 0;
+  std::vector<double> boxes;    // (r, 4), scaled by spatial_scale
+  std::vector<int64_t> images;  // (r,)
+};
+
+RoiBatch check_rois(const char* fn, const Variable& x, const Array& rois, const Array& roi_indices,
+                    const Shape& outsize, double spatial_scale) {
   KUSARI_CHECK(x.ndim() == 4, ShapeError, fn, ": x must be (N, C, H, W), got shape ", x.shape());
   detail::check_floating(fn, x);
   KUSARI_CHECK(rois.ndim() == 2 && rois.shape()[1] == 4 && is_floating(rois.dtype()), ShapeError, fn,
@@ -130,37 +134,155 @@ Variable roi_separable(const char* fn, const Variable& x, const Array& rois, con
                ": outsize must be (out_h, out_w) with positive sizes, got ", outsize);
   KUSARI_CHECK(spatial_scale > 0 && std::isfinite(spatial_scale), ValueError, fn,
                ": spatial_scale must be positive, got ", spatial_scale);
-  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
-  const int64_t oh = outsize[0], ow = outsize[1], r = rois.shape()[0];
-  KUSARI_CHECK(h > 0 && w > 0, ValueError, fn, ": x ", x.shape(), " has no pixels to sample");
-  if (r == 0) return Variable(Array::zeros({0, c, oh, ow}, x.dtype(), x.device()));
-  std::vector<double> boxes = rois.astype(float64).to_device(Device::cpu()).to_vector<double>();
-  const std::vector<int64_t> images = roi_indices.astype(int64).to_device(Device::cpu()).to_vector<int64_t>();
-  for (int64_t i = 0; i < r; ++i) {
-    KUSARI_CHECK(images[static_cast<size_t>(i)] >= 0 && images[static_cast<size_t>(i)] < n, IndexError, fn,
-                 ": roi_indices[", i, "] is ", images[static_cast<size_t>(i)], " but x holds ", n, " images");
+  RoiBatch b;
+  b.n = x.shape()[0], b.c = x.shape()[1], b.h = x.shape()[2], b.w = x.shape()[3];
+  b.oh = outsize[0], b.ow = outsize[1], b.r = rois.shape()[0];
+  KUSARI_CHECK(b.h > 0 && b.w > 0, ValueError, fn, ": x ", x.shape(), " has no pixels to sample");
+  if (b.r == 0) return b;
+  b.boxes = rois.astype(float64).to_device(Device::cpu()).to_vector<double>();
+  b.images = roi_indices.astype(int64).to_device(Device::cpu()).to_vector<int64_t>();
+  for (int64_t i = 0; i < b.r; ++i) {
+    KUSARI_CHECK(b.images[static_cast<size_t>(i)] >= 0 && b.images[static_cast<size_t>(i)] < b.n,
+                 IndexError, fn, ": roi_indices[", i, "] is ", b.images[static_cast<size_t>(i)],
+                 " but x holds ", b.n, " images");
     for (int k = 0; k < 4; ++k) {
-      double& v = boxes[static_cast<size_t>(4 * i + k)];
+      double& v = b.boxes[static_cast<size_t>(4 * i + k)];
       KUSARI_CHECK(std::isfinite(v), ValueError, fn, ": rois[", i, "] is not finite");
       v *= spatial_scale;
     }
   }
-  std::vector<Variable> parts;
-  for (int64_t a = 0; a < r;) {
-    int64_t b = a;
-    while (b < r && images[static_cast<size_t>(b)] == images[static_cast<size_t>(a)]) ++b;
-    const int64_t k = b - a;
-    std::vector<double> wy, wx;
-    for (int64_t i = a; i < b; ++i) weights(boxes.data() + 4 * i, wy, wx);
-    KUSARI_ASSERT(static_cast<int64_t>(wy.size()) == k * oh * h && static_cast<int64_t>(wx.size()) == k * ow * w);
-    const Variable wy_v(Array::from_vector(wy, Shape{k * oh, h}, x.device()).astype(x.dtype()));
-    const Variable wx_v(Array::from_vector(wx, Shape{k, 1, ow, w}, x.device()).astype(x.dtype()));
-    // (k oh, H) @ (C, H, W) -> (C, k oh, W) -> (k, C, oh, W) @ (k, 1, W, ow) -> (k, C, oh, ow)
-    Variable t = matmul(wy_v, get_item(x, {Index(images[static_cast<size_t>(a)])}));
-    t = transpose(reshape(t, {c, k, oh, w}), {1, 0, 2, 3});
-    parts.push_back(matmul(t, wx_v, false, true));
-    a = b;
+  return b;
+}
+
+/// Calls f(first, end) for each run [first, end) of consecutive RoIs of one image.
+template <typename F>
+void for_each_image_run(const RoiBatch& b, F&& f) {
+  for (int64_t first = 0; first < b.r;) {
+    int64_t end = first;
+    while (end < b.r && b.images[static_cast<size_t>(end)] == b.images[static_cast<size_t>(first)])
+      ++end;
+    f(first, end);
+    first = end;
   }
+}
+
+/// (k rows_y, H) @ x[image] (C, H, W) @ (k, 1, rows_x, W)^T: the (k, C, rows_y, rows_x) products
+/// of Note [RoI Align as two products] for a run of k RoIs of one image.
+Variable two_products(const Variable& x, int64_t image, int64_t k, const std::vector<double>& wy,
+                      int64_t rows_y, const std::vector<double>& wx, int64_t rows_x) {
+  const int64_t c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const Variable wy_v(Array::from_vector(wy, Shape{k * rows_y, h}, x.device()).astype(x.dtype()));
+  const Variable wx_v(Array::from_vector(wx, Shape{k, 1, rows_x, w}, x.device()).astype(x.dtype()));
+  // (k rows_y, H) @ (C, H, W) -> (C, k rows_y, W) -> (k, C, rows_y, W) @ (k, 1, W, rows_x)
+  Variable t = matmul(wy_v, get_item(x, {Index(image)}));
+  t = transpose(reshape(t, {c, k, rows_y, w}), {1, 0, 2, 3});
+  return matmul(t, wx_v, false, true);
+}
+
+/// A RoI function of the form Wy X Wx^T (Note [RoI Align as two products]): checks the
+/// arguments, then runs one pair of products per run of RoIs of the same image. `weights(box, wy,
+/// wx)` appends the RoI's (out_h, H) and (out_w, W) matrices for a box already scaled to x's
+/// pixels.
+Variable roi_separable(const char* fn, const Variable& x, const Array& rois,
+                       const Array& roi_indices, const Shape& outsize, double spatial_scale,
+                       const std::function<void(const double* box, std::vector<double>& wy,
+                                                std::vector<double>& wx)>& weights) {
+  const RoiBatch b = check_rois(fn, x, rois, roi_indices, outsize, spatial_scale);
+  if (b.r == 0) return Variable(Array::zeros({0, b.c, b.oh, b.ow}, x.dtype(), x.device()));
+  std::vector<Variable> parts;
+  for_each_image_run(b, [&](int64_t first, int64_t end) {
+    std::vector<double> wy, wx;
+    for (int64_t i = first; i < end; ++i) weights(b.boxes.data() + 4 * i, wy, wx);
+    const int64_t k = end - first;
+    KUSARI_ASSERT(static_cast<int64_t>(wy.size()) == k * b.oh * b.h &&
+                  static_cast<int64_t>(wx.size()) == k * b.ow * b.w);
+    parts.push_back(two_products(x, b.images[static_cast<size_t>(first)], k, wy, b.oh, wx, b.ow));
+  });
+  return parts.size() == 1 ? parts[0] : concat(parts, 0);
+}
+
+/// The samples of one axis of one RoI for a max RoI function (Note [RoI max functions]): for each
+/// of `bins` bins, `count` rows of weights over the axis's `size` pixels, each valid or not.
+struct AxisSamples {
+  int64_t count = 0;
+  std::vector<double> rows;    // (bins, count, size)
+  std::vector<uint8_t> valid;  // (bins, count)
+};
+
+// Note [RoI max functions]
+// roi_max_align_2d and roi_max_pooling_2d take, per bin, the maximum of a set of samples that is
+// separable: sample (i, j) of a bin is row i of the bin's y samples and row j of its x samples
+// (a bilinear interpolation's weights, or one pixel's indicator), and it is valid when both rows
+// are. So all samples of a run of RoIs come from the two products of Note [RoI Align as two
+// products] with the sample rows in place of the bins' means: (k, C, out_h * Gy, out_w * Gx),
+// Gy and Gx the run's largest sample counts per bin (a RoI with fewer has invalid rows added).
+// The output is the first valid maximum of each bin (Chainer's argmax) picked by a one-hot array:
+// out = sum(samples * onehot), so the gradient reaches x through that sample alone, as Chainer's
+// kernels route it. A bin without a valid sample is 0.
+using MaxSampler = std::function<void(const double* box, AxisSamples& y, AxisSamples& x)>;
+
+/// Appends the run's padded rows of one axis: (k, bins, g, size) weights and (k, bins, g) validity.
+void pad_samples(const std::vector<AxisSamples>& per_roi, int64_t bins, int64_t g, int64_t size,
+                 std::vector<double>& rows, std::vector<uint8_t>& valid) {
+  for (const AxisSamples& s : per_roi) {
+    for (int64_t b = 0; b < bins; ++b) {
+      for (int64_t i = 0; i < g; ++i) {
+        const bool real = i < s.count;
+        const size_t src = static_cast<size_t>((b * s.count + i) * size);
+        for (int64_t p = 0; p < size; ++p)
+          rows.push_back(real ? s.rows[src + static_cast<size_t>(p)] : 0.0);
+        valid.push_back(real ? s.valid[static_cast<size_t>(b * s.count + i)] : 0);
+      }
+    }
+  }
+}
+
+Variable roi_separable_max(const char* fn, const Variable& x, const Array& rois,
+                           const Array& roi_indices, const Shape& outsize, double spatial_scale,
+                           const MaxSampler& sampler) {
+  const RoiBatch b = check_rois(fn, x, rois, roi_indices, outsize, spatial_scale);
+  if (b.r == 0) return Variable(Array::zeros({0, b.c, b.oh, b.ow}, x.dtype(), x.device()));
+  std::vector<Variable> parts;
+  for_each_image_run(b, [&](int64_t first, int64_t end) {
+    const int64_t k = end - first;
+    std::vector<AxisSamples> ys(static_cast<size_t>(k)), xs(static_cast<size_t>(k));
+    int64_t gy = 1, gx = 1;
+    for (int64_t i = 0; i < k; ++i) {
+      sampler(b.boxes.data() + 4 * (first + i), ys[static_cast<size_t>(i)],
+              xs[static_cast<size_t>(i)]);
+      gy = std::max(gy, ys[static_cast<size_t>(i)].count);
+      gx = std::max(gx, xs[static_cast<size_t>(i)].count);
+    }
+    std::vector<double> wy, wx;
+    std::vector<uint8_t> vy, vx;
+    pad_samples(ys, b.oh, gy, b.h, wy, vy);
+    pad_samples(xs, b.ow, gx, b.w, wx, vx);
+    // (k, C, oh gy, ow gx) -> (k, C, oh, ow, gy gx)
+    Variable s =
+        two_products(x, b.images[static_cast<size_t>(first)], k, wy, b.oh * gy, wx, b.ow * gx);
+    s = reshape(transpose(reshape(s, {k, b.c, b.oh, gy, b.ow, gx}), {0, 1, 2, 4, 3, 5}),
+                {k, b.c, b.oh, b.ow, gy * gx});
+    // The validity of each sample, (k, 1, oh, ow, gy gx).
+    const Array valid_y = Array::from_vector(std::vector<int32_t>(vy.begin(), vy.end()),
+                                             Shape{k, 1, b.oh, 1, gy, 1}, x.device());
+    const Array valid_x = Array::from_vector(std::vector<int32_t>(vx.begin(), vx.end()),
+                                             Shape{k, 1, 1, b.ow, 1, gx}, x.device());
+    const Array valid =
+        kusari::logical_and(kusari::not_equal(valid_y, 0), kusari::not_equal(valid_x, 0))
+            .reshape({k, 1, b.oh, b.ow, gy * gx});
+    const Shape full{k, b.c, b.oh, b.ow, gy * gx};
+    const Array candidates = kusari::where(valid.broadcast_to(full), s.data(),
+                                           Scalar(-std::numeric_limits<double>::infinity()));
+    const Array first_max = kusari::argmax(candidates, 4, true);  // (k, C, oh, ow, 1)
+    const Array positions =
+        Array::arange(gy * gx, int64, x.device()).reshape({1, 1, 1, 1, gy * gx});
+    const Array onehot =
+        kusari::logical_and(
+            kusari::equal(positions.broadcast_to(full), first_max.astype(int64).broadcast_to(full)),
+            valid.broadcast_to(full))
+            .astype(x.dtype());
+    parts.push_back(sum(mul(s, Variable(onehot)), {4}));
+  });
   return parts.size() == 1 ? parts[0] : concat(parts, 0);
 }
 
@@ -215,6 +337,119 @@ Variable roi_average_pooling_2d(const Variable& x, const Array& rois, const Arra
                          append_pooling_weights(y0, rh, oh, h, wy);
                          append_pooling_weights(x0, rw, ow, w, wx);
                        });
+}
+
+namespace {
+
+/// The bilinear samples of one axis for roi_max_align_2d: `count` per bin.
+void align_samples(double start, double length, int64_t bins, int64_t count, int64_t size,
+                   AxisSamples& out) {
+  out.count = count;
+  out.rows.assign(static_cast<size_t>(bins * count * size), 0.0);
+  out.valid.assign(static_cast<size_t>(bins * count), 0);
+  const double bin = length / static_cast<double>(bins);
+  for (int64_t b = 0; b < bins; ++b) {
+    for (int64_t g = 0; g < count; ++g) {
+      const double v = start + static_cast<double>(b) * bin +
+                       (static_cast<double>(g) + 0.5) * bin / static_cast<double>(count);
+      const size_t at = static_cast<size_t>(b * count + g);
+      out.valid[at] = v >= -1.0 && v <= static_cast<double>(size);
+      add_sample_weights(v, size, 1.0, out.rows.data() + at * static_cast<size_t>(size));
+    }
+  }
+}
+
+/// The pixels of one axis for RoI max pooling: bin b holds the pixels [floor(b L / bins),
+/// ceil((b + 1) L / bins)) + start clipped to the axis, as indicator rows; `count` is the RoI's
+/// largest bin.
+void pooling_samples(int64_t start, int64_t length, int64_t bins, int64_t size, AxisSamples& out) {
+  const double bin = static_cast<double>(length) / static_cast<double>(bins);
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  int64_t count = 1;
+  for (int64_t b = 0; b < bins; ++b) {
+    const int64_t lo = std::clamp(
+        static_cast<int64_t>(std::floor(static_cast<double>(b) * bin)) + start, int64_t{0}, size);
+    const int64_t hi =
+        std::clamp(static_cast<int64_t>(std::ceil(static_cast<double>(b + 1) * bin)) + start,
+                   int64_t{0}, size);
+    spans.emplace_back(lo, hi);
+    count = std::max(count, hi - lo);
+  }
+  out.count = count;
+  out.rows.assign(static_cast<size_t>(bins * count * size), 0.0);
+  out.valid.assign(static_cast<size_t>(bins * count), 0);
+  for (int64_t b = 0; b < bins; ++b) {
+    const auto [lo, hi] = spans[static_cast<size_t>(b)];
+    for (int64_t p = lo; p < hi; ++p) {
+      const size_t at = static_cast<size_t>(b * count + (p - lo));
+      out.valid[at] = 1;
+      out.rows[at * static_cast<size_t>(size) + static_cast<size_t>(p)] = 1.0;
+    }
+  }
+}
+
+/// The RoI max pooling sampler; `inclusive` counts both corner pixels (roi_pooling_2d).
+MaxSampler pooling_sampler(const Variable& x, const Shape& outsize, bool inclusive) {
+  const int64_t h = x.ndim() == 4 ? x.shape()[2] : 0, w = x.ndim() == 4 ? x.shape()[3] : 0;
+  const int64_t oh = outsize.size() == 2 ? outsize[0] : 1,
+                ow = outsize.size() == 2 ? outsize[1] : 1;
+  const int64_t extra = inclusive ? 1 : 0;
+  return [=](const double* box, AxisSamples& ys, AxisSamples& xs) {
+    // Fast R-CNN's rounding: the box's corners to whole pixels (half away from 0).
+    const auto y0 = static_cast<int64_t>(std::round(box[0]));
+    const auto x0 = static_cast<int64_t>(std::round(box[1]));
+    const int64_t rh = std::max<int64_t>(static_cast<int64_t>(std::round(box[2])) - y0 + extra, 1);
+    const int64_t rw = std::max<int64_t>(static_cast<int64_t>(std::round(box[3])) - x0 + extra, 1);
+    pooling_samples(y0, rh, oh, h, ys);
+    pooling_samples(x0, rw, ow, w, xs);
+  };
+}
+
+}  // namespace
+
+Variable roi_max_align_2d(const Variable& x, const Array& rois, const Array& roi_indices,
+                          const Shape& outsize, double spatial_scale,
+                          std::optional<int64_t> sampling_ratio) {
+  KUSARI_CHECK(!sampling_ratio || *sampling_ratio > 0, ValueError,
+               "roi_max_align_2d: sampling_ratio must be positive (or absent: adaptive), got ",
+               sampling_ratio.value_or(0));
+  const int64_t h = x.ndim() == 4 ? x.shape()[2] : 0, w = x.ndim() == 4 ? x.shape()[3] : 0;
+  const int64_t oh = outsize.size() == 2 ? outsize[0] : 1,
+                ow = outsize.size() == 2 ? outsize[1] : 1;
+  return roi_separable_max(
+      "roi_max_align_2d", x, rois, roi_indices, outsize, spatial_scale,
+      [&](const double* box, AxisSamples& ys, AxisSamples& xs) {
+        const double rh = std::max(box[2] - box[0], 1.0), rw = std::max(box[3] - box[1], 1.0);
+        const int64_t gh = sampling_ratio
+                               ? *sampling_ratio
+                               : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh)));
+        const int64_t gw = sampling_ratio
+                               ? *sampling_ratio
+                               : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow)));
+        align_samples(box[0], rh, oh, gh, h, ys);
+        align_samples(box[1], rw, ow, gw, w, xs);
+      });
+}
+
+Variable roi_max_pooling_2d(const Variable& x, const Array& rois, const Array& roi_indices,
+                            const Shape& outsize, double spatial_scale) {
+  return roi_separable_max("roi_max_pooling_2d", x, rois, roi_indices, outsize, spatial_scale,
+                           pooling_sampler(x, outsize, false));
+}
+
+Variable roi_pooling_2d(const Variable& x, const Array& rois, int64_t outh, int64_t outw,
+                        double spatial_scale) {
+  KUSARI_CHECK(rois.ndim() == 2 && rois.shape()[1] == 5 && is_floating(rois.dtype()), ShapeError,
+               "roi_pooling_2d: rois must be floating (R, 5) rows (image index, x_min, y_min, "
+               "x_max, y_max), got ",
+               rois.dtype(), " ", rois.shape());
+  // (image, x_min, y_min, x_max, y_max) -> boxes (y_min, x_min, y_max, x_max) and indices
+  const Array host = rois.astype(float64).to_device(Device::cpu());
+  const Array boxes =
+      kusari::take(host, Array::from_vector(std::vector<int64_t>{2, 1, 4, 3}, Shape{4}), 1);
+  const Array images = host.at({Slice(), Index(0)}).astype(int64);
+  return roi_separable_max("roi_pooling_2d", x, boxes, images, Shape{outh, outw}, spatial_scale,
+                           pooling_sampler(x, Shape{outh, outw}, true));
 }
 
 Array non_maximum_suppression(const Array& bbox, double thresh, const Array& score, std::optional<int64_t> limit,

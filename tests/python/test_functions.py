@@ -19,7 +19,7 @@ def cpp_function_names():
     folder = os.path.join(SOURCE, 'include', 'kusari', 'functions')
     for header in os.listdir(folder):
         text = open(os.path.join(folder, header)).read()
-        for m in re.finditer(r'^(?:Variable|std::vector<Variable>|std::pair<Variable, Variable>) (\w+)\(', text, re.M):
+        for m in re.finditer(r'^(?:Variable|std::\w+<[^(\n]*>) (\w+)\(', text, re.M):
             names.add(m.group(1))
     return names
 
@@ -181,8 +181,41 @@ def test_chainers_composed_functions(rng):
     # RoI average pooling of the whole 2x2 image into one bin: the mean of its 4 pixels.
     mean = F.roi_average_pooling_2d(img, np.array([[0.0, 0.0, 2.0, 2.0]]), np.array([0], np.int32), 1, 1.0)
     np.testing.assert_allclose(mean.array.reshape(-1), [3.0])
+    # The max variants of the same bins: the largest pixel, or the largest bilinear sample.
+    peak = F.roi_max_pooling_2d(img, np.array([[0.0, 0.0, 2.0, 2.0]]), np.array([0], np.int32), 1, 1.0)
+    np.testing.assert_allclose(peak.array.reshape(-1), [img.max()])
+    rows = np.array([[0.0, 0.0, 0.0, 1.0, 1.0]])  # (image, x_min, y_min, x_max, y_max), corners included
+    np.testing.assert_allclose(F.roi_pooling_2d(img, rows, 1, 1, 1.0).array.reshape(-1), [img.max()])
+    sampled = F.roi_max_align_2d(img, np.array([[0.0, 0.0, 1.0, 1.0]]), np.array([0], np.int32), 1, 1.0,
+                                 sampling_ratio=1)
+    np.testing.assert_allclose(sampled.array.reshape(-1), [3.0])
     boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30]], np.float32)
     kept = F.non_maximum_suppression(boxes, 0.5, score=np.array([0.2, 0.9, 0.5], np.float32))
     assert np.asarray(kept).tolist() == [1, 2]
     assert np.asarray(F.non_maximum_suppression(boxes, 0.5, label=np.array([0, 1, 0], np.int32))).tolist() == [0, 1, 2]
 
+
+
+def test_n_step_rnns_take_chainers_arguments():
+    # The example of Chainer's n_step_lstm and n_step_bilstm documentation: three sequences of
+    # lengths 3, 2 and 1, time-major, two layers of two units.
+    batchs, in_size, out_size, n_layers = [3, 2, 1], 3, 2, 2
+    xs = [np.ones((b, in_size), np.float32) for b in batchs]
+    for bi in (False, True):
+        dirs = 2 if bi else 1
+        hx = np.ones((n_layers * dirs, batchs[0], out_size), np.float32)
+
+        def w_in(i, j, per):
+            if i < dirs and j < per // 2:
+                return in_size
+            return out_size * dirs if j < per // 2 else out_size
+
+        for name, per in (('lstm', 8), ('gru', 6), ('rnn', 2)):
+            ws = [[np.ones((out_size, w_in(i, j, per)), np.float32) for j in range(per)] for i in range(n_layers * dirs)]
+            bs = [[np.ones((out_size,), np.float32) for _ in range(per)] for _ in range(n_layers * dirs)]
+            fn = getattr(F, 'n_step_bi' + name if bi else 'n_step_' + name)
+            out = fn(n_layers, 0.0, hx, hx, ws, bs, xs) if name == 'lstm' else fn(n_layers, 0.0, hx, ws, bs, xs)
+            assert out[0].shape == (n_layers * dirs, 3, out_size)
+            assert [y.shape for y in out[-1]] == [(b, out_size * dirs) for b in batchs]
+    with pytest.raises(ValueError, match='n_step_lstm: ws\\[0\\] and bs\\[0\\] must hold 8 arrays each'):
+        F.n_step_lstm(1, 0.0, hx[:1], hx[:1], [[]], [[]], xs)

@@ -52,6 +52,26 @@ Variable roi_average_align_2d(const Variable& x, const Array& rois, const Array&
 Variable roi_average_pooling_2d(const Variable& x, const Array& rois, const Array& roi_indices, const Shape& outsize,
                                 double spatial_scale);
 
+/// RoI max align (Chainer's roi_max_align_2d): as roi_average_align_2d, each bin's bilinear
+/// samples, but their maximum instead of their mean. Samples outside the image (a coordinate below
+/// -1 or beyond the size) do not count; a bin with none is 0. Differentiable in x: the gradient
+/// goes to the first maximal sample of each bin, as Chainer's argmax (Note [RoI max functions]).
+Variable roi_max_align_2d(const Variable& x, const Array& rois, const Array& roi_indices,
+                          const Shape& outsize, double spatial_scale,
+                          std::optional<int64_t> sampling_ratio = std::nullopt);
+
+/// RoI max pooling (Chainer's roi_max_pooling_2d, Fast R-CNN's RoI pooling): the bins of
+/// roi_average_pooling_2d, each the maximum of its pixels (an empty bin is 0). Differentiable in
+/// x, through the first maximal pixel of each bin.
+Variable roi_max_pooling_2d(const Variable& x, const Array& rois, const Array& roi_indices,
+                            const Shape& outsize, double spatial_scale);
+
+/// Chainer's roi_pooling_2d, Fast R-CNN's original form: rois (R, 5) are (image index, x_min,
+/// y_min, x_max, y_max), and a RoI spans round(max) - round(min) + 1 pixels per axis (the corner
+/// pixels both included); otherwise roi_max_pooling_2d.
+Variable roi_pooling_2d(const Variable& x, const Array& rois, int64_t outh, int64_t outw,
+                        double spatial_scale);
+
 /// The boxes (R, 4) to keep after non-maximum suppression (ChainerCV's non_maximum_suppression):
 /// visiting boxes from the highest score down (in the given order without `score`), a box
 /// is kept unless its IoU with a box kept already is at least `thresh`. With `label` (R,) integer

@@ -1,9 +1,10 @@
 // Chainer's functions written with other differentiable functions (Note [Composed Chainer
 // functions]): selu, hard_sigmoid, crelu, maxout, huber_loss, sigmoid_focal_loss,
 // group_normalization, local_response_normalization, unpooling_2d, resize_images, and the boxes of
-// detection (bbox_iou, bbox_to_loc, loc_to_bbox, roi_average_align_2d, roi_average_pooling_2d; and non_maximum_suppression,
-// not differentiable). Gradient checks on every
-// device, values against formulas computed here element by element, and the errors.
+// detection (bbox_iou, bbox_to_loc, loc_to_bbox, roi_average_align_2d, roi_average_pooling_2d,
+// roi_max_align_2d, roi_max_pooling_2d, roi_pooling_2d; and non_maximum_suppression, not
+// differentiable). Gradient checks on every device, values against formulas computed here element
+// by element, and the errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -585,6 +586,171 @@ TEST_P(ComposedFunctionsTest, RoiAveragePoolingMatchesFastRcnnsBins) {
   }
   EXPECT_THROW(F::roi_average_pooling_2d(Variable(x), rois, idx, {2}, 1.0), ValueError);
   EXPECT_THROW(F::roi_average_pooling_2d(Variable(x.reshape({n * c, h, w})), rois, idx, {2, 2}, 1.0), ShapeError);
+}
+
+// Chainer's roi_max_align_2d, sample by sample, for one RoI: the first largest valid sample of
+// each bin (0 for a bin with none), and that sample's index in the bin (-1 for none).
+std::vector<double> roi_max_align_reference(const std::vector<double>& x, int64_t c, int64_t h,
+                                            int64_t w, int64_t image, const double* box, int64_t oh,
+                                            int64_t ow, double scale, int64_t ratio) {
+  const double y0 = box[0] * scale, x0 = box[1] * scale;
+  const double rh = std::max(box[2] * scale - y0, 1.0), rw = std::max(box[3] * scale - x0, 1.0);
+  const double bh = rh / oh, bw = rw / ow;
+  const int64_t gh = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rh / oh));
+  const int64_t gw = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rw / ow));
+  std::vector<double> out(static_cast<size_t>(c * oh * ow), 0.0);
+  const auto bounds = [](double v, int64_t size, int64_t& lo, int64_t& hi) {
+    if (v <= 0) v = 0;
+    lo = static_cast<int64_t>(v);
+    if (lo >= size - 1) {
+      lo = hi = size - 1;
+      v = static_cast<double>(lo);
+    } else {
+      hi = lo + 1;
+    }
+    return v - static_cast<double>(lo);
+  };
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const double* plane = x.data() + (image * c + ch) * h * w;
+    for (int64_t ph = 0; ph < oh; ++ph) {
+      for (int64_t pw = 0; pw < ow; ++pw) {
+        std::optional<double> best;
+        for (int64_t iy = 0; iy < gh; ++iy) {
+          for (int64_t ix = 0; ix < gw; ++ix) {
+            const double y = y0 + ph * bh + (iy + 0.5) * bh / gh,
+                         xx = x0 + pw * bw + (ix + 0.5) * bw / gw;
+            if (y < -1.0 || y > h || xx < -1.0 || xx > w) continue;
+            int64_t yl, yh, xl, xh;
+            const double ly = bounds(y, h, yl, yh), lx = bounds(xx, w, xl, xh);
+            const double v = (1 - ly) * (1 - lx) * plane[yl * w + xl] +
+                             (1 - ly) * lx * plane[yl * w + xh] +
+                             ly * (1 - lx) * plane[yh * w + xl] + ly * lx * plane[yh * w + xh];
+            if (!best || v > *best) best = v;
+          }
+        }
+        out[static_cast<size_t>((ch * oh + ph) * ow + pw)] = best.value_or(0.0);
+      }
+    }
+  }
+  return out;
+}
+
+TEST_P(ComposedFunctionsTest, RoiMaxAlignMatchesChainersSampling) {
+  const int64_t n = 2, c = 3, h = 7, w = 9;
+  const Array x = uniform({n, c, h, w}, float64);
+  const std::vector<double> xv = x.to_vector<double>();
+  // Inside, across the border, entirely past it (bins without a valid sample), smaller than a
+  // pixel, of both images and out of image order; adaptive grids of different sizes in one run.
+  const std::vector<double> boxes = {1,   2,   9, 14, -3, -2, 6,   5, 30, 34, 40, 44, 4, 4,
+                                     4.5, 4.2, 0, 0,  14, 18, 6.5, 1, 13, 11, 2,  2,  3, 17};
+  const std::vector<int32_t> images = {0, 0, 1, 0, 1, 1, 0};
+  const Array rois = vec(boxes, {7, 4}, float32),
+              idx = Array::from_vector(images, Shape{7}, device());
+  for (int64_t ratio : {0, 2}) {
+    SCOPED_TRACE("sampling ratio " + std::to_string(ratio));
+    const std::optional<int64_t> r = ratio > 0 ? std::optional<int64_t>(ratio) : std::nullopt;
+    const Array y = F::roi_max_align_2d(Variable(x), rois, idx, {3, 4}, 0.5, r).data();
+    ASSERT_EQ(y.shape(), (Shape{7, c, 3, 4}));
+    const std::vector<double> yv = y.to_vector<double>();
+    for (int64_t i = 0; i < 7; ++i) {
+      const std::vector<double> want = roi_max_align_reference(
+          xv, c, h, w, images[static_cast<size_t>(i)], boxes.data() + 4 * i, 3, 4, 0.5, ratio);
+      for (size_t k = 0; k < want.size(); ++k) {
+        EXPECT_NEAR(yv[static_cast<size_t>(i) * want.size() + k], want[k], 1e-12)
+            << "roi " << i << " element " << k;
+      }
+    }
+  }
+  check(
+      [&](const Variable& v) {
+        return F::roi_max_align_2d(v, rois, idx, {2, 3}, 0.5, 2);
+      },
+      uniform({n, c, h, w}, float64));
+  EXPECT_THROW(F::roi_max_align_2d(Variable(x), rois, idx, {2, 2}, 1.0, 0), ValueError);
+  EXPECT_THROW(F::roi_max_align_2d(Variable(x), rois.reshape({4, 7}), idx, {2, 2}, 1.0),
+               ShapeError);
+}
+
+// With every sample equal, each bin's gradient goes to one sample (its first), never to all ties.
+TEST_P(ComposedFunctionsTest, RoiMaxFunctionsRouteTheGradientToOneSamplePerBin) {
+  const Array rois = vec({0, 0, 6, 8, 1, 1, 5, 5}, {2, 4}, float32);
+  const Array idx = Array::from_vector(std::vector<int32_t>{0, 0}, Shape{2}, device());
+  for (int which = 0; which < 2; ++which) {
+    Variable v(Array::full({1, 2, 6, 8}, 1.5, float64, device()), true);
+    Variable y = which == 0 ? F::roi_max_pooling_2d(v, rois, idx, {2, 2}, 1.0)
+                            : F::roi_max_align_2d(v, rois, idx, {2, 2}, 1.0, 2);
+    EXPECT_TRUE(
+        ArraysClose(y.data(), Array::full({2, 2, 2, 2}, 1.5, float64, device()), 1e-12, 1e-12));
+    F::sum(y).backward();
+    // 2 RoIs x 2 channels x 4 bins, one unit of gradient each (bilinear weights sum to 1).
+    EXPECT_NEAR(kusari::sum(v.grad()).item<double>(), 16.0, 1e-12)
+        << (which == 0 ? "pooling" : "align");
+  }
+}
+
+// Fast R-CNN's max pooling over the integer bins of roi_average_pooling_2d; roi_pooling_2d is the
+// same with (image, x_min, y_min, x_max, y_max) rows and both corner pixels counted.
+TEST_P(ComposedFunctionsTest, RoiMaxPoolingMatchesFastRcnnsBins) {
+  const int64_t n = 2, c = 2, h = 6, w = 8;
+  const Array x = uniform({n, c, h, w}, float64);
+  const std::vector<double> xv = x.to_vector<double>();
+  const std::vector<double> boxes = {1,  2,  9, 13, -4, -3, 5, 6, 14, 18,
+                                     20, 22, 3, 3,  3,  3,  0, 0, 12, 16};
+  const std::vector<int32_t> images = {1, 0, 0, 1, 1};
+  const Array rois = vec(boxes, {5, 4}, float32),
+              idx = Array::from_vector(images, Shape{5}, device());
+  std::vector<double> rows5;  // roi_pooling_2d's form of the same boxes
+  for (int64_t r = 0; r < 5; ++r) {
+    const double* b = boxes.data() + 4 * r;
+    rows5.insert(rows5.end(), {static_cast<double>(images[r]), b[1], b[0], b[3], b[2]});
+  }
+  const int64_t oh = 3, ow = 2;
+  for (int inclusive = 0; inclusive < 2; ++inclusive) {
+    SCOPED_TRACE(inclusive ? "roi_pooling_2d" : "roi_max_pooling_2d");
+    const Array y =
+        inclusive ? F::roi_pooling_2d(Variable(x), vec(rows5, {5, 5}, float32), oh, ow, 0.5).data()
+                  : F::roi_max_pooling_2d(Variable(x), rois, idx, {oh, ow}, 0.5).data();
+    ASSERT_EQ(y.shape(), (Shape{5, c, oh, ow}));
+    const std::vector<double> yv = y.to_vector<double>();
+    for (int64_t r = 0; r < 5; ++r) {
+      const double* b = boxes.data() + 4 * r;
+      const int64_t y0 = std::lround(b[0] * 0.5), x0 = std::lround(b[1] * 0.5);
+      const int64_t rh = std::max<int64_t>(std::lround(b[2] * 0.5) - y0 + inclusive, 1);
+      const int64_t rw = std::max<int64_t>(std::lround(b[3] * 0.5) - x0 + inclusive, 1);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        for (int64_t ph = 0; ph < oh; ++ph) {
+          for (int64_t pw = 0; pw < ow; ++pw) {
+            const double bh = static_cast<double>(rh) / oh, bw = static_cast<double>(rw) / ow;
+            const int64_t hs =
+                std::clamp<int64_t>(static_cast<int64_t>(std::floor(ph * bh)) + y0, 0, h);
+            const int64_t he =
+                std::clamp<int64_t>(static_cast<int64_t>(std::ceil((ph + 1) * bh)) + y0, 0, h);
+            const int64_t ws =
+                std::clamp<int64_t>(static_cast<int64_t>(std::floor(pw * bw)) + x0, 0, w);
+            const int64_t we =
+                std::clamp<int64_t>(static_cast<int64_t>(std::ceil((pw + 1) * bw)) + x0, 0, w);
+            double best = -1e300;
+            for (int64_t i = hs; i < he; ++i) {
+              for (int64_t j = ws; j < we; ++j) {
+                best =
+                    std::max(best, xv[static_cast<size_t>(((images[r] * c + ch) * h + i) * w + j)]);
+              }
+            }
+            const double want = he <= hs || we <= ws ? 0.0 : best;
+            EXPECT_NEAR(yv[static_cast<size_t>(((r * c + ch) * oh + ph) * ow + pw)], want, 1e-12)
+                << "roi " << r << " channel " << ch << " bin " << ph << "," << pw;
+          }
+        }
+      }
+    }
+  }
+  check(
+      [&](const Variable& v) {
+        return F::roi_max_pooling_2d(v, rois, idx, {2, 3}, 0.5);
+      },
+      uniform({n, c, h, w}, float64));
+  EXPECT_THROW(F::roi_pooling_2d(Variable(x), rois, 2, 2, 1.0), ShapeError);
+  EXPECT_THROW(F::roi_max_pooling_2d(Variable(x), rois, idx, {2}, 1.0), ValueError);
 }
 
 TEST_P(ComposedFunctionsTest, NonMaximumSuppressionKeepsTheBestOfEachCluster) {
