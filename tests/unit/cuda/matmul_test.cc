@@ -2,6 +2,7 @@
 // batched and broadcast batch axes, vectors, and the TF32 switch.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,44 @@ TEST_F(CudaMatmul, LayoutsThatNeedACopy) {
   const Array ag = a.to_device(gpu()).at({Slice(), Slice(0, 20, 2)});
   EXPECT_TRUE(
       GpuMatchesCpu(matmul(ag, b.to_device(gpu())), matmul(as, b), matmul_tolerance(float32)));
+}
+
+// Large 16-bit products whose rows are not a multiple of 8 elements long run on padded copies
+// (Note [Aligning 16-bit GEMM operands]): an odd output width (a language model's vocabulary),
+// an odd inner size (padded with zeros), odd rows, and transposed views, as a model's backward
+// makes them.
+TEST_F(CudaMatmul, SixteenBitProductsWithUnalignedRowsMatchTheCpu) {
+  // The padded copies are opt-in (KUSARI_CUBLAS_PAD=1, read at each product): on for this test.
+  struct PadScope {
+    PadScope() { setenv("KUSARI_CUBLAS_PAD", "1", 1); }
+    ~PadScope() { unsetenv("KUSARI_CUBLAS_PAD"); }
+  } pad;
+  for (Dtype d : {bfloat16, float16}) {
+    const Array a = testing::random_array({128, 1024}, d, -1, 1, 9);
+    const Array b = testing::random_array({1024, 1001}, d, -1, 1, 10);
+    check(a, b, "odd output width");
+    const Array c = testing::random_array({128, 1001}, d, -1, 1, 11);
+    const Array e = testing::random_array({1001, 1024}, d, -1, 1, 12);
+    check(c, e, "odd inner size");
+    // An odd number of rows read from a transposed view (its rows are the contiguous axis).
+    check_views(testing::random_array({1024, 129}, d, -1, 1, 17),
+                testing::random_array({1024, 1001}, d, -1, 1, 18), true, false,
+                "odd rows of a transposed view");
+    // A Linear layer over (batch, length, features): the batch folds into the rows of one product.
+    check(testing::random_array({4, 64, 512}, d, -1, 1, 13),
+          testing::random_array({512, 1001}, d, -1, 1, 14),
+          "batch folded into rows, odd output width");
+    check(testing::random_array({4, 64, 512}, d, -1, 1, 15),
+          testing::random_array({512, 1024}, d, -1, 1, 16), "batch folded into rows");
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Array at = ta ? a.swapaxes(0, 1).copy() : a, bt = tb ? b.swapaxes(0, 1).copy() : b;
+        check_views(at, bt, ta, tb, "odd output width");
+        const Array ct = ta ? c.swapaxes(0, 1).copy() : c, et = tb ? e.swapaxes(0, 1).copy() : e;
+        check_views(ct, et, ta, tb, "odd inner size");
+      }
+    }
+  }
 }
 
 TEST_F(CudaMatmul, LargeFloat32IsAccurateWithoutTf32AndCloseWithIt) {

@@ -456,6 +456,27 @@ TEST_P(ComposedFunctionsTest, BoxesOverlapsAndOffsets) {
   EXPECT_THROW(F::bbox_to_loc(Variable(src), Variable(b)), ValueError);
 }
 
+// Chainer's bilinear sample of a plane at (y, x), a point already known to be in bounds (y in
+// [-1, h], x in [-1, w]): a coordinate below 0 counts as 0, one past the last pixel as the last.
+double bilinear_sample(const double* plane, int64_t h, int64_t w, double y, double x) {
+  const auto bounds = [](double& v, int64_t size, int64_t& lo, int64_t& hi) {
+    if (v <= 0) v = 0;
+    lo = static_cast<int64_t>(v);
+    if (lo >= size - 1) {
+      lo = hi = size - 1;
+      v = static_cast<double>(lo);
+    } else {
+      hi = lo + 1;
+    }
+  };
+  int64_t yl, yh, xl, xh;
+  bounds(y, h, yl, yh);
+  bounds(x, w, xl, xh);
+  const double ly = y - yl, lx = x - xl, hy = 1 - ly, hx = 1 - lx;
+  return hy * hx * plane[yl * w + xl] + hy * lx * plane[yl * w + xh] +
+         ly * hx * plane[yh * w + xl] + ly * lx * plane[yh * w + xh];
+}
+
 // Chainer's roi_average_align_2d, sample by sample (the loops of its kernel), for one RoI.
 std::vector<double> roi_align_reference(const std::vector<double>& x, int64_t c, int64_t h, int64_t w, int64_t image,
                                         const double* box, int64_t oh, int64_t ow, double scale, int64_t ratio) {
@@ -472,26 +493,10 @@ std::vector<double> roi_align_reference(const std::vector<double>& x, int64_t c,
         double sum = 0;
         for (int64_t iy = 0; iy < gh; ++iy) {
           for (int64_t ix = 0; ix < gw; ++ix) {
-            double y = y0 + ph * bh + (iy + 0.5) * bh / gh, xx = x0 + pw * bw + (ix + 0.5) * bw / gw;
+            const double y = y0 + ph * bh + (iy + 0.5) * bh / gh,
+                         xx = x0 + pw * bw + (ix + 0.5) * bw / gw;
             if (y < -1.0 || y > h || xx < -1.0 || xx > w) continue;
-            if (y <= 0) y = 0;
-            if (xx <= 0) xx = 0;
-            int64_t yl = static_cast<int64_t>(y), xl = static_cast<int64_t>(xx), yh, xh;
-            if (yl >= h - 1) {
-              yh = yl = h - 1;
-              y = static_cast<double>(yl);
-            } else {
-              yh = yl + 1;
-            }
-            if (xl >= w - 1) {
-              xh = xl = w - 1;
-              xx = static_cast<double>(xl);
-            } else {
-              xh = xl + 1;
-            }
-            const double ly = y - yl, lx = xx - xl, hy = 1 - ly, hx = 1 - lx;
-            sum += hy * hx * plane[yl * w + xl] + hy * lx * plane[yl * w + xh] + ly * hx * plane[yh * w + xl] +
-                   ly * lx * plane[yh * w + xh];
+            sum += bilinear_sample(plane, h, w, y, xx);
           }
         }
         out[static_cast<size_t>((ch * oh + ph) * ow + pw)] = sum / static_cast<double>(gh * gw);
@@ -589,7 +594,7 @@ TEST_P(ComposedFunctionsTest, RoiAveragePoolingMatchesFastRcnnsBins) {
 }
 
 // Chainer's roi_max_align_2d, sample by sample, for one RoI: the first largest valid sample of
-// each bin (0 for a bin with none), and that sample's index in the bin (-1 for none).
+// each bin (0 for a bin with none).
 std::vector<double> roi_max_align_reference(const std::vector<double>& x, int64_t c, int64_t h,
                                             int64_t w, int64_t image, const double* box, int64_t oh,
                                             int64_t ow, double scale, int64_t ratio) {
@@ -599,17 +604,6 @@ std::vector<double> roi_max_align_reference(const std::vector<double>& x, int64_
   const int64_t gh = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rh / oh));
   const int64_t gw = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(rw / ow));
   std::vector<double> out(static_cast<size_t>(c * oh * ow), 0.0);
-  const auto bounds = [](double v, int64_t size, int64_t& lo, int64_t& hi) {
-    if (v <= 0) v = 0;
-    lo = static_cast<int64_t>(v);
-    if (lo >= size - 1) {
-      lo = hi = size - 1;
-      v = static_cast<double>(lo);
-    } else {
-      hi = lo + 1;
-    }
-    return v - static_cast<double>(lo);
-  };
   for (int64_t ch = 0; ch < c; ++ch) {
     const double* plane = x.data() + (image * c + ch) * h * w;
     for (int64_t ph = 0; ph < oh; ++ph) {
@@ -620,11 +614,7 @@ std::vector<double> roi_max_align_reference(const std::vector<double>& x, int64_
             const double y = y0 + ph * bh + (iy + 0.5) * bh / gh,
                          xx = x0 + pw * bw + (ix + 0.5) * bw / gw;
             if (y < -1.0 || y > h || xx < -1.0 || xx > w) continue;
-            int64_t yl, yh, xl, xh;
-            const double ly = bounds(y, h, yl, yh), lx = bounds(xx, w, xl, xh);
-            const double v = (1 - ly) * (1 - lx) * plane[yl * w + xl] +
-                             (1 - ly) * lx * plane[yl * w + xh] +
-                             ly * (1 - lx) * plane[yh * w + xl] + ly * lx * plane[yh * w + xh];
+            const double v = bilinear_sample(plane, h, w, y, xx);
             if (!best || v > *best) best = v;
           }
         }
