@@ -42,8 +42,10 @@
 // When an attempt ends with status 0 the run is finished. Otherwise each rank is judged by what
 // it wrote last: a rank that said how it ended is not lost; one still "running", or one that
 // never wrote, is lost: "crashed", or "hung" if the launcher found its heartbeat too old (such a
-// rank is lost whatever it wrote after). Each lost rank takes one slot from its host (the one its
-// heartbeat names, else the one the hostfile put it on), and the job starts again while restarts
+// rank is lost whatever it wrote after); the ranks the launcher itself ended because another hung
+// are not lost, whatever they wrote last (mpiexec may kill them before SIGTERM gets a last word
+// out). Each lost rank takes one slot from its host (the one its heartbeat names, else the one
+// the hostfile put it on), and the job starts again while restarts
 // are left. No heartbeat at all means the program does not write them: it starts again on the
 // same slots.
 // Ranks that failed with no rank lost are an error of the program, which another attempt would
@@ -472,6 +474,7 @@ struct RankWatch {
   std::optional<Heartbeat> last;  ///< its last record; nullopt while it wrote none
   struct stat seen {};            ///< the file the record came from (re-read only when it changes)
   bool hung = false;              ///< whether the launcher found it hung
+  bool ended_by_launcher = false;  ///< whether the launcher ended it while it was not hung
 };
 
 /// Re-reads the heartbeat file of `rank` from `folder` when it has changed.
@@ -637,7 +640,10 @@ class Launcher {
     if (!v.any_heartbeat) return v;  // the program does not write heartbeats: nothing to judge by
     for (int r = 0; r < static_cast<int>(end.ranks.size()); ++r) {
       const RankWatch& w = end.ranks[r];
-      // A rank found hung is lost even when SIGTERM got a last word out of it.
+      // A rank found hung is lost even when SIGTERM got a last word out of it; one the launcher
+      // ended because another hung is not, whether or not its last word got out before mpiexec
+      // killed it.
+      if (!w.hung && w.ended_by_launcher && !(w.last && w.last->state == "failed")) continue;
       if (!w.hung && w.last && has_ended(w.last->state)) {
         if (w.last->state != "failed") continue;
         v.failed.push_back({{"rank", r}, {"message", w.last->message}});
@@ -735,6 +741,7 @@ class Launcher {
       }
       if (!ending_since && options_.hang_timeout > 0 &&
           find_hung(attempt, end.ranks, hosts, used, now)) {
+        for (RankWatch& w : end.ranks) w.ended_by_launcher = !w.hung;
         child.signal(SIGTERM);
         kill_local_ranks(folder, end.ranks, used, true);
         ending_since = now;
