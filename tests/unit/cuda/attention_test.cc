@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/libs/cudnn_variant_pack.h"
 #include "cuda_test_util.h"
 #include "kusari/functions.h"
 
@@ -138,6 +139,27 @@ TEST_F(CudaFusedAttention, DeclinedCallsRunComposedOrFailUnderKFused) {
   Variable ref = F::scaled_dot_product_attention(
       Variable(odd.astype(float32)), Variable(odd.astype(float32)), Variable(odd.astype(float32)));
   EXPECT_TRUE(close(y.data(), ref.data(), bfloat16));
+}
+
+// The check every cuDNN graph execution makes of its variant pack (no GPU needed): cuDNN itself
+// refuses a pack with one id too many with a bare "bad parameter".
+TEST(CudnnVariantPack, NamesMissingExtraAndRepeatedIds) {
+  namespace G = cuda::cudnn_graph;
+  const std::vector<int64_t> graph = {1, 2, 5};
+  const int64_t exact[] = {5, 1, 2};
+  EXPECT_EQ(G::variant_pack_mismatch(graph, exact, 3), "");
+  const int64_t extra[] = {1, 2, 5, 9};
+  EXPECT_EQ(G::variant_pack_mismatch(graph, extra, 4),
+            "uid 9 is not a tensor of the graph (or a virtual one)");
+  const int64_t missing[] = {1, 5};
+  EXPECT_EQ(G::variant_pack_mismatch(graph, missing, 2), "uid 2 is missing");
+  const int64_t twice[] = {1, 2, 2, 2, 5};
+  EXPECT_EQ(G::variant_pack_mismatch(graph, twice, 5), "uid 2 is given more than once");
+  const int64_t both[] = {1, 7};
+  EXPECT_EQ(G::variant_pack_mismatch(graph, both, 2),
+            "uid 7 is not a tensor of the graph (or a virtual one); uid 2 is missing; uid 5 is "
+            "missing");
+  EXPECT_EQ(G::variant_pack_mismatch({}, nullptr, 0), "");
 }
 
 }  // namespace

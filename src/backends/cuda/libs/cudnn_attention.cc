@@ -85,24 +85,10 @@ bool enabled() {
   return on;
 }
 
-bool deterministic_mode() {
-  static const bool on = [] {
-    const char* v = std::getenv("KUSARI_CUDNN_DETERMINISTIC");
-    return v != nullptr && std::string_view(v) == "1";
-  }();
-  return on;
-}
-
-int64_t alignment(const void* p) {
-  const auto address = reinterpret_cast<uintptr_t>(p);
-  if (address == 0) return 16;
-  return std::min<int64_t>(16, int64_t{1} << std::countr_zero(address));
-}
-
 /// `a` itself when cuDNN can read it in place, else a contiguous copy.
 Array usable(const Array& a) {
   const Strides& s = a.strides();
-  bool ok = s[3] == 1 && alignment(a.raw_data()) >= 16;
+  bool ok = s[3] == 1 && cudnn_graph::alignment(a.raw_data()) >= 16;
   for (int i = 0; ok && i < 3; ++i) ok = s[i] % 8 == 0 || a.shape()[i] == 1;
   return ok ? a : a.to_memory_format(MemoryFormat::kContiguous);
 }
@@ -296,7 +282,7 @@ std::shared_ptr<const cudnn_graph::Plan> plan_for(int device, const Key& key) {
     filter.allow_runtime_compilation = true;
     filter.allow_down_convert =
         true;  // p and gs are rounded to the data's dtype for their products
-    filter.deterministic = key.backward && deterministic_mode();
+    filter.deterministic = key.backward && cudnn_graph::deterministic_mode();
     WorkspaceLease guard = cudnn_workspace(device, 0);  // the handle's lock
     auto plans = g.plans(cudnn_handle(device), filter,
                          static_cast<int64_t>(kMaxCudnnWorkspaceBytes), 1, &why);
@@ -358,13 +344,17 @@ bool attention_forward(const Array& q_in, const Array& k_in, const Array& v_in, 
   if (!plan) return false;
   float scale = static_cast<float>(p.scale), neg_inf = -std::numeric_limits<float>::infinity();
   // The variant pack names exactly the graph's tensors: -inf only where the causal mask uses it.
-  const int64_t uids[] = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
-  void* const pointers[] = {q.raw_data(),   k.raw_data(), v.raw_data(), out.raw_data(),
-                            lse.raw_data(), &scale,       &neg_inf};
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
+  std::vector<void*> pointers = {q.raw_data(),   k.raw_data(),   v.raw_data(),
+                                 out.raw_data(), lse.raw_data(), &scale};
+  if (p.causal) {
+    uids.push_back(kNegInf);
+    pointers.push_back(&neg_inf);
+  }
   WorkspaceLease ws =
       cudnn_workspace(device, static_cast<size_t>(std::max<int64_t>(plan->workspace(), 256)));
-  plan->execute(cudnn_handle(device), uids, pointers, p.causal ? 7 : 6, ws.ptr,
-                "fused attention forward");
+  plan->execute(cudnn_handle(device), uids.data(), pointers.data(),
+                static_cast<int64_t>(uids.size()), ws.ptr, "fused attention forward");
   return true;
 }
 
@@ -383,16 +373,20 @@ bool attention_backward(const Array& q_in, const Array& k_in, const Array& v_in,
       Array::empty({p.batch, p.heads, p.q_len, p.head_dim}, Dtype::kFloat32, q.device());
   float scale = static_cast<float>(p.scale), neg_inf = -std::numeric_limits<float>::infinity(),
         one = 1.0f;
-  const int64_t uids[] = {kQ,     kK,     kV,      kO,          kGradO, kStats, kGradQ,
-                          kGradK, kGradV, kRowDot, kGradQAccum, kScale, kOne,   kNegInf};
-  void* const pointers[] = {
+  std::vector<int64_t> uids = {kQ,     kK,     kV,      kO,          kGradO, kStats, kGradQ,
+                               kGradK, kGradV, kRowDot, kGradQAccum, kScale, kOne};
+  std::vector<void*> pointers = {
       q.raw_data(),        k.raw_data(),  v.raw_data(),  out.raw_data(), gout.raw_data(),
       lse.raw_data(),      gq.raw_data(), gk.raw_data(), gv.raw_data(),  row_dot.raw_data(),
-      gq_accum.raw_data(), &scale,        &one,          &neg_inf};
+      gq_accum.raw_data(), &scale,        &one};
+  if (p.causal) {
+    uids.push_back(kNegInf);
+    pointers.push_back(&neg_inf);
+  }
   WorkspaceLease ws =
       cudnn_workspace(device, static_cast<size_t>(std::max<int64_t>(plan->workspace(), 256)));
-  plan->execute(cudnn_handle(device), uids, pointers, p.causal ? 14 : 13, ws.ptr,
-                "fused attention backward");
+  plan->execute(cudnn_handle(device), uids.data(), pointers.data(),
+                static_cast<int64_t>(uids.size()), ws.ptr, "fused attention backward");
   return true;
 }
 

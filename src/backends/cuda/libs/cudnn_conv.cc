@@ -72,6 +72,9 @@
 namespace kusari::cuda {
 namespace {
 
+using cudnn_graph::alignment;
+using cudnn_graph::deterministic_mode;
+
 constexpr size_t kMaxCachedPlans = 1024;
 /// Graph-API candidates timed per convolution with KUSARI_CUDNN_BENCHMARK=1.
 constexpr int kMaxTimedCandidates = 12;
@@ -85,11 +88,6 @@ bool env_flag(const char* name) {
 
 bool benchmark_mode() {
   static const bool on = env_flag("KUSARI_CUDNN_BENCHMARK");
-  return on;
-}
-
-bool deterministic_mode() {
-  static const bool on = env_flag("KUSARI_CUDNN_DETERMINISTIC");
   return on;
 }
 
@@ -348,13 +346,6 @@ struct Buffers {
   void* w;
   void* y;
 };
-
-/// The largest power of two, at most 16, that divides the address (the alignment cuDNN is told).
-int64_t alignment(const void* p) {
-  const auto address = reinterpret_cast<uintptr_t>(p);
-  if (address == 0) return 16;
-  return std::min<int64_t>(16, int64_t{1} << std::countr_zero(address));
-}
 
 /// Element strides of an (n, c, h, w)-indexed tensor in NCHW or NHWC.
 std::array<int64_t, 4> layout_strides(const std::array<int64_t, 4>& d, bool nhwc) {

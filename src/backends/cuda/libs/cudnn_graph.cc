@@ -26,6 +26,9 @@
 #include "backends/cuda/libs/cudnn_graph.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "backends/cuda/runtime/cuda_backend.h"
@@ -226,12 +229,10 @@ std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeur
 /// The plans of a finalized graph (Note [cuDNN graph API convolutions]): heuristics mode A's
 /// engine configurations, or the fallback list's when A gives none usable, that pass `filter`,
 /// finalize and fit `max_workspace`; at most `max_plans`.
-std::vector<std::shared_ptr<const Plan>> finalize_plans(cudnnHandle_t handle,
-                                                        const Descriptor& graph,
-                                                        const EngineFilter& filter,
-                                                        int64_t max_workspace, int max_plans,
-                                                        const std::shared_ptr<const void>& keep,
-                                                        std::string* why = nullptr) {
+std::vector<std::shared_ptr<const Plan>> finalize_plans(
+    cudnnHandle_t handle, const Descriptor& graph, const EngineFilter& filter,
+    int64_t max_workspace, int max_plans, const std::vector<int64_t>& uids,
+    const std::shared_ptr<const void>& keep, std::string* why = nullptr) {
   std::vector<std::shared_ptr<const Plan>> plans;
   std::string refusals;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
@@ -265,7 +266,8 @@ std::vector<std::shared_ptr<const Plan>> finalize_plans(cudnnHandle_t handle,
         refusals += concat("; ", description, " needs ", workspace, " bytes of workspace");
         continue;
       }
-      plans.push_back(std::make_shared<const Plan>(std::move(plan), workspace, description, keep));
+      plans.push_back(
+          std::make_shared<const Plan>(std::move(plan), workspace, description, uids, keep));
     }
     // The fallback list is asked for only when the heuristics proposed nothing usable.
     if (!plans.empty()) break;
@@ -326,8 +328,35 @@ void Descriptor::finalize(const char* what) {
 
 cudnnStatus_t Descriptor::try_finalize() { return cudnnBackendFinalize(d_); }
 
+int64_t alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  if (address == 0) return 16;
+  return std::min<int64_t>(16, int64_t{1} << std::countr_zero(address));
+}
+
+bool deterministic_mode() {
+  static const bool on = [] {
+    const char* v = std::getenv("KUSARI_CUDNN_DETERMINISTIC");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
+}
+
+Plan::Plan(Descriptor plan, int64_t workspace, std::string engine, std::vector<int64_t> uids,
+           std::shared_ptr<const void> keepalive)
+    : plan_(std::move(plan)),
+      workspace_(workspace),
+      engine_(std::move(engine)),
+      uids_(std::move(uids)),
+      keepalive_(std::move(keepalive)) {
+  std::sort(uids_.begin(), uids_.end());
+}
+
 void Plan::execute(cudnnHandle_t handle, const int64_t* uids, void* const* pointers, int64_t count,
                    void* workspace, const char* what) const {
+  const std::string mismatch = variant_pack_mismatch(uids_, uids, count);
+  KUSARI_CHECK(mismatch.empty(), DeviceError, "cuDNN graph '", what,
+               "': the variant pack does not name the graph's tensors: ", mismatch);
   Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   pack.set_int64s(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids, count)
       .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, pointers)
@@ -361,7 +390,8 @@ std::vector<std::shared_ptr<const ConvPlan>> conv_plans(cudnnHandle_t handle,
   filter.forbid_tf32 = problem.data_type == CUDNN_DATA_FLOAT && !problem.allow_tf32;
   filter.deterministic = problem.deterministic;
   std::vector<std::shared_ptr<const ConvPlan>> out;
-  for (auto& plan : finalize_plans(handle, graph, filter, max_workspace, max_plans, keep)) {
+  for (auto& plan : finalize_plans(handle, graph, filter, max_workspace, max_plans,
+                                   {kUidX, kUidW, kUidY}, keep)) {
     out.push_back(std::make_shared<const ConvPlan>(std::move(plan)));
   }
   return out;
@@ -371,16 +401,19 @@ void GraphBuilder::tensor(int64_t uid, const std::vector<int64_t>& dims,
                           const std::vector<int64_t>& strides, cudnnDataType_t type,
                           int64_t alignment) {
   (*tensors_).insert_or_assign(uid, make_tensor(uid, dims, strides, type, alignment, false, false));
+  external_.insert(uid);
 }
 
 void GraphBuilder::virtual_tensor(int64_t uid, const std::vector<int64_t>& dims,
                                   const std::vector<int64_t>& strides, cudnnDataType_t type) {
   (*tensors_).insert_or_assign(uid, make_tensor(uid, dims, strides, type, 16, true, false));
+  external_.erase(uid);
 }
 
 void GraphBuilder::scalar(int64_t uid, cudnnDataType_t type) {
   (*tensors_).insert_or_assign(uid,
                                make_tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, type, 16, false, true));
+  external_.insert(uid);
 }
 
 const Descriptor& GraphBuilder::at(int64_t uid) const {
@@ -463,7 +496,8 @@ std::vector<std::shared_ptr<const Plan>> GraphBuilder::plans(cudnnHandle_t handl
     return {};
   }
   auto keep = std::make_shared<Keep>(Keep{tensors_, params_, ops_});
-  auto out = finalize_plans(handle, graph, filter, max_workspace, max_plans, keep, why);
+  auto out = finalize_plans(handle, graph, filter, max_workspace, max_plans,
+                            {external_.begin(), external_.end()}, keep, why);
   return out;
 }
 

@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
+
+#include "backends/cuda/libs/cudnn_variant_pack.h"
 
 namespace kusari::cuda::cudnn_graph {
 
@@ -55,21 +58,28 @@ struct EngineFilter {
   bool allow_down_convert = false;
 };
 
+/// The largest power of two, at most 16, that divides the address (the alignment cuDNN is told;
+/// 16 for a null pointer).
+int64_t alignment(const void* p);
+
+/// Whether KUSARI_CUDNN_DETERMINISTIC=1 asks for engines cuDNN does not mark non-deterministic
+/// (read once).
+bool deterministic_mode();
+
 /// A finalized execution plan of an operation graph.
 class Plan {
  public:
-  Plan(Descriptor plan, int64_t workspace, std::string engine,
-       std::shared_ptr<const void> keepalive)
-      : plan_(std::move(plan)),
-        workspace_(workspace),
-        engine_(std::move(engine)),
-        keepalive_(std::move(keepalive)) {}
+  /// `uids` are the graph's non-virtual tensors: what a variant pack must name.
+  Plan(Descriptor plan, int64_t workspace, std::string engine, std::vector<int64_t> uids,
+       std::shared_ptr<const void> keepalive);
   /// Scratch bytes the plan needs.
   int64_t workspace() const { return workspace_; }
   /// The engine, for messages and logs ("engine 12" plus its notes).
   const std::string& engine() const { return engine_; }
   /// Runs the graph on the handle's stream: `pointers[i]` is the tensor of unique id `uids[i]`
   /// (for a by-value tensor, a pointer to its host value), `what` names the graph in errors.
+  /// The ids must be exactly the graph's non-virtual tensors (cuDNN refuses a pack with one
+  /// more, with a bare "bad parameter"): a mismatch throws DeviceError naming the ids.
   void execute(cudnnHandle_t handle, const int64_t* uids, void* const* pointers, int64_t count,
                void* workspace, const char* what) const;
 
@@ -77,6 +87,7 @@ class Plan {
   Descriptor plan_;
   int64_t workspace_;
   std::string engine_;
+  std::vector<int64_t> uids_;
   std::shared_ptr<const void> keepalive_;  // the graph's descriptors, for as long as the plan
 };
 
@@ -111,6 +122,7 @@ class GraphBuilder {
 
  private:
   const Descriptor& at(int64_t uid) const;
+  std::set<int64_t> external_;  // the uids of the non-virtual tensors (a variant pack's)
   std::shared_ptr<std::map<int64_t, Descriptor>> tensors_ =
       std::make_shared<std::map<int64_t, Descriptor>>();
   // The operations' parameters (pointwise, matmul, reduction descriptors) and the operations.
