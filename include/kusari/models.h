@@ -4,4 +4,6 @@
 #pragma once
 
 #include "kusari/models/gpt.h"
+#include "kusari/models/detection_metrics.h"
 #include "kusari/models/resnet.h"
+#include "kusari/models/retinanet.h"

@@ -61,6 +61,8 @@ RUN_SMALL = {
     "train_a2c": ([(("--steps",), "20"), (("--envs",), "4")], []),
     "train_gpt": ([(("-i", "--iterations"), "10"), (("--eval-interval",), "5"), (("--log-interval",), "5")],
                   ["--noplot"]),
+    "make_detection_set": ([(("--train",), "32"), (("--val",), "16")], []),
+    "train_detection": ([(("-e", "--epoch"), "1"), (("-b", "--batchsize"), "4"), (("--backbone",), "tiny")], []),
     "train_mnist.py": ([(("-e", "--epoch"), "1"), (("-u", "--unit"), "50")], ["--noplot"]),
 }
 

@@ -1,0 +1,445 @@
+#include "kusari/models/retinanet.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "kusari/autograd/mode.h"
+#include "kusari/core/error.h"
+#include "kusari/functions.h"
+#include "kusari/links/initializers.h"
+
+namespace kusari::models {
+namespace {
+
+namespace F = functions;
+
+// The boxes of `a` as doubles, after checking that it is (R, 4) and floating.
+std::vector<double> host_boxes(const Array& a, const char* fn, const char* name) {
+  KUSARI_CHECK(a.ndim() == 2 && a.shape()[1] == 4 && is_floating(a.dtype()), ShapeError, fn, ": ",
+               name, " must be floating (R, 4) boxes (y_min, x_min, y_max, x_max), got ", a.dtype(),
+               " ", a.shape());
+  return a.astype(float64).to_device(Device::cpu()).to_vector<double>();
+}
+
+double iou(const double* a, const double* b) {
+  const double h = std::min(a[2], b[2]) - std::max(a[0], b[0]);
+  const double w = std::min(a[3], b[3]) - std::max(a[1], b[1]);
+  if (h <= 0 || w <= 0) return 0.0;
+  const double inter = h * w;
+  const double uni = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter;
+  return uni > 0 ? inter / uni : 0.0;
+}
+
+// Channels of stage C_level (2 ... 5) of the backbone.
+int64_t stage_channels(const RetinaNetOptions& o, int level) {
+  const int64_t expansion =
+      o.block == ResNetBlock::kBasic ? BasicBlock::kExpansion : Bottleneck::kExpansion;
+  return o.width * expansion << (level - 2);
+}
+
+std::shared_ptr<links::Convolution2D> conv(int64_t in, int64_t out, int64_t ksize, int64_t stride,
+                                           std::shared_ptr<Initializer> w = nullptr,
+                                           std::shared_ptr<Initializer> b = nullptr) {
+  return std::make_shared<links::Convolution2D>(in, out, ksize, stride, ksize / 2, false,
+                                                std::move(w), std::move(b));
+}
+
+// A head: `convs` 3x3 convolutions with ReLU, then one to `outputs` channels whose bias starts at
+// `bias` (Note [RetinaNet layout]).
+std::shared_ptr<Sequential> head(int64_t channels, int64_t convs, int64_t outputs, double bias) {
+  auto seq = std::make_shared<Sequential>();
+  for (int64_t i = 0; i < convs; ++i) {
+    seq->add(conv(channels, channels, 3, 1, std::make_shared<initializers::Normal>(0.01),
+                  std::make_shared<initializers::Constant>(0.0)));
+    seq->add([](const Variable& v) { return F::relu(v); });
+  }
+  seq->add(conv(channels, outputs, 3, 1, std::make_shared<initializers::Normal>(0.01),
+                std::make_shared<initializers::Constant>(bias)));
+  return seq;
+}
+
+// x (N, A * C, H, W) as (N, H * W * A, C): the anchors' order (Note [RetinaNet anchors and
+// targets]).
+Variable per_anchor(const Variable& x, int64_t channels) {
+  const Shape& s = x.shape();
+  const int64_t n = s[0], h = s[2], w = s[3], a = s[1] / channels;
+  return F::reshape(F::transpose(x, {0, 2, 3, 1}), {n, h * w * a, channels});
+}
+
+}  // namespace
+
+Array generate_anchors(int64_t height, int64_t width, double stride, double size,
+                       const std::vector<double>& ratios, const std::vector<double>& scales,
+                       Device device) {
+  const char* fn = "generate_anchors";
+  KUSARI_CHECK(height >= 0 && width >= 0, ValueError, fn,
+               ": the feature map's size must not be negative, got ", height, " x ", width);
+  KUSARI_CHECK(stride > 0 && size > 0, ValueError, fn,
+               ": stride and size must be positive, got stride ", stride, " and size ", size);
+  KUSARI_CHECK(!ratios.empty() && !scales.empty(), ValueError, fn,
+               ": needs at least one ratio and one scale, got ", ratios.size(), " and ",
+               scales.size());
+  for (double r : ratios) KUSARI_CHECK(r > 0, ValueError, fn, ": ratios must be positive, got ", r);
+  for (double s : scales) KUSARI_CHECK(s > 0, ValueError, fn, ": scales must be positive, got ", s);
+  const int64_t per = static_cast<int64_t>(ratios.size() * scales.size());
+  std::vector<float> out(static_cast<size_t>(height * width * per * 4));
+  size_t k = 0;
+  for (int64_t y = 0; y < height; ++y) {
+    for (int64_t x = 0; x < width; ++x) {
+      const double cy = (static_cast<double>(y) + 0.5) * stride;
+      const double cx = (static_cast<double>(x) + 0.5) * stride;
+      for (double r : ratios) {
+        for (double s : scales) {
+          const double h = size * s * std::sqrt(r), w = size * s / std::sqrt(r);
+          out[k++] = static_cast<float>(cy - h / 2);
+          out[k++] = static_cast<float>(cx - w / 2);
+          out[k++] = static_cast<float>(cy + h / 2);
+          out[k++] = static_cast<float>(cx + w / 2);
+        }
+      }
+    }
+  }
+  return Array::from_vector(out, Shape{height * width * per, 4}).to_device(device);
+}
+
+AnchorTargets match_anchors(const Array& anchors, const Array& bbox, const Array& label,
+                            double positive_iou, double negative_iou, bool low_quality_matches) {
+  const char* fn = "match_anchors";
+  KUSARI_CHECK(0 <= negative_iou && negative_iou <= positive_iou && positive_iou <= 1, ValueError,
+               fn, ": needs 0 <= negative_iou <= positive_iou <= 1, got negative_iou ",
+               negative_iou, " and positive_iou ", positive_iou);
+  const std::vector<double> a = host_boxes(anchors, fn, "anchors");
+  const std::vector<double> g = host_boxes(bbox, fn, "bbox");
+  const int64_t na = anchors.shape()[0], ng = bbox.shape()[0];
+  KUSARI_CHECK(label.ndim() == 1 && label.shape()[0] == ng && is_integral(label.dtype()),
+               ShapeError, fn, ": label must be integer (G,) with G = ", ng,
+               " (the rows of bbox), got ", label.dtype(), " ", label.shape());
+  const std::vector<int64_t> cls =
+      label.astype(int64).to_device(Device::cpu()).to_vector<int64_t>();
+  for (int64_t j = 0; j < ng; ++j) {
+    KUSARI_CHECK(cls[static_cast<size_t>(j)] >= 0, ValueError, fn, ": label[", j, "] is ",
+                 cls[static_cast<size_t>(j)], "; classes start at 0");
+  }
+  std::vector<int32_t> labels(static_cast<size_t>(na), -1), matched(static_cast<size_t>(na), -1);
+  std::vector<float> locs(static_cast<size_t>(na * 4), 0.0f);
+  if (ng > 0) {
+    std::vector<double> best(static_cast<size_t>(na), -1.0);
+    std::vector<int64_t> best_gt(static_cast<size_t>(na), -1);
+    std::vector<double> gt_best(static_cast<size_t>(ng), 0.0);
+    for (int64_t i = 0; i < na; ++i) {
+      for (int64_t j = 0; j < ng; ++j) {
+        const double v = iou(&a[static_cast<size_t>(4 * i)], &g[static_cast<size_t>(4 * j)]);
+        if (v > best[static_cast<size_t>(i)]) {
+          best[static_cast<size_t>(i)] = v;
+          best_gt[static_cast<size_t>(i)] = j;
+        }
+        gt_best[static_cast<size_t>(j)] = std::max(gt_best[static_cast<size_t>(j)], v);
+      }
+    }
+    std::vector<char> positive(static_cast<size_t>(na), 0);
+    for (int64_t i = 0; i < na; ++i) {
+      const double v = best[static_cast<size_t>(i)];
+      if (v >= positive_iou) {
+        positive[static_cast<size_t>(i)] = 1;
+      } else if (v >= negative_iou) {
+        labels[static_cast<size_t>(i)] = -2;
+      }
+    }
+    if (low_quality_matches) {
+      for (int64_t i = 0; i < na; ++i) {
+        for (int64_t j = 0; j < ng; ++j) {
+          const double top = gt_best[static_cast<size_t>(j)];
+          if (top > 0 && iou(&a[static_cast<size_t>(4 * i)], &g[static_cast<size_t>(4 * j)]) == top)
+            positive[static_cast<size_t>(i)] = 1;
+        }
+      }
+    }
+    for (int64_t i = 0; i < na; ++i) {
+      if (!positive[static_cast<size_t>(i)]) continue;
+      const int64_t j = best_gt[static_cast<size_t>(i)];
+      labels[static_cast<size_t>(i)] = static_cast<int32_t>(cls[static_cast<size_t>(j)]);
+      matched[static_cast<size_t>(i)] = static_cast<int32_t>(j);
+      // bbox_to_loc of the anchor onto its box (functions/detection.h).
+      const double* s = &a[static_cast<size_t>(4 * i)];
+      const double* d = &g[static_cast<size_t>(4 * j)];
+      const double sh = s[2] - s[0], sw = s[3] - s[1];
+      const double dh = d[2] - d[0], dw = d[3] - d[1];
+      float* l = &locs[static_cast<size_t>(4 * i)];
+      l[0] = static_cast<float>((d[0] + 0.5 * dh - (s[0] + 0.5 * sh)) / sh);
+      l[1] = static_cast<float>((d[1] + 0.5 * dw - (s[1] + 0.5 * sw)) / sw);
+      l[2] = static_cast<float>(std::log(dh / sh));
+      l[3] = static_cast<float>(std::log(dw / sw));
+    }
+  }
+  AnchorTargets t;
+  t.labels = Array::from_vector(labels, Shape{na});
+  t.locs = Array::from_vector(locs, Shape{na, 4});
+  t.matched = Array::from_vector(matched, Shape{na});
+  return t;
+}
+
+RetinaNet::RetinaNet(const RetinaNetOptions& options) : options_(options) {
+  const RetinaNetOptions& o = options_;
+  const char* fn = "RetinaNet";
+  KUSARI_CHECK(o.num_classes > 0, ValueError, fn, ": num_classes must be positive, got ",
+               o.num_classes);
+  KUSARI_CHECK(
+      2 <= o.min_level && o.min_level <= 5 && o.min_level <= o.max_level && o.max_level <= 7,
+      ValueError, fn,
+      ": the levels must satisfy 2 <= min_level <= 5 and min_level <= max_level <= 7, got "
+      "min_level ",
+      o.min_level, " and max_level ", o.max_level);
+  KUSARI_CHECK(o.fpn_channels > 0 && o.head_convs >= 0, ValueError, fn,
+               ": fpn_channels must be positive and head_convs at least 0, got ", o.fpn_channels,
+               " and ", o.head_convs);
+  KUSARI_CHECK(o.anchor_scale > 0, ValueError, fn, ": anchor_scale must be positive, got ",
+               o.anchor_scale);
+  KUSARI_CHECK(o.prior_probability > 0 && o.prior_probability < 1, ValueError, fn,
+               ": prior_probability must be in (0, 1), got ", o.prior_probability);
+  KUSARI_CHECK(o.max_detections >= 0 && o.candidates_per_level >= 0, ValueError, fn,
+               ": max_detections and candidates_per_level must be at least 0, got ",
+               o.max_detections, " and ", o.candidates_per_level);
+  // generate_anchors and match_anchors check the anchors' and the matching's settings; check
+  // them here too so that a bad setting fails when the model is made.
+  generate_anchors(1, 1, 1.0, 1.0, o.ratios, o.scales);
+  match_anchors(Array::zeros({0, 4}), Array::zeros({0, 4}), Array::zeros({0}, int32),
+                o.positive_iou, o.negative_iou);
+
+  ResNetOptions backbone_options;
+  backbone_options.width = o.width;
+  resnet_ = std::make_shared<ResNet>(o.block, o.blocks_per_stage, backbone_options);
+  backbone = add_link("backbone", std::make_shared<Chain>());
+  backbone->add_link("conv1", resnet_->conv1);
+  backbone->add_link("bn1", resnet_->bn1);
+  backbone->add_link("layer1", resnet_->layer1);
+  backbone->add_link("layer2", resnet_->layer2);
+  backbone->add_link("layer3", resnet_->layer3);
+  backbone->add_link("layer4", resnet_->layer4);
+
+  fpn = add_link("fpn", std::make_shared<Chain>());
+  const int64_t c = o.fpn_channels;
+  for (int level = o.min_level; level <= std::min(o.max_level, 5); ++level) {
+    lateral_.push_back(
+        fpn->add_link("lateral" + std::to_string(level), conv(stage_channels(o, level), c, 1, 1)));
+    output_.push_back(fpn->add_link("output" + std::to_string(level), conv(c, c, 3, 1)));
+  }
+  if (o.max_level >= 6) p6_ = fpn->add_link("p6", conv(stage_channels(o, 5), c, 3, 2));
+  if (o.max_level >= 7) p7_ = fpn->add_link("p7", conv(c, c, 3, 2));
+
+  const int64_t a = anchors_per_position();
+  const double prior = -std::log((1.0 - o.prior_probability) / o.prior_probability);
+  classification_head =
+      add_link("classification_head", head(c, o.head_convs, a * o.num_classes, prior));
+  regression_head = add_link("regression_head", head(c, o.head_convs, a * 4, 0.0));
+}
+
+int64_t RetinaNet::anchors_per_position() const {
+  return static_cast<int64_t>(options_.ratios.size() * options_.scales.size());
+}
+
+std::vector<Variable> RetinaNet::pyramid(const Variable& x) {
+  KUSARI_CHECK(x.ndim() == 4 && x.shape()[1] == 3, ShapeError,
+               "RetinaNet: expected images (N, 3, H, W), got ", x.shape());
+  const RetinaNetOptions& o = options_;
+  Variable h = resnet_->bn1->forward_relu((*resnet_->conv1)(x));
+  h = F::max_pooling_2d(h, 3, 2, 1, /*cover_all=*/false);
+  std::vector<Variable> stages;  // C2 ... C5
+  stages.push_back((*resnet_->layer1)(h));
+  stages.push_back((*resnet_->layer2)(stages.back()));
+  stages.push_back((*resnet_->layer3)(stages.back()));
+  stages.push_back((*resnet_->layer4)(stages.back()));
+  const int top = std::min(o.max_level, 5);
+  std::vector<Variable> levels(static_cast<size_t>(top - o.min_level + 1));
+  Variable inner;
+  for (int level = top; level >= o.min_level; --level) {
+    const size_t i = static_cast<size_t>(level - o.min_level);
+    Variable lateral = (*lateral_[i])(stages[static_cast<size_t>(level - 2)]);
+    if (level < top) {
+      // Nearest upsampling by 2, cropped to this level's size (an odd size rounds up above).
+      Variable up = F::unpooling_2d(inner, 2, 2, 0, std::nullopt, /*cover_all=*/false);
+      const int64_t lh = lateral.shape()[2], lw = lateral.shape()[3];
+      if (up.shape()[2] != lh || up.shape()[3] != lw)
+        up = F::get_item(up, {Slice(), Slice(), Slice(0, lh), Slice(0, lw)});
+      lateral = lateral + up;
+    }
+    inner = lateral;
+    levels[i] = (*output_[i])(inner);
+  }
+  if (p6_) {
+    levels.push_back((*p6_)(stages[3]));
+    if (p7_) levels.push_back((*p7_)(F::relu(levels.back())));
+  }
+  return levels;
+}
+
+RetinaNetOutputs RetinaNet::outputs(const Variable& x) {
+  const RetinaNetOptions& o = options_;
+  std::vector<Variable> levels = pyramid(x);
+  RetinaNetOutputs out;
+  std::vector<Variable> scores, locs;
+  std::vector<Array> anchors;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const int level = o.min_level + static_cast<int>(i);
+    const double stride = std::ldexp(1.0, level);
+    const Variable& p = levels[i];
+    scores.push_back(per_anchor((*classification_head)(p), o.num_classes));
+    locs.push_back(per_anchor((*regression_head)(p), 4));
+    anchors.push_back(generate_anchors(p.shape()[2], p.shape()[3], stride, o.anchor_scale * stride,
+                                       o.ratios, o.scales));
+    out.anchors_per_level.push_back(anchors.back().shape()[0]);
+  }
+  out.scores = scores.size() == 1 ? scores[0] : F::concat(scores, 1);
+  out.locs = locs.size() == 1 ? locs[0] : F::concat(locs, 1);
+  std::vector<Variable> anchor_vars(anchors.begin(), anchors.end());
+  out.anchors = (anchor_vars.size() == 1 ? anchor_vars[0] : F::concat(anchor_vars, 0))
+                    .data()
+                    .to_device(x.device());
+  return out;
+}
+
+RetinaNetLoss RetinaNet::loss(const Variable& x, const std::vector<Array>& bboxes,
+                              const std::vector<Array>& labels) {
+  const RetinaNetOptions& o = options_;
+  const int64_t n = x.ndim() == 4 ? x.shape()[0] : -1;
+  KUSARI_CHECK(static_cast<int64_t>(bboxes.size()) == n && static_cast<int64_t>(labels.size()) == n,
+               ValueError, "RetinaNet::loss: needs the boxes and labels of each of the ", n,
+               " images, got ", bboxes.size(), " boxes and ", labels.size(), " labels");
+  RetinaNetOutputs out = outputs(x);
+  const int64_t na = out.anchors.shape()[0], k = o.num_classes;
+  const Array anchors = out.anchors.to_device(Device::cpu());
+  std::vector<float> onehot(static_cast<size_t>(n * na * k), 0.0f);
+  std::vector<float> valid(static_cast<size_t>(n * na * k), 0.0f);
+  std::vector<float> positive(static_cast<size_t>(n * na * 4), 0.0f);
+  std::vector<float> targets(static_cast<size_t>(n * na * 4), 0.0f);
+  int64_t positives = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const AnchorTargets t =
+        match_anchors(anchors, bboxes[static_cast<size_t>(i)], labels[static_cast<size_t>(i)],
+                      o.positive_iou, o.negative_iou);
+    const std::vector<int32_t> cls = t.labels.to_vector<int32_t>();
+    const std::vector<float> loc = t.locs.to_vector<float>();
+    for (int64_t j = 0; j < na; ++j) {
+      const int32_t c = cls[static_cast<size_t>(j)];
+      KUSARI_CHECK(c < k, ValueError, "RetinaNet::loss: image ", i, " has a box of class ", c,
+                   ", but the model has ", k, " classes");
+      const size_t row = static_cast<size_t>(i * na + j);
+      if (c == -2) continue;
+      std::fill_n(valid.begin() + static_cast<std::ptrdiff_t>(row * k), k, 1.0f);
+      if (c < 0) continue;
+      ++positives;
+      onehot[row * static_cast<size_t>(k) + static_cast<size_t>(c)] = 1.0f;
+      for (size_t d = 0; d < 4; ++d) {
+        positive[row * 4 + d] = 1.0f;
+        targets[row * 4 + d] = loc[static_cast<size_t>(j) * 4 + d];
+      }
+    }
+  }
+  const Device device = x.device();
+  const Dtype dtype = out.scores.dtype();
+  const auto on_device = [&](const std::vector<float>& v, int64_t last) {
+    return Array::from_vector(v, Shape{n, na, last}).to_device(device).astype(dtype);
+  };
+  const double normalizer = static_cast<double>(std::max<int64_t>(positives, 1));
+  Variable focal = F::sigmoid_focal_loss(out.scores, on_device(onehot, k), o.focal_alpha,
+                                         o.focal_gamma, F::Reduce::kNone);
+  RetinaNetLoss result;
+  result.classification = F::sum(focal * Variable(on_device(valid, k))) / normalizer;
+  // Smooth L1 with beta 1/9 (Note [RetinaNet anchors and targets]).
+  constexpr double kBeta = 1.0 / 9.0;
+  Variable smooth =
+      F::huber_loss(out.locs, Variable(on_device(targets, 4)), kBeta, F::HuberReduce::kNone);
+  result.regression = F::sum(smooth * Variable(on_device(positive, 4))) / (kBeta * normalizer);
+  result.total = result.classification + result.regression;
+  result.positives = positives;
+  return result;
+}
+
+Detections RetinaNet::predict(const Variable& x) {
+  NoBackpropMode no_graph;
+  TrainMode eval(false);
+  return detections(outputs(x), x.shape()[2], x.shape()[3]);
+}
+
+Detections RetinaNet::detections(const RetinaNetOutputs& out, int64_t height, int64_t width) const {
+  const RetinaNetOptions& o = options_;
+  const Array scores = out.scores.data().astype(float32).to_device(Device::cpu());
+  const Array locs = out.locs.data().astype(float32).to_device(Device::cpu());
+  const std::vector<float> anchors =
+      out.anchors.astype(float32).to_device(Device::cpu()).to_vector<float>();
+  const int64_t n = scores.shape()[0], na = scores.shape()[1], k = scores.shape()[2];
+  const std::vector<float> all_scores = scores.to_vector<float>();
+  const std::vector<float> all_locs = locs.to_vector<float>();
+  Detections d;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<float> boxes, kept_scores;
+    std::vector<int32_t> classes;
+    int64_t begin = 0;
+    for (int64_t level_size : out.anchors_per_level) {
+      // The candidates of this level: (anchor, class) pairs above the threshold, best first.
+      std::vector<std::pair<float, int64_t>> cand;
+      for (int64_t j = begin; j < begin + level_size; ++j) {
+        for (int64_t c = 0; c < k; ++c) {
+          const float logit = all_scores[static_cast<size_t>((i * na + j) * k + c)];
+          const float p = 1.0f / (1.0f + std::exp(-logit));
+          if (p >= o.score_threshold) cand.emplace_back(p, j * k + c);
+        }
+      }
+      const size_t keep = std::min(cand.size(), static_cast<size_t>(o.candidates_per_level));
+      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep), cand.end(),
+                        [](const auto& a, const auto& b) {
+                          return a.first > b.first || (a.first == b.first && a.second < b.second);
+                        });
+      for (size_t m = 0; m < keep; ++m) {
+        const int64_t j = cand[m].second / k, c = cand[m].second % k;
+        const float* s = &anchors[static_cast<size_t>(4 * j)];
+        const float* l = &all_locs[static_cast<size_t>((i * na + j) * 4)];
+        // loc_to_bbox (functions/detection.h), clipped to the image.
+        const double sh = s[2] - s[0], sw = s[3] - s[1];
+        const double cy = s[0] + 0.5 * sh + l[0] * sh, cx = s[1] + 0.5 * sw + l[1] * sw;
+        const double h = sh * std::exp(std::min<double>(l[2], std::log(1000.0 / 16))),
+                     w = sw * std::exp(std::min<double>(l[3], std::log(1000.0 / 16)));
+        const auto clip = [](double v, int64_t hi) {
+          return static_cast<float>(std::clamp(v, 0.0, static_cast<double>(hi)));
+        };
+        boxes.insert(boxes.end(), {clip(cy - h / 2, height), clip(cx - w / 2, width),
+                                   clip(cy + h / 2, height), clip(cx + w / 2, width)});
+        kept_scores.push_back(cand[m].first);
+        classes.push_back(static_cast<int32_t>(c));
+      }
+      begin += level_size;
+    }
+    const int64_t r = static_cast<int64_t>(kept_scores.size());
+    const Array bbox = Array::from_vector(boxes, Shape{r, 4});
+    const Array score = Array::from_vector(kept_scores, Shape{r});
+    const Array label = Array::from_vector(classes, Shape{r});
+    const std::vector<int32_t> keep =
+        F::non_maximum_suppression(bbox, o.nms_threshold, score, o.max_detections, label)
+            .to_vector<int32_t>();
+    std::vector<float> out_boxes, out_scores;
+    std::vector<int32_t> out_labels;
+    for (int32_t j : keep) {
+      out_boxes.insert(out_boxes.end(), boxes.begin() + 4 * j, boxes.begin() + 4 * j + 4);
+      out_scores.push_back(kept_scores[static_cast<size_t>(j)]);
+      out_labels.push_back(classes[static_cast<size_t>(j)]);
+    }
+    const int64_t kept = static_cast<int64_t>(keep.size());
+    d.bboxes.push_back(Array::from_vector(out_boxes, Shape{kept, 4}));
+    d.scores.push_back(Array::from_vector(out_scores, Shape{kept}));
+    d.labels.push_back(Array::from_vector(out_labels, Shape{kept}));
+  }
+  return d;
+}
+
+std::shared_ptr<RetinaNet> retinanet_resnet50_fpn(RetinaNetOptions options) {
+  options.block = ResNetBlock::kBottleneck;
+  options.blocks_per_stage = {3, 4, 6, 3};
+  options.width = 64;
+  options.min_level = 3;
+  options.max_level = 7;
+  return std::make_shared<RetinaNet>(options);
+}
+
+}  // namespace kusari::models
