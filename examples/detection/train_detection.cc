@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
       "kusari example: data-parallel object detection (RetinaNet) on a COCO-style dataset"};
   int batchsize = 8, epoch = 20, seed = 0, threads = 0, eval_interval = 1;
   double lr = 1e-3;
-  bool gpu = false;
+  bool gpu = false, mnbn = false;
   std::string data, backbone = "resnet50", communicator = "pure_nccl", out = "result", resume;
   app.add_option(
          "--data", data,
@@ -201,6 +201,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(kPositive);
   app.add_flag("-g,--gpu", gpu, "Use GPUs: each process uses the GPU of its rank within its host");
+  app.add_flag("--mnbn", mnbn,
+               "Multi-node batch normalization: the backbone's batch statistics over every "
+               "process's batch, as PFDet");
   app.add_option("--lr", lr, "Adam's learning rate")->capture_default_str()->check(kPositive);
   app.add_option("-o,--out", out, "Directory to output the result")->capture_default_str();
   app.add_option(
@@ -264,6 +267,7 @@ int main(int argc, char** argv) {
 
   kusari::manual_seed(static_cast<uint64_t>(seed));
   auto model = std::make_shared<M::RetinaNet>(model_options(backbone, classes));
+  if (mnbn) kusari::mn::create_mnbn_model(model, comm);  // (multi-node)
   model->to_device(device);
   auto optimizer = kusari::mn::create_multi_node_optimizer(  // (multi-node)
       std::make_shared<kusari::optimizers::Adam>(lr), comm);
@@ -282,6 +286,7 @@ int main(int argc, char** argv) {
                                    {"--eval-interval", std::to_string(eval_interval)},
                                    {"--communicator", communicator},
                                    {"--gpu", gpu ? "on" : "off"},
+                                   {"--mnbn", mnbn ? "on" : "off"},
                                    {"--resume", resume.empty() ? "(none)" : "given"}},
                                   "train_detection");
 

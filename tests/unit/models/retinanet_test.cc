@@ -5,6 +5,7 @@
 // finds its objects, and the errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -262,6 +263,65 @@ TEST(RetinaNet, Errors) {
         model.outputs(Variable(Array::zeros({2, 1, 64, 64})));
       },
       {"RetinaNet", "(2, 1, 64, 64)"}));
+}
+
+// --- GPU ---------------------------------------------------------------------------------------
+
+class RetinaNetCuda : public testing::CudaTest {};
+
+// The loss, its two parts, every parameter's gradient and the detections of a tiny RetinaNet
+// agree between the CPU and the GPU (the matching and the read-out run on the host for both).
+TEST_F(RetinaNetCuda, LossGradientsAndDetectionsMatchTheCpu) {
+  manual_seed(6);
+  M::RetinaNetOptions o = tiny(3);
+  o.score_threshold = 0.0;
+  o.max_detections = 20;
+  auto cpu = std::make_shared<M::RetinaNet>(o);
+  auto gpu = std::make_shared<M::RetinaNet>(o);
+  gpu->copyparams(*cpu);
+  gpu->to_device(Device::cuda(0));
+  // Batch 8: the backbone's last batch norms see 8 x 2 x 2 values per channel.
+  const Array x = Array::uniform({8, 3, 64, 64}, -1, 1);
+  std::vector<Array> gt, label;
+  for (int i = 0; i < 8; ++i) {
+    const float o1 = static_cast<float>(4 * i);
+    gt.push_back(boxes({o1, o1, o1 + 20, o1 + 16, 30, 8, 50, 40}));
+    label.push_back(Array::from_vector(std::vector<int32_t>{i % 3, (i + 1) % 3}, Shape{2}));
+  }
+  M::RetinaNetLoss lc = cpu->loss(Variable(x), gt, label);
+  lc.total.backward();
+  M::RetinaNetLoss lg = gpu->loss(Variable(x.to_device(Device::cuda(0))), gt, label);
+  lg.total.backward();
+  EXPECT_EQ(lg.positives, lc.positives);
+  EXPECT_NEAR(lg.classification.data().item<double>(), lc.classification.data().item<double>(),
+              1e-4);
+  EXPECT_NEAR(lg.regression.data().item<double>(), lc.regression.data().item<double>(), 1e-4);
+  auto a = gpu->namedparams();
+  auto b = cpu->namedparams();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i].second.grad().defined()) << a[i].first;
+    // Within a few percent of the largest gradient: two summation orders (cuDNN's, oneDNN's).
+    const Array want = b[i].second.grad();
+    double largest = 1e-30;
+    for (double v : want.to_vector<double>()) largest = std::max(largest, std::abs(v));
+    EXPECT_TRUE(testing::ArraysClose(a[i].second.grad().to_device(Device::cpu()), want, 0.0,
+                                     5e-2 * largest))
+        << a[i].first;
+  }
+  const M::Detections dc = cpu->predict(Variable(x));
+  const M::Detections dg = gpu->predict(Variable(x.to_device(Device::cuda(0))));
+  ASSERT_EQ(dg.bboxes.size(), dc.bboxes.size());
+  for (size_t i = 0; i < dc.bboxes.size(); ++i) {
+    EXPECT_EQ(dg.bboxes[i].device(), Device::cpu());
+    EXPECT_EQ(dg.bboxes[i].shape(), dc.bboxes[i].shape());
+    // The best detection of each image: the same box and class, a score within rounding.
+    EXPECT_EQ(dg.labels[i].to_vector<int32_t>().at(0), dc.labels[i].to_vector<int32_t>().at(0));
+    EXPECT_NEAR(dg.scores[i].to_vector<float>().at(0), dc.scores[i].to_vector<float>().at(0), 1e-4);
+    const std::vector<float> bg = dg.bboxes[i].to_vector<float>(),
+                             bc = dc.bboxes[i].to_vector<float>();
+    for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(bg[k], bc[k], 1e-2);
+  }
 }
 
 }  // namespace
