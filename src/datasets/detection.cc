@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "datasets/dataset_util.h"
 #include "kusari/core/error.h"
 
 namespace kusari {
@@ -204,11 +205,7 @@ CocoDetectionDataset::CocoDetectionDataset(const std::string& annotation_json,
 }
 
 int64_t CocoDetectionDataset::checked_index(int64_t i, const char* fn) const {
-  const int64_t n = size();
-  const int64_t j = i < 0 ? i + n : i;
-  KUSARI_CHECK(j >= 0 && j < n, IndexError, fn, ": index ", i, " is out of range for a dataset of ",
-               n, " images");
-  return j;
+  return detail::checked_image_index(i, size(), fn);
 }
 
 Example CocoDetectionDataset::get_example(int64_t i) const {
@@ -305,12 +302,7 @@ void write_coco_detection(const std::string& annotation_json,
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
+using detail::splitmix64;
 
 // std::mt19937_64 (whose output the standard fixes) with explicit arithmetic on top: Note
 // [Synthetic detection pictures].

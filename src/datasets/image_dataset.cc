@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "datasets/dataset_util.h"
 #include "kusari/core/error.h"
 #include "kusari/datasets/image.h"
 
@@ -64,11 +65,7 @@ std::string join_words(const std::vector<std::string>& words) {
 }  // namespace
 
 int64_t ImageFileDataset::checked_index(int64_t i, const char* fn) const {
-  const int64_t n = size();
-  const int64_t j = i < 0 ? i + n : i;
-  KUSARI_CHECK(j >= 0 && j < n, IndexError, fn, ": index ", i, " is out of range for a dataset of ",
-               n, " images");
-  return j;
+  return detail::checked_image_index(i, size(), fn);
 }
 
 Example ImageFileDataset::get_example(int64_t i) const {

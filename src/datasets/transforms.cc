@@ -5,18 +5,14 @@
 #include <cstring>
 #include <sstream>
 
+#include "datasets/dataset_util.h"
 #include "kusari/core/error.h"
 #include "routines/image.h"
 
 namespace kusari::transforms {
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
+using detail::splitmix64;
 
 // A uniform integer in [lo, hi] (hi >= lo).
 int64_t uniform_int(Rng& rng, int64_t lo, int64_t hi) {
