@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <utility>
 
 #include "kusari/autograd/mode.h"
 #include "kusari/core/error.h"
+#include "kusari/core/routines.h"
 #include "kusari/functions.h"
 #include "kusari/links/initializers.h"
 
@@ -128,7 +130,9 @@ AnchorTargets match_anchors(const Array& anchors, const Array& bbox, const Array
   if (ng > 0) {
     std::vector<double> best(static_cast<size_t>(na), -1.0);
     std::vector<int64_t> best_gt(static_cast<size_t>(na), -1);
+    // Each box's largest IoU and the anchors that reach it (ties kept), found in the same pass.
     std::vector<double> gt_best(static_cast<size_t>(ng), 0.0);
+    std::vector<std::vector<int64_t>> gt_best_anchors(static_cast<size_t>(ng));
     for (int64_t i = 0; i < na; ++i) {
       for (int64_t j = 0; j < ng; ++j) {
         const double v = iou(&a[static_cast<size_t>(4 * i)], &g[static_cast<size_t>(4 * j)]);
@@ -136,7 +140,14 @@ AnchorTargets match_anchors(const Array& anchors, const Array& bbox, const Array
           best[static_cast<size_t>(i)] = v;
           best_gt[static_cast<size_t>(i)] = j;
         }
-        gt_best[static_cast<size_t>(j)] = std::max(gt_best[static_cast<size_t>(j)], v);
+        double& top = gt_best[static_cast<size_t>(j)];
+        std::vector<int64_t>& at_top = gt_best_anchors[static_cast<size_t>(j)];
+        if (v > top) {
+          top = v;
+          at_top.assign(1, i);
+        } else if (v == top && v > 0) {
+          at_top.push_back(i);
+        }
       }
     }
     std::vector<char> positive(static_cast<size_t>(na), 0);
@@ -149,12 +160,8 @@ AnchorTargets match_anchors(const Array& anchors, const Array& bbox, const Array
       }
     }
     if (low_quality_matches) {
-      for (int64_t i = 0; i < na; ++i) {
-        for (int64_t j = 0; j < ng; ++j) {
-          const double top = gt_best[static_cast<size_t>(j)];
-          if (top > 0 && iou(&a[static_cast<size_t>(4 * i)], &g[static_cast<size_t>(4 * j)]) == top)
-            positive[static_cast<size_t>(i)] = 1;
-        }
+      for (const std::vector<int64_t>& at_top : gt_best_anchors) {
+        for (int64_t i : at_top) positive[static_cast<size_t>(i)] = 1;
       }
     }
     for (int64_t i = 0; i < na; ++i) {
@@ -316,6 +323,12 @@ RetinaNetLoss RetinaNet::loss(const Variable& x, const std::vector<Array>& bboxe
   std::vector<float> targets(static_cast<size_t>(n * na * 4), 0.0f);
   int64_t positives = 0;
   for (int64_t i = 0; i < n; ++i) {
+    const Array& label = labels[static_cast<size_t>(i)];
+    if (label.defined() && label.size() > 0 && is_integral(label.dtype())) {
+      const int64_t top = amax(label.astype(int64).to_device(Device::cpu())).item<int64_t>();
+      KUSARI_CHECK(top < k, ValueError, "RetinaNet::loss: image ", i, " has a box of class ", top,
+                   ", but the model has ", k, " classes");
+    }
     const AnchorTargets t =
         match_anchors(anchors, bboxes[static_cast<size_t>(i)], labels[static_cast<size_t>(i)],
                       o.positive_iou, o.negative_iou);
@@ -323,8 +336,6 @@ RetinaNetLoss RetinaNet::loss(const Variable& x, const std::vector<Array>& bboxe
     const std::vector<float> loc = t.locs.to_vector<float>();
     for (int64_t j = 0; j < na; ++j) {
       const int32_t c = cls[static_cast<size_t>(j)];
-      KUSARI_CHECK(c < k, ValueError, "RetinaNet::loss: image ", i, " has a box of class ", c,
-                   ", but the model has ", k, " classes");
       const size_t row = static_cast<size_t>(i * na + j);
       if (c == -2) continue;
       std::fill_n(valid.begin() + static_cast<std::ptrdiff_t>(row * k), k, 1.0f);
@@ -372,6 +383,13 @@ Detections RetinaNet::detections(const RetinaNetOutputs& out, int64_t height, in
   const int64_t n = scores.shape()[0], na = scores.shape()[1], k = scores.shape()[2];
   const std::vector<float> all_scores = scores.to_vector<float>();
   const std::vector<float> all_locs = locs.to_vector<float>();
+  // The logit of score_threshold, a little lower so that rounding never drops a candidate (the
+  // probability itself decides).
+  const float min_logit =
+      o.score_threshold <= 0 ? -std::numeric_limits<float>::infinity()
+      : o.score_threshold >= 1
+          ? std::numeric_limits<float>::infinity()
+          : static_cast<float>(std::log(o.score_threshold / (1 - o.score_threshold)) - 1e-3);
   Detections d;
   for (int64_t i = 0; i < n; ++i) {
     std::vector<float> boxes, kept_scores;
@@ -382,7 +400,10 @@ Detections RetinaNet::detections(const RetinaNetOutputs& out, int64_t height, in
       std::vector<std::pair<float, int64_t>> cand;
       for (int64_t j = begin; j < begin + level_size; ++j) {
         for (int64_t c = 0; c < k; ++c) {
+          // p >= threshold exactly when the logit reaches the threshold's logit: no exp for the
+          // many anchors below it.
           const float logit = all_scores[static_cast<size_t>((i * na + j) * k + c)];
+          if (logit < min_logit) continue;
           const float p = 1.0f / (1.0f + std::exp(-logit));
           if (p >= o.score_threshold) cand.emplace_back(p, j * k + c);
         }

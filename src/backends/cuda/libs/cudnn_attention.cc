@@ -333,6 +333,21 @@ Key key_of(bool backward, const Array& q, const Array& k, const Array& v,
   return key;
 }
 
+/// Runs `plan` with the variant pack `uids` -> `pointers`, plus the -inf scalar where the causal
+/// mask uses it (the pack names exactly the graph's tensors), on a workspace of the device's.
+void run_plan(const cudnn_graph::Plan& plan, int device, bool causal, std::vector<int64_t> uids,
+              std::vector<void*> pointers, const char* what) {
+  float neg_inf = -std::numeric_limits<float>::infinity();
+  if (causal) {
+    uids.push_back(kNegInf);
+    pointers.push_back(&neg_inf);
+  }
+  WorkspaceLease ws =
+      cudnn_workspace(device, static_cast<size_t>(std::max<int64_t>(plan.workspace(), 256)));
+  plan.execute(cudnn_handle(device), uids.data(), pointers.data(),
+               static_cast<int64_t>(uids.size()), ws.ptr, what);
+}
+
 bool attention_forward(const Array& q_in, const Array& k_in, const Array& v_in, const Array* mask,
                        const kernels::AttentionParams& p, Array& out, Array& lse) {
   if (!takes(q_in, mask, p)) return false;
@@ -342,19 +357,11 @@ bool attention_forward(const Array& q_in, const Array& k_in, const Array& v_in, 
   const Key key = key_of(false, q, k, v, p);
   const auto plan = plan_for(device, key);
   if (!plan) return false;
-  float scale = static_cast<float>(p.scale), neg_inf = -std::numeric_limits<float>::infinity();
-  // The variant pack names exactly the graph's tensors: -inf only where the causal mask uses it.
+  float scale = static_cast<float>(p.scale);
   std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
   std::vector<void*> pointers = {q.raw_data(),   k.raw_data(),   v.raw_data(),
                                  out.raw_data(), lse.raw_data(), &scale};
-  if (p.causal) {
-    uids.push_back(kNegInf);
-    pointers.push_back(&neg_inf);
-  }
-  WorkspaceLease ws =
-      cudnn_workspace(device, static_cast<size_t>(std::max<int64_t>(plan->workspace(), 256)));
-  plan->execute(cudnn_handle(device), uids.data(), pointers.data(),
-                static_cast<int64_t>(uids.size()), ws.ptr, "fused attention forward");
+  run_plan(*plan, device, p.causal, uids, pointers, "fused attention forward");
   return true;
 }
 
@@ -371,22 +378,14 @@ bool attention_backward(const Array& q_in, const Array& k_in, const Array& v_in,
   Array row_dot = Array::empty({p.batch, p.heads, p.q_len}, Dtype::kFloat32, q.device());
   Array gq_accum =
       Array::empty({p.batch, p.heads, p.q_len, p.head_dim}, Dtype::kFloat32, q.device());
-  float scale = static_cast<float>(p.scale), neg_inf = -std::numeric_limits<float>::infinity(),
-        one = 1.0f;
+  float scale = static_cast<float>(p.scale), one = 1.0f;
   std::vector<int64_t> uids = {kQ,     kK,     kV,      kO,          kGradO, kStats, kGradQ,
                                kGradK, kGradV, kRowDot, kGradQAccum, kScale, kOne};
   std::vector<void*> pointers = {
       q.raw_data(),        k.raw_data(),  v.raw_data(),  out.raw_data(), gout.raw_data(),
       lse.raw_data(),      gq.raw_data(), gk.raw_data(), gv.raw_data(),  row_dot.raw_data(),
       gq_accum.raw_data(), &scale,        &one};
-  if (p.causal) {
-    uids.push_back(kNegInf);
-    pointers.push_back(&neg_inf);
-  }
-  WorkspaceLease ws =
-      cudnn_workspace(device, static_cast<size_t>(std::max<int64_t>(plan->workspace(), 256)));
-  plan->execute(cudnn_handle(device), uids.data(), pointers.data(),
-                static_cast<int64_t>(uids.size()), ws.ptr, "fused attention backward");
+  run_plan(*plan, device, p.causal, uids, pointers, "fused attention backward");
   return true;
 }
 
