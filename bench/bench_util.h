@@ -307,12 +307,19 @@ inline std::optional<std::map<std::string, double>> try_run(const std::string& c
   }
 }
 
+/// The peer scripts' folder: bench/ of the source tree this program was built from, or
+/// $KUSARI_BENCH_DIR when set (a build copied to another machine).
+inline std::string bench_dir() {
+  const char* dir = std::getenv("KUSARI_BENCH_DIR");
+  return dir && *dir ? dir : KUSARI_BENCH_DIR;
+}
+
 /// The command line that runs the peer script bench/peers/<script> with `args` under `python`,
 /// with extra environment assignments in front ("OPENBLAS_NUM_THREADS=1").
 inline std::string peer_command(const std::string& python, const std::string& script,
                                 const std::string& args, const std::string& env = "") {
-  return env + (env.empty() ? "" : " ") + python + " " + KUSARI_BENCH_DIR + "/peers/" + script +
-         " " + args;
+  return env + (env.empty() ? "" : " ") + python + " " + bench_dir() + "/peers/" + script + " " +
+         args;
 }
 
 /// Runs a peer script (see peer_command) and returns its "RESULT key value" lines; throws

@@ -31,6 +31,8 @@ namespace {
 struct Config {
   std::string model = "small", device = "cuda", dtype = "bfloat16", python = "python3";
   int batch = 8, seq = 1024, steps = 10, warmup = 3, head_dim = 128;
+  int64_t vocab = 0;           // 0: the model's own (GPT-2's 50,257; 256 for tiny)
+  int64_t vocab_multiple = 0;  // 0: the model's own (64: Note [Padded vocabulary])
   double peak_tflops = 989.0;  // H100 and H200 SXM, dense bf16
   bool no_peer = false, compile = true, attention = false;
 };
@@ -40,6 +42,8 @@ kusari::models::GPTConfig model_config(const Config& c) {
                                 : c.model == "medium" ? kusari::models::gpt2_medium_config()
                                                       : kusari::models::gpt2_small_config();
   m.block_size = std::max<int64_t>(m.block_size, c.seq);
+  if (c.vocab > 0) m.vocab_size = c.vocab;
+  if (c.vocab_multiple > 0) m.vocab_multiple = c.vocab_multiple;
   return m;
 }
 
@@ -159,6 +163,8 @@ std::string common_args(const Config& c) {
   std::ostringstream s;
   s << "--model " << c.model << " --device " << c.device << " --dtype " << c.dtype << " --batch " << c.batch
     << " --seq " << c.seq << " --steps " << c.steps << " --warmup " << c.warmup << " --head-dim " << c.head_dim;
+  if (c.vocab > 0) s << " --vocab " << c.vocab;
+  if (c.vocab_multiple > 0) s << " --vocab-multiple " << c.vocab_multiple;
   return s.str();
 }
 
@@ -177,6 +183,15 @@ int main(int argc, char** argv) {
   app.add_option("--seq", c.seq, "Tokens per sequence")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--steps", c.steps, "Timed steps")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   app.add_option("--warmup", c.warmup, "Untimed steps first")->capture_default_str()->check(CLI::Range(1, 1 << 30));
+  app.add_option("--vocab", c.vocab,
+                 "Vocabulary size (0: the model's own; e.g. 50304, GPT-2's padded to 64)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--vocab-multiple", c.vocab_multiple,
+                 "kusari's embedding rows: the vocabulary rounded up to a multiple of this (0: the "
+                 "model's, 64)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   app.add_option("--peak-tflops", c.peak_tflops, "The GPU's dense bf16 peak, for MFU")->capture_default_str();
   app.add_flag("--attention", c.attention, "Time attention alone (forward + backward, causal, T 1k to 16k)");
   app.add_option("--head-dim", c.head_dim, "With --attention: the head dim (64 or 128)")

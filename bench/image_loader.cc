@@ -183,19 +183,13 @@ DecodeRate kusari_images_per_second(const std::shared_ptr<kusari::Dataset>& ds, 
   return r;
 }
 
-/// The peer script's folder: bench/ of the source tree this program was built from, or
-/// $KUSARI_BENCH_DIR when set (a build copied to another machine).
-std::string bench_dir() {
-  const char* dir = std::getenv("KUSARI_BENCH_DIR");
-  return dir && *dir ? dir : KUSARI_BENCH_DIR;
-}
-
 /// The peer's results, or nullopt (with the reason printed) when it fails or runs past --timeout
 /// (Note [Runs with a time limit]).
 std::optional<std::map<std::string, double>> try_peer(const std::string& python,
                                                       const std::string& args) {
-  return kusari::bench::try_run(python + " " + bench_dir() + "/peers/image_loader.py " + args,
-                                "the pytorch peer (image_loader.py " + args + ")");
+  return kusari::bench::try_run(
+      python + " " + kusari::bench::bench_dir() + "/peers/image_loader.py " + args,
+      "the pytorch peer (image_loader.py " + args + ")");
 }
 
 // --- training mode ---------------------------------------------------------------------------

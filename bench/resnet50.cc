@@ -205,13 +205,10 @@ struct Figure {
   double ms = 0, peak_bytes = 0;
 };
 
-/// The peer script: bench/peers/resnet50.py of the source tree this program was built from, or of
-/// $KUSARI_BENCH_DIR when set (a build copied to another machine).
+/// The peer script (bench/peers/resnet50.py; kusari::bench::bench_dir).
 std::string peer_script() {
-  const char* dir = std::getenv("KUSARI_BENCH_DIR");
-  return std::string(dir && *dir ? dir : KUSARI_BENCH_DIR) + "/peers/resnet50.py";
+  return kusari::bench::bench_dir() + "/peers/resnet50.py";
 }
-
 
 }  // namespace
 

@@ -85,6 +85,10 @@ def main():
     p.add_argument('--steps', type=int, default=10)
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--head-dim', type=int, default=128)
+    p.add_argument('--vocab', type=int, default=0)
+    # kusari's embedding padding; PyTorch runs the vocabulary as it is (torch.compile pads its
+    # products itself).
+    p.add_argument('--vocab-multiple', type=int, default=0)
     p.add_argument('--attention', action='store_true')
     p.add_argument('--mode', choices=['eager', 'compile'], default='eager')
     a = p.parse_args()
@@ -109,7 +113,7 @@ def main():
             print('RESULT attn_tflops_%d' % t, flops / (ms * 1e-3) / 1e12, flush=True)
         return
     layers, heads, c, block = SIZES[a.model]
-    vocab = 256 if a.model == 'tiny' else 50257
+    vocab = a.vocab or (256 if a.model == 'tiny' else 50257)
     model = GPT(vocab, max(block, a.seq), layers, heads, c).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             **({'fused': True} if cuda else {}))

@@ -112,6 +112,11 @@ def load_gpt2(tensors, config=None):
             raise ValueError("load_gpt2: the checkpoint's '%s' (kusari: %s) is not a parameter of GPT(%r)"
                              % (name, path, config))
         target = params[path]
+        if path == '/wte/W' and value.shape[0] == config.vocab_size and value.shape[0] < target.shape[0]:
+            # kusari's wte has the vocabulary padded to a multiple of config.vocab_multiple
+            # (Note [Padded vocabulary] in src/models/gpt.cc); the padding rows are 0.
+            pad = np.zeros((target.shape[0] - value.shape[0],) + tuple(value.shape[1:]), dtype=value.dtype)
+            value = np.concatenate([value, pad])
         if tuple(target.shape) != tuple(value.shape):
             raise ValueError("load_gpt2: '%s' has shape %s%s; kusari's %s is %s"
                              % (name, tuple(value.shape), ' (transposed)' if _TRANSPOSED.match(stripped) else '',

@@ -599,9 +599,10 @@ void init_links(py::module_& m) {
   // --- GPT (kusari.models)
   py::class_<models::GPTConfig>(models, "GPTConfig", "The size of a GPT (kusari/models/gpt.h).")
       .def(py::init([](int64_t vocab_size, int64_t block_size, int64_t n_layer, int64_t n_head, int64_t n_embd,
-                       double dropout, bool bias, bool gelu_tanh, Dtype dtype) {
+                       double dropout, bool bias, bool gelu_tanh, Dtype dtype, int64_t vocab_multiple) {
              models::GPTConfig c;
              c.vocab_size = vocab_size;
+             c.vocab_multiple = vocab_multiple;
              c.block_size = block_size;
              c.n_layer = n_layer;
              c.n_head = n_head;
@@ -614,8 +615,9 @@ void init_links(py::module_& m) {
            }),
            py::kw_only(), py::arg("vocab_size") = 50257, py::arg("block_size") = 1024, py::arg("n_layer") = 12,
            py::arg("n_head") = 12, py::arg("n_embd") = 768, py::arg("dropout") = 0.0, py::arg("bias") = true,
-           py::arg("gelu_tanh") = true, py::arg("dtype") = Dtype::kFloat32)
+           py::arg("gelu_tanh") = true, py::arg("dtype") = Dtype::kFloat32, py::arg("vocab_multiple") = 64)
       .def_readwrite("vocab_size", &models::GPTConfig::vocab_size)
+      .def_readwrite("vocab_multiple", &models::GPTConfig::vocab_multiple)
       .def_readwrite("block_size", &models::GPTConfig::block_size)
       .def_readwrite("n_layer", &models::GPTConfig::n_layer)
       .def_readwrite("n_head", &models::GPTConfig::n_head)
@@ -625,7 +627,8 @@ void init_links(py::module_& m) {
       .def_readwrite("gelu_tanh", &models::GPTConfig::gelu_tanh)
       .def_readwrite("dtype", &models::GPTConfig::dtype)
       .def("__repr__", [](const models::GPTConfig& c) {
-        return "GPTConfig(vocab_size=" + std::to_string(c.vocab_size) + ", block_size=" + std::to_string(c.block_size) +
+        return "GPTConfig(vocab_size=" + std::to_string(c.vocab_size) + ", vocab_multiple=" +
+               std::to_string(c.vocab_multiple) + ", block_size=" + std::to_string(c.block_size) +
                ", n_layer=" + std::to_string(c.n_layer) + ", n_head=" + std::to_string(c.n_head) +
                ", n_embd=" + std::to_string(c.n_embd) + ")";
       });
@@ -656,6 +659,8 @@ void init_links(py::module_& m) {
       }, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0, py::arg("top_k") = 0)
       .def("flops_per_token", &models::GPT::flops_per_token, py::arg("T"))
       .def_property_readonly("config", &models::GPT::config)
+      .def_property_readonly("padded_vocab_size", &models::GPT::padded_vocab_size,
+                             "wte's rows: vocab_size rounded up to a multiple of config.vocab_multiple")
       .def_readonly("wte", &models::GPT::wte)
       .def_readonly("wpe", &models::GPT::wpe)
       .def_readonly("h", &models::GPT::h)

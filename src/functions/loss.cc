@@ -73,20 +73,24 @@ Variable composed_grad(const Variable& x, const Array& q, const Array& coeff, Re
 
 }  // namespace
 
-Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label, Reduce reduce,
-                               double label_smoothing) {
-  const char* fn = "softmax_cross_entropy";
+namespace {
+
+// softmax_cross_entropy over the first `classes` columns of x (Note [Padded classes]).
+Variable cross_entropy(const char* fn, const Variable& x, const Array& t, int64_t classes,
+                       int64_t ignore_label, Reduce reduce, double label_smoothing) {
   detail::check_floating(fn, x);
   KUSARI_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError, fn,
                ": label_smoothing must be in [0, 1], got ", label_smoothing);
   KUSARI_CHECK(x.ndim() == 2, ShapeError, fn, ": x must be 2-d (batch, classes), got shape ", x.shape());
+  KUSARI_CHECK(classes <= x.shape()[1] && (classes >= 1 || x.shape()[1] == 0), ValueError, fn,
+               ": classes must be in [1, ", x.shape()[1], "] (x's columns), got ", classes);
   KUSARI_CHECK(t.dtype() == int32 || t.dtype() == int64, DtypeError, fn, ": labels must be int32 or int64, got ",
                dtype_name(t.dtype()));
   KUSARI_CHECK(t.ndim() == 1 && t.shape()[0] == x.shape()[0], ShapeError, fn, ": labels of shape ", t.shape(),
                " do not match x of shape ", x.shape(), " (expected (", x.shape()[0], ",))");
   KUSARI_CHECK(t.device() == x.device(), DeviceError, fn, ": x is on ", x.device(), " but the labels are on ",
                t.device());
-  const int64_t n = x.shape()[0], classes = x.shape()[1];
+  const int64_t n = x.shape()[0], width = x.shape()[1];
   Array t64 = t.astype(int64);
   Array valid = kusari::not_equal(t64, ignore_label);
   Array safe_t = kusari::where(valid, t64, Scalar(int64_t{0}));
@@ -105,34 +109,70 @@ Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore
   // 1 / (number of labels not ignored), kept on the device (no synchronisation).
   Array coeff = kusari::reciprocal(kusari::maximum(kusari::sum(valid).astype(stat), 1.0));
   Array lse;
-  Array per_sample = routines::softmax_cross_entropy_rows(x.data(), t64, ignore_label, label_smoothing, lse);
+  Array per_sample = routines::softmax_cross_entropy_rows(x.data(), t64, classes, ignore_label,
+                                                          label_smoothing, lse);
   if (per_sample.defined()) {
     Array y = reduce == Reduce::kMean ? kusari::multiply(kusari::sum(per_sample), coeff) : per_sample;
-    return record(fn, {x}, std::move(y),
-                  [t64, valid, safe_t, lse, coeff, reduce, ignore_label, label_smoothing, stat](BackwardContext& ctx) {
-                    const Variable x = ctx.input(0);
-                    const Variable& gy = ctx.output_grad();
-                    const int64_t n = x.shape()[0], k = x.shape()[1];
-                    if (!ctx.is_double_backprop()) {
-                      Array g = reduce == Reduce::kMean ? kusari::multiply(gy.data(), coeff).broadcast_to({n})
-                                                        : gy.data();
-                      g = kusari::multiply(g, valid.astype(stat));
-                      Array gx = routines::softmax_cross_entropy_rows_backward(x.data(), t64, lse, g, ignore_label,
-                                                                               label_smoothing);
-                      if (gx.defined()) {
-                        ctx.set_input_grad(0, Variable(std::move(gx)));
-                        return;
-                      }
-                    }
-                    const Array q = target_rows(safe_t, valid, n, k, label_smoothing, stat, x.device());
-                    ctx.set_input_grad(0, composed_grad(x, q, coeff, reduce, gy));
-                  });
+    return record(
+        fn, {x}, std::move(y),
+        [t64, valid, safe_t, lse, coeff, reduce, ignore_label, label_smoothing, stat, classes,
+         width](BackwardContext& ctx) {
+          const Variable x = ctx.input(0);
+          const Variable& gy = ctx.output_grad();
+          const int64_t n = x.shape()[0];
+          if (!ctx.is_double_backprop()) {
+            Array g = reduce == Reduce::kMean ? kusari::multiply(gy.data(), coeff).broadcast_to({n})
+                                              : gy.data();
+            g = kusari::multiply(g, valid.astype(stat));
+            Array gx = routines::softmax_cross_entropy_rows_backward(x.data(), t64, classes, lse, g,
+                                                                     ignore_label, label_smoothing);
+            if (gx.defined()) {
+              ctx.set_input_grad(0, Variable(std::move(gx)));
+              return;
+            }
+          }
+          const Array q = target_rows(safe_t, valid, n, classes, label_smoothing, stat, x.device());
+          if (classes == width) {
+            ctx.set_input_grad(0, composed_grad(x, q, coeff, reduce, gy));
+            return;
+          }
+          Variable g =
+              composed_grad(get_item(x, {Slice(), Slice(0, classes)}), q, coeff, reduce, gy);
+          ctx.set_input_grad(
+              0,
+              concat({g, Variable(Array::zeros({n, width - classes}, g.dtype(), g.device()))}, 1));
+        });
   }
   // The device has no fused kernel: -sum(q log_softmax(x)) composed, differentiable throughout.
-  const Variable xf = is_half_precision(x.dtype()) ? cast(x, float32) : x;
+  const Variable xc = classes == width ? x : get_item(x, {Slice(), Slice(0, classes)});
+  const Variable xf = is_half_precision(x.dtype()) ? cast(xc, float32) : xc;
   const Array q = target_rows(safe_t, valid, n, classes, label_smoothing, xf.dtype(), x.device());
   Variable per = neg(sum(mul(log_softmax(xf, 1), Variable(q)), {1}));
   return reduce == Reduce::kMean ? mul(sum(per), Variable(coeff)) : per;
+}
+
+}  // namespace
+
+Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label,
+                               Reduce reduce, double label_smoothing) {
+  // (x's shape is checked there; a malformed x gets 1 here.)
+  const int64_t classes = x.defined() && x.ndim() == 2 ? x.shape()[1] : 1;
+  return cross_entropy("softmax_cross_entropy", x, t, classes, ignore_label, reduce,
+                       label_smoothing);
+}
+
+// Note [Padded classes]
+// A language model's vocabulary is often padded so that its products run on fast kernels (GPT's
+// output layer: Note [Padded vocabulary] in src/models/gpt.cc): the logits then have more columns
+// than there are classes. softmax_cross_entropy_padded takes such logits as they are: the fused
+// kernels read each row's first `classes` entries and write a gradient row of the full width
+// whose padding is 0, so neither a slice of the logits nor a scatter of their gradient (two
+// passes over the largest array of the step, each way) is made, and the padding takes no part in
+// the softmax: the loss is exactly that of x[:, :classes].
+Variable softmax_cross_entropy_padded(const Variable& x, const Array& t, int64_t classes,
+                                      int64_t ignore_label, Reduce reduce, double label_smoothing) {
+  return cross_entropy("softmax_cross_entropy_padded", x, t, classes, ignore_label, reduce,
+                       label_smoothing);
 }
 
 // Note [Sigmoid cross entropy]

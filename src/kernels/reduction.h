@@ -21,6 +21,9 @@ inline constinit Kernel<void(const Array& x, int axis, bool log, Array& out)> so
 struct CrossEntropyParams {
   int64_t rows = 0;
   int64_t classes = 0;
+  /// The length of x's and gx's rows, >= classes: the columns after `classes` are padding, left
+  /// out of the softmax, their gradient 0 (Note [Padded classes]).
+  int64_t width = 0;
   int64_t ignore_label = -1;
   double label_smoothing = 0.0;
 };

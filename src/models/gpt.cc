@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kusari/autograd/mode.h"
+#include "kusari/core/debug.h"
 #include "kusari/core/reporter.h"
 #include "kusari/core/routines.h"
 #include "kusari/functions/activation.h"
@@ -47,11 +48,18 @@ GPT::GPT(const GPTConfig& config, Generator* generator) : config_(config) {
   KUSARI_CHECK(c.n_embd % c.n_head == 0, ValueError, "GPT: n_embd ", c.n_embd, " is not a multiple of n_head ",
                c.n_head);
   KUSARI_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, ValueError, "GPT: dropout must be in [0, 1), got ", c.dropout);
+  KUSARI_CHECK(c.vocab_multiple > 0, ValueError, "GPT: vocab_multiple must be positive, got ",
+               c.vocab_multiple);
   // GPT-2's initialisation (as its released code and nanoGPT do it).
   auto normal = std::make_shared<initializers::Normal>(0.02, float32, generator);
   auto residual = std::make_shared<initializers::Normal>(0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)),
                                                          float32, generator);
-  wte = add_link("wte", std::make_shared<links::EmbedID>(c.vocab_size, c.n_embd, normal));
+  wte = add_link("wte", std::make_shared<links::EmbedID>(padded_vocab_size(), c.n_embd, normal));
+  if (padded_vocab_size() > c.vocab_size) {
+    wte->W.data()
+        .at({Slice(c.vocab_size, padded_vocab_size())})
+        .fill(0.0);  // Note [Padded vocabulary]
+  }
   wpe = add_link("wpe", std::make_shared<links::EmbedID>(c.block_size, c.n_embd, normal));
   h = add_link("h", std::make_shared<ChainList>());
   links::TransformerBlockOptions b;
@@ -66,7 +74,31 @@ GPT::GPT(const GPTConfig& config, Generator* generator) : config_(config) {
   if (c.dtype != float32) to_dtype(c.dtype);
 }
 
-Variable GPT::forward_from(const Variable& idx, int64_t offset, std::vector<links::KVCache>* caches) {
+// Note [Padded vocabulary]
+// GPT-2's 50,257-token vocabulary makes the output layer's three products (the logits, x^T and
+// wte's gradients, a third of GPT-2 small's step) run on cuBLAS's slow kernels: rows of 50,257
+// 16-bit elements are not a multiple of 8 elements (16 bytes), and cuBLAS then loads one element
+// at a time (Note [Aligning 16-bit GEMM operands] in src/backends/cuda/libs/cublas_linalg.cu).
+// So wte has padded_vocab_size() rows, vocab_size rounded up to a multiple of vocab_multiple (64:
+// 50,304, as llm.c and nanoGPT do), and the products are made over the padded rows. The padding
+// rows start at 0 and no token id selects them; the logits' padding columns are left out: the
+// loss reads the padded logits through softmax_cross_entropy_padded (Note [Padded classes] in
+// src/functions/loss.cc: not part of the softmax, gradient 0, no copy of the logits), and forward()
+// returns a view of the first vocab_size columns. The padding rows' gradient is therefore 0, and
+// the model computes exactly what an unpadded GPT computes; only wte's shape differs (a GPT-2
+// checkpoint is padded when loaded: python/kusari/gpt2.py). vocab_multiple = 1 turns it off.
+int64_t GPT::padded_vocab_size() const {
+  const int64_t m = config_.vocab_multiple;
+  return (config_.vocab_size + m - 1) / m * m;
+}
+
+Variable GPT::vocab_logits(const Variable& padded) {
+  if (padded.shape()[2] == config_.vocab_size) return padded;
+  return F::get_item(padded, {Slice(), Slice(), Slice(0, config_.vocab_size)});
+}
+
+Variable GPT::padded_logits(const Variable& idx, int64_t offset,
+                            std::vector<links::KVCache>* caches) {
   KUSARI_CHECK(idx.defined() && idx.ndim() == 2, ShapeError, "GPT: expected token ids of shape (batch, T), got ",
                idx.defined() ? idx.shape().to_string() : std::string("an undefined variable"));
   KUSARI_CHECK(idx.dtype() == int32 || idx.dtype() == int64, DtypeError, "GPT: token ids must be int32 or int64, got ",
@@ -74,6 +106,14 @@ Variable GPT::forward_from(const Variable& idx, int64_t offset, std::vector<link
   const int64_t B = idx.shape()[0], T = idx.shape()[1];
   KUSARI_CHECK(offset + T <= config_.block_size, ShapeError, "GPT: a sequence of ", offset + T,
                " tokens is longer than the position table (block_size ", config_.block_size, ")");
+  if (padded_vocab_size() > config_.vocab_size && idx.size() > 0 &&
+      (idx.device().is_cpu() || is_debug())) {
+    // wte's padding rows would take ids up to padded_vocab_size() - 1 (on a GPU in debug mode
+    // only, as EmbedID's own check).
+    const int64_t top = kusari::amax(idx.data().astype(int64)).item<int64_t>();
+    KUSARI_CHECK(top < config_.vocab_size, IndexError, "GPT: token id ", top,
+                 " is out of range; expected 0 <= id < ", config_.vocab_size, " (vocab_size)");
+  }
   Array pos = Array::arange(static_cast<double>(offset), static_cast<double>(offset + T), 1.0, int64, idx.device());
   Variable x = F::add(wte->forward(idx), wpe->forward(Variable(pos)));  // (B, T, C) + (T, C)
   if (config_.dropout > 0.0) x = F::dropout(x, config_.dropout);
@@ -84,14 +124,16 @@ Variable GPT::forward_from(const Variable& idx, int64_t offset, std::vector<link
   x = ln_f->forward(x);
   // The output layer is the token embedding, transposed (GPT-2 ties them).
   Variable logits = F::matmul(F::reshape(x, {B * T, config_.n_embd}), wte->W, false, true);
-  return F::reshape(logits, {B, T, config_.vocab_size});
+  return F::reshape(logits, {B, T, padded_vocab_size()});
 }
 
-Variable GPT::forward(const Variable& idx) { return forward_from(idx, 0, nullptr); }
+Variable GPT::forward(const Variable& idx) {
+  return vocab_logits(padded_logits(idx, 0, nullptr));
+}
 
 Variable GPT::forward(const Variable& idx, std::vector<links::KVCache>& caches) {
   caches.resize(static_cast<size_t>(config_.n_layer));
-  return forward_from(idx, caches[0].length(), &caches);
+  return vocab_logits(padded_logits(idx, caches[0].length(), &caches));
 }
 
 Variable GPT::forward_batch(const std::vector<Variable>& batch) {
@@ -99,16 +141,18 @@ Variable GPT::forward_batch(const std::vector<Variable>& batch) {
                " arrays");
   KUSARI_CHECK(batch[1].shape() == batch[0].shape(), ShapeError, "GPT: targets of shape ", batch[1].shape(),
                " do not match the ids of shape ", batch[0].shape());
-  Variable logits = forward(batch[0]);
+  Variable logits = padded_logits(batch[0], 0, nullptr);
   const int64_t n = logits.shape()[0] * logits.shape()[1];
-  Variable loss = F::softmax_cross_entropy(F::reshape(logits, {n, config_.vocab_size}),
-                                           batch[1].data().reshape({n}), -1);
+  Variable loss =
+      F::softmax_cross_entropy_padded(F::reshape(logits, {n, padded_vocab_size()}),
+                                      batch[1].data().reshape({n}), config_.vocab_size, -1);
   report({{"loss", loss.data()}}, static_cast<const Link*>(this));
   return loss;
 }
 
 double GPT::flops_per_token(int64_t T) const {
-  const double n = static_cast<double>(count_params() - wpe->W.size());
+  const double n = static_cast<double>(count_params() - wpe->W.size() -
+                                       (padded_vocab_size() - config_.vocab_size) * config_.n_embd);
   return 6.0 * n + 12.0 * static_cast<double>(config_.n_layer * config_.n_embd * T);
 }
 

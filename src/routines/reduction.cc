@@ -162,10 +162,13 @@ Dtype cross_entropy_stat_dtype(Dtype x) { return x == Dtype::kFloat64 ? Dtype::k
 
 namespace {
 
-kernels::CrossEntropyParams params(const Array& x, int64_t ignore_label, double label_smoothing) {
+kernels::CrossEntropyParams params(const Array& x, int64_t classes, int64_t ignore_label,
+                                   double label_smoothing) {
+  KUSARI_ASSERT(classes >= 0 && classes <= x.shape()[1]);
   kernels::CrossEntropyParams p;
   p.rows = x.shape()[0];
-  p.classes = x.shape()[1];
+  p.classes = classes;
+  p.width = x.shape()[1];
   p.ignore_label = ignore_label;
   p.label_smoothing = label_smoothing;
   return p;
@@ -173,11 +176,11 @@ kernels::CrossEntropyParams params(const Array& x, int64_t ignore_label, double 
 
 }  // namespace
 
-Array softmax_cross_entropy_rows(const Array& x_in, const Array& t_in, int64_t ignore_label, double label_smoothing,
-                                 Array& lse) {
+Array softmax_cross_entropy_rows(const Array& x_in, const Array& t_in, int64_t classes,
+                                 int64_t ignore_label, double label_smoothing, Array& lse) {
   KUSARI_ASSERT(x_in.ndim() == 2 && t_in.ndim() == 1 && t_in.shape()[0] == x_in.shape()[0]);
   const Array x = x_in.contiguous(), t = t_in.contiguous();
-  const kernels::CrossEntropyParams p = params(x, ignore_label, label_smoothing);
+  const kernels::CrossEntropyParams p = params(x, classes, ignore_label, label_smoothing);
   const Dtype stat = cross_entropy_stat_dtype(x.dtype());
   Array loss = Array::empty({p.rows}, stat, x.device());
   lse = Array::empty({p.rows}, stat, x.device());
@@ -189,10 +192,11 @@ Array softmax_cross_entropy_rows(const Array& x_in, const Array& t_in, int64_t i
   return loss;
 }
 
-Array softmax_cross_entropy_rows_backward(const Array& x_in, const Array& t_in, const Array& lse, const Array& g,
-                                          int64_t ignore_label, double label_smoothing) {
+Array softmax_cross_entropy_rows_backward(const Array& x_in, const Array& t_in, int64_t classes,
+                                          const Array& lse, const Array& g, int64_t ignore_label,
+                                          double label_smoothing) {
   const Array x = x_in.contiguous(), t = t_in.contiguous();
-  const kernels::CrossEntropyParams p = params(x, ignore_label, label_smoothing);
+  const kernels::CrossEntropyParams p = params(x, classes, ignore_label, label_smoothing);
   Array gx = Array::empty(x.shape(), x.dtype(), x.device());
   if (p.rows == 0) return gx;
   const Array gc = g.astype(cross_entropy_stat_dtype(x.dtype())).contiguous();

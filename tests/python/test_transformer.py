@@ -61,7 +61,11 @@ def test_gpt2_small_has_124m_parameters():
     config = kusari.models.gpt2_small_config()
     assert (config.n_layer, config.n_head, config.n_embd, config.vocab_size) == (12, 12, 768, 50257)
     model = kusari.models.GPT(config)
-    assert model.count_params() == 124439808
+    # The vocabulary padded to 50,304 rows (Note [Padded vocabulary]); unpadded, GPT-2's count.
+    assert (config.vocab_multiple, model.padded_vocab_size) == (64, 50304)
+    assert model.count_params() == 124439808 + 47 * 768
+    config.vocab_multiple = 1
+    assert kusari.models.GPT(config).count_params() == 124439808
     names = [n for n, _ in model.namedparams()]
     assert '/wte/W' in names and '/h/11/attn/c_proj/b' in names and '/ln_f/beta' in names
 
@@ -181,6 +185,10 @@ def test_a_gpt2_checkpoint_loads_and_computes_gpt2s_logits(rng, tmp_path):
     config = gpt2.config_of(gpt2.read_safetensors(path))
     config.n_head = 4  # (24 features: not one of GPT-2's sizes, so its head count is given)
     model = gpt2.load_gpt2(path, config)
+    # wte is padded from 40 rows to 64 with zeros (Note [Padded vocabulary]).
+    wte = np.asarray(model.wte.W.array)
+    assert wte.shape == (64, C) and not wte[V:].any()
+    np.testing.assert_array_equal(wte[:V], t['wte.weight'])
     ids = rng.randint(0, V, size=(2, 10))
     with kusari.no_backprop_mode():
         ours = np.asarray(model(ids.astype(np.int32)).array)

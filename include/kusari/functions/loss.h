@@ -19,6 +19,14 @@ enum class Reduce { kMean, kNone };
 Variable softmax_cross_entropy(const Variable& x, const Array& t, int64_t ignore_label = -1,
                                Reduce reduce = Reduce::kMean, double label_smoothing = 0.0);
 
+/// softmax_cross_entropy of x[:, :classes], for logits whose last columns are padding (a
+/// vocabulary padded to a multiple of 64, say): the padding takes no part in the softmax and gets
+/// a zero gradient, and no slice of x is made (Note [Padded classes] in src/functions/loss.cc).
+/// classes must be in [1, x.shape[1]].
+Variable softmax_cross_entropy_padded(const Variable& x, const Array& t, int64_t classes,
+                                      int64_t ignore_label = -1, Reduce reduce = Reduce::kMean,
+                                      double label_smoothing = 0.0);
+
 /// Sigmoid cross entropy of logits x against binary labels t (int32 or int64, same shape as x;
 /// 0 or 1, or -1 to ignore an element), computed stably as
 /// max(x, 0) - x t + log(1 + exp(-|x|)). With Reduce::kMean the sum is divided by the number of

@@ -3,9 +3,9 @@
 // layer tied to the token embedding) with GPT-2's parameter names, so its checkpoints map by name
 // (docs/transformers.md).
 //
-//   auto model = kusari::models::gpt2_small();          // 124,439,808 parameters
-//   kusari::Variable logits = model->forward(idx);       // idx (batch, T) ids -> (batch, T, vocab)
-//   kusari::Array text = model->generate(prompt, 100, 0.8, 40);
+//   auto model = kusari::models::gpt2_small();          // 124,475,904 parameters (vocabulary
+//   padded) kusari::Variable logits = model->forward(idx);       // idx (batch, T) ids -> (batch,
+//   T, vocab) kusari::Array text = model->generate(prompt, 100, 0.8, 40);
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,11 @@ namespace kusari::models {
 struct GPTConfig {
   /// Token ids are 0 .. vocab_size - 1 (GPT-2's BPE: 50257; bytes: 256).
   int64_t vocab_size = 50257;
+  /// The token embedding's rows are vocab_size rounded up to a multiple of this (GPT-2's 50,257
+  /// to 50,304), so that the output layer's products run on the GPU's fast kernels; the padding
+  /// rows are 0, never looked up, and left out of the logits and the loss (Note [Padded
+  /// vocabulary] in src/models/gpt.cc). 1: exactly vocab_size rows, as GPT-2's checkpoints.
+  int64_t vocab_multiple = 64;
   /// The longest sequence (the position table's length).
   int64_t block_size = 1024;
   int64_t n_layer = 12;
@@ -70,9 +75,12 @@ class GPT : public Chain {
                  Generator* generator = nullptr);
 
   const GPTConfig& config() const { return config_; }
+  /// The token embedding's rows: vocab_size rounded up to a multiple of vocab_multiple.
+  int64_t padded_vocab_size() const;
   /// Floating-point operations of one training step per token (forward and backward, the
   /// attention's included, at sequence length T): 6 N + 12 n_layer n_embd T with N the
-  /// parameters without the position table (PaLM's appendix B estimate), for MFU.
+  /// parameters without the position table and the vocabulary's padding (PaLM's appendix B
+  /// estimate), for MFU.
   double flops_per_token(int64_t T) const;
 
   std::shared_ptr<links::EmbedID> wte, wpe;
@@ -83,7 +91,10 @@ class GPT : public Chain {
   const char* type_name() const override { return "GPT"; }
 
  private:
-  Variable forward_from(const Variable& idx, int64_t offset, std::vector<links::KVCache>* caches);
+  /// The logits over the padded vocabulary, (batch, T, padded_vocab_size()).
+  Variable padded_logits(const Variable& idx, int64_t offset, std::vector<links::KVCache>* caches);
+  /// Those of the vocabulary, (batch, T, vocab_size): a view of the padded ones.
+  Variable vocab_logits(const Variable& padded);
   GPTConfig config_;
 };
 

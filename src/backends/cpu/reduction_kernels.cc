@@ -215,7 +215,7 @@ void cross_entropy_rows(const T* x, const int64_t* t, const kernels::CrossEntrop
   using C = compute_t<T>;
   const double eps = p.label_smoothing, k = static_cast<double>(p.classes);
   for (int64_t r = b; r < e; ++r) {
-    const T* xr = x + r * p.classes;
+    const T* xr = x + r * p.width;
     C m = -std::numeric_limits<C>::infinity();
     for (int64_t j = 0; j < p.classes; ++j) m = std::max(m, static_cast<C>(xr[j]));
     double sum = 0.0, total = 0.0;
@@ -242,13 +242,15 @@ void cross_entropy_grad_rows(const T* x, const int64_t* t, const S* lse, const S
   using C = compute_t<T>;
   const double eps = p.label_smoothing, uniform = eps / static_cast<double>(p.classes);
   for (int64_t r = b; r < e; ++r) {
-    const T* xr = x + r * p.classes;
-    T* gr = gx + r * p.classes;
+    const T* xr = x + r * p.width;
+    T* gr = gx + r * p.width;
     const double gi = static_cast<double>(g[r]), l = static_cast<double>(lse[r]);
     for (int64_t j = 0; j < p.classes; ++j) {
       const double q = (j == t[r] ? 1.0 - eps : 0.0) + uniform;
       gr[j] = static_cast<T>(static_cast<C>(gi * (std::exp(static_cast<double>(static_cast<C>(xr[j])) - l) - q)));
     }
+    std::fill(gr + p.classes, gr + p.width,
+              static_cast<T>(0.0f));  // padding (Note [Padded classes])
   }
 }
 

@@ -132,6 +132,88 @@ TEST_P(MlpFunctionsTest, SoftmaxCrossEntropyFusedMatchesTheComposedLoss) {
   }
 }
 
+// softmax_cross_entropy_padded (Note [Padded classes]) against softmax_cross_entropy of the
+// logits' first `classes` columns: the same loss, the same gradient there and exactly 0 in the
+// padding, through the fused kernels and through the composed loss (slots emptied), with
+// smoothing, both reductions and an ignored label; gradient checks; and its errors.
+TEST_P(MlpFunctionsTest, SoftmaxCrossEntropyPaddedEqualsTheLossOfTheClasses) {
+  for (auto [classes, width] : {std::pair<int64_t, int64_t>{7, 12}, {9000, 9048}}) {
+    const Array t =
+        Array::from_vector(std::vector<int64_t>{0, classes - 1, -1, 3, 2}, std::nullopt, device());
+    for (Dtype d : {float64, float32, bfloat16}) {
+      // Large padding logits: any part they took in the softmax would show.
+      Array x = (uniform({5, width}, float32) * 6.0).astype(d);
+      x.at({Slice(), Slice(classes, width)}).fill(20.0);
+      for (double eps : {0.0, 0.1}) {
+        for (F::Reduce r : {F::Reduce::kMean, F::Reduce::kNone}) {
+          for (int composed = 0; composed < 2; ++composed) {
+            SCOPED_TRACE(::testing::Message() << dtype_name(d) << " classes " << classes << " eps "
+                                              << eps << (r == F::Reduce::kMean ? " mean" : " none")
+                                              << (composed ? " composed" : " fused"));
+            const Array gy = r == F::Reduce::kMean
+                                 ? Array::full({}, 2.0, d == float64 ? float64 : float32, device())
+                                 : uniform({5}, d == float64 ? float64 : float32);
+            auto* const forward = kernels::softmax_cross_entropy_forward.find(device());
+            if (composed) kernels::softmax_cross_entropy_forward.set(device().type(), nullptr);
+            Variable padded(x, true), sliced(x.at({Slice(), Slice(0, classes)}).copy(), true);
+            Variable l = F::softmax_cross_entropy_padded(padded, t, classes, -1, r, eps);
+            Variable ref = F::softmax_cross_entropy(sliced, t, -1, r, eps);
+            kernels::softmax_cross_entropy_forward.set(device().type(), forward);
+            l.set_grad(gy);
+            l.backward();
+            ref.set_grad(gy);
+            ref.backward();
+            EXPECT_TRUE(testing::ArraysClose(l.data(), ref.data(), 0, 0));
+            ASSERT_EQ(padded.grad().shape(), (Shape{5, width}));
+            EXPECT_TRUE(testing::ArraysClose(padded.grad().at({Slice(), Slice(0, classes)}),
+                                             sliced.grad(), 0, 0));
+            EXPECT_EQ(
+                kusari::amax(
+                    kusari::abs(padded.grad().at({Slice(), Slice(classes, width)}).astype(float32)))
+                    .item<float>(),
+                0.0f);
+          }
+        }
+      }
+    }
+  }
+  const Array t = Array::from_vector(std::vector<int32_t>{0, 3, -1, 2}, std::nullopt, device());
+  VariadicFunction f = [t](const std::vector<Variable>& v) {
+    return std::vector<Variable>{
+        F::softmax_cross_entropy_padded(v[0], t, 4, -1, F::Reduce::kMean, 0.1)};
+  };
+  check_backward(f, {uniform({4, 6})}, {}, opts());
+  check_double_backward(f, {uniform({4, 6})}, {}, {}, opts());
+  Variable x(uniform({2, 6}));
+  const Array t2 = Array::from_vector(std::vector<int64_t>{1, 4}, std::nullopt, device());
+  {
+    testing::DebugModeScope debug;  // labels on a GPU are checked in debug mode only
+    try {
+      F::softmax_cross_entropy_padded(x, t2, 4);
+      ADD_FAILURE() << "no error";
+    } catch (const IndexError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "softmax_cross_entropy_padded: label 4 of sample 1 is out of range for 4 "
+                    "classes"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  for (int64_t bad : {0, 7}) {
+    try {
+      F::softmax_cross_entropy_padded(x, t2, bad);
+      ADD_FAILURE() << "no error for classes " << bad;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "softmax_cross_entropy_padded: classes must be in [1, 6] (x's columns), "
+                    "got " +
+                    std::to_string(bad)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST_P(MlpFunctionsTest, LinearAndReluInSixteenBitsMatchFloat32) {
   for (Dtype d : {float16, bfloat16}) {
     SCOPED_TRACE(dtype_name(d));

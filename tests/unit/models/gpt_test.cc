@@ -33,18 +33,27 @@ GPTConfig small_config() {
 TEST(GPT, Gpt2SmallHas124MParametersNamedAsGpt2) {
   Generator gen(0);
   auto model = models::gpt2_small(&gen);
-  EXPECT_EQ(model->count_params(), 124439808);  // GPT-2 small, its output layer tied to wte
+  // GPT-2 small, its output layer tied to wte, the vocabulary padded to 50,304 rows.
+  EXPECT_EQ(model->count_params(), 124439808 + (50304 - 50257) * 768);
+  EXPECT_EQ(model->padded_vocab_size(), 50304);
   std::vector<std::string> names;
   for (const auto& [path, p] : model->namedparams()) names.push_back(path);
   for (const char* expected : {"/wte/W", "/wpe/W", "/h/0/ln_1/gamma", "/h/0/attn/c_attn/W", "/h/0/attn/c_proj/b",
                                "/h/11/mlp/c_fc/W", "/h/11/mlp/c_proj/W", "/ln_f/beta"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   }
-  EXPECT_EQ(model->wte->W.shape(), (Shape{50257, 768}));
+  EXPECT_EQ(model->wte->W.shape(), (Shape{50304, 768}));
+  // The padding rows are 0 (Note [Padded vocabulary]); unpadded, the model is GPT-2's to the row.
+  EXPECT_EQ(
+      kusari::amax(kusari::abs(model->wte->W.data().at({Slice(50257, 50304)}))).item<double>(),
+      0.0);
+  GPTConfig exact = models::gpt2_small_config();
+  exact.vocab_multiple = 1;
+  EXPECT_EQ(GPT(exact, &gen).count_params(), 124439808);
   EXPECT_EQ(model->wpe->W.shape(), (Shape{1024, 768}));
   // GPT-2's initialisation: N(0, 0.02), the residual projections N(0, 0.02 / sqrt(24)).
   auto stddev = [](const Array& a) { return std::sqrt(kusari::mean(kusari::square(a.astype(float64))).item<double>()); };
-  EXPECT_NEAR(stddev(model->wte->W.data()), 0.02, 0.001);
+  EXPECT_NEAR(stddev(model->wte->W.data().at({Slice(0, 50257)})), 0.02, 0.001);
   auto& block = static_cast<links::TransformerBlock&>((*model->h)[0]);
   EXPECT_NEAR(stddev(block.c_proj->W.data()), 0.02 / std::sqrt(24.0), 0.0005);
   // 6 N + 12 L C T per token, N without the position table.
@@ -75,6 +84,66 @@ TEST(GPT, LogitsLossAndErrors) {
   EXPECT_THROW(model(Variable(Array::zeros({6}, int32))), ShapeError);
   GPTConfig bad = small_config();
   bad.n_head = 3;
+  EXPECT_THROW(GPT{bad}, ValueError);
+}
+
+// The padded vocabulary (Note [Padded vocabulary]) computes what the unpadded model computes: with
+// the same weights, the same logits, loss and gradients, the padding rows' gradient 0; ids in the
+// padding are rejected.
+TEST(GPT, PaddedVocabularyComputesWhatTheUnpaddedModelComputes) {
+  GPTConfig c = small_config();  // vocabulary 11
+  c.vocab_multiple = 8;
+  GPTConfig exact = c;
+  exact.vocab_multiple = 1;
+  Generator g1(4), g2(4);
+  GPT padded(c, &g1), plain(exact, &g2);
+  padded.to_dtype(float64);
+  plain.to_dtype(float64);
+  EXPECT_EQ(padded.padded_vocab_size(), 16);
+  EXPECT_EQ(plain.padded_vocab_size(), 11);
+  ASSERT_EQ(padded.wte->W.shape(), (Shape{16, 8}));
+  // The same weights: wte's first 11 rows and every other parameter.
+  auto pp = padded.namedparams(), qp = plain.namedparams();
+  ASSERT_EQ(pp.size(), qp.size());
+  for (size_t i = 0; i < pp.size(); ++i) {
+    Array src =
+        pp[i].first == "/wte/W" ? pp[i].second.data().at({Slice(0, 11)}) : pp[i].second.data();
+    Array dst = qp[i].second.data();  // (shares the parameter's storage)
+    dst.assign(src);
+  }
+  Array x = Array::from_vector(std::vector<int32_t>{1, 2, 3, 10, 5, 6, 0, 8}, Shape{2, 4});
+  Array t = Array::from_vector(std::vector<int32_t>{2, 3, 10, -1, 6, 0, 8, 9}, Shape{2, 4});
+  Variable lp = padded(Variable(x)), lq = plain(Variable(x));
+  EXPECT_EQ(lp.shape(), (Shape{2, 4, 11}));
+  EXPECT_TRUE(ArraysClose(lp.data(), lq.data(), 1e-12, 1e-14));
+  padded.cleargrads();
+  plain.cleargrads();
+  Variable loss_p = padded.forward_batch({Variable(x), Variable(t)});
+  Variable loss_q = plain.forward_batch({Variable(x), Variable(t)});
+  EXPECT_NEAR(loss_p.data().item<double>(), loss_q.data().item<double>(), 1e-12);
+  loss_p.backward();
+  loss_q.backward();
+  pp = padded.namedparams();
+  qp = plain.namedparams();
+  for (size_t i = 0; i < pp.size(); ++i) {
+    Array gp = pp[i].second.grad();
+    if (pp[i].first == "/wte/W") {
+      EXPECT_EQ(kusari::amax(kusari::abs(gp.at({Slice(11, 16)}))).item<double>(), 0.0);
+      gp = gp.at({Slice(0, 11)});
+    }
+    EXPECT_TRUE(ArraysClose(gp, qp[i].second.grad(), 1e-12, 1e-14)) << pp[i].first;
+  }
+  try {
+    padded(Variable(Array::from_vector(std::vector<int32_t>{1, 12}, Shape{1, 2})));
+    FAIL() << "no error";
+  } catch (const IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "GPT: token id 12 is out of range; expected 0 <= id < 11 (vocab_size)"),
+              std::string::npos)
+        << e.what();
+  }
+  GPTConfig bad = c;
+  bad.vocab_multiple = 0;
   EXPECT_THROW(GPT{bad}, ValueError);
 }
 

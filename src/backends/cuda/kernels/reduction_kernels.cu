@@ -319,8 +319,8 @@ __global__ void softmax_columns_kernel(int64_t outer, int64_t n, int64_t inner, 
 
 // Softmax cross entropy, a group of G threads per row as softmax_rows_kernel: loss and lse.
 template <typename T, typename S>
-__global__ void cross_entropy_rows_kernel(int64_t rows, int64_t classes, const T* x, const int64_t* t,
-                                          int64_t ignore_label, S eps, S* loss, S* lse) {
+__global__ void cross_entropy_rows_kernel(int64_t rows, int64_t classes, int64_t width, const T* x,
+                                          const int64_t* t, int64_t ignore_label, S eps, S* loss, S* lse) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S* smem = reinterpret_cast<S*>(smem_raw);
   const int group = blockDim.x <= 256 ? 32 : static_cast<int>(blockDim.x);
@@ -331,7 +331,7 @@ __global__ void cross_entropy_rows_kernel(int64_t rows, int64_t classes, const T
        base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
     const int64_t row = base + threadIdx.x / group;
     const bool active = row < rows;
-    const T* xr = x + (active ? row : 0) * classes;
+    const T* xr = x + (active ? row : 0) * width;
     const S m = group_row_max<S>(xr, classes, active, group, lane, smem);
     S sum = S(0), total = S(0);
     if (active) {
@@ -359,10 +359,10 @@ __global__ void cross_entropy_rows_kernel(int64_t rows, int64_t classes, const T
   }
 }
 
-// gx = g (softmax(x) - q), a group of threads per row.
+// gx = g (softmax(x) - q), a group of threads per row; 0 in the padding columns.
 template <typename T, typename S>
-__global__ void cross_entropy_grad_kernel(int64_t rows, int64_t classes, const T* x, const int64_t* t,
-                                          const S* lse, const S* g, S eps, T* gx) {
+__global__ void cross_entropy_grad_kernel(int64_t rows, int64_t classes, int64_t width, const T* x,
+                                          const int64_t* t, const S* lse, const S* g, S eps, T* gx) {
   const int group = blockDim.x <= 256 ? 32 : static_cast<int>(blockDim.x);
   const int lane = threadIdx.x % group;
   const int64_t groups_per_block = blockDim.x / group;
@@ -371,14 +371,15 @@ __global__ void cross_entropy_grad_kernel(int64_t rows, int64_t classes, const T
        base += static_cast<int64_t>(gridDim.x) * groups_per_block) {
     const int64_t row = base + threadIdx.x / group;
     if (row >= rows) continue;
-    const T* xr = x + row * classes;
-    T* gr = gx + row * classes;
+    const T* xr = x + row * width;
+    T* gr = gx + row * width;
     const S gi = g[row], l = lse[row];
     const int64_t label = t[row];
     for (int64_t j = lane; j < classes; j += group) {
       const S q = (j == label ? S(1) - eps : S(0)) + uniform;
       gr[j] = from_compute<T>(static_cast<compute_t<T>>(gi * (exp(static_cast<S>(to_compute(xr[j])) - l) - q)));
     }
+    for (int64_t j = classes + lane; j < width; j += group) gr[j] = from_compute<T>(compute_t<T>(0));
   }
 }
 
@@ -553,7 +554,7 @@ bool softmax_cross_entropy_forward(const Array& x, const Array& t_in, const kern
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
     const size_t smem = static_cast<size_t>(launch.block / 32) * sizeof(S);
     cross_entropy_rows_kernel<T, S><<<launch.grid, launch.block, smem, stream>>>(
-        p.rows, p.classes, static_cast<const T*>(x.raw_data()), t.data<int64_t>(), p.ignore_label,
+        p.rows, p.classes, p.width, static_cast<const T*>(x.raw_data()), t.data<int64_t>(), p.ignore_label,
         static_cast<S>(p.label_smoothing), loss.data<S>(), lse.data<S>());
   });
   KUSARI_CUDA_CHECK_LAUNCH();
@@ -569,7 +570,7 @@ bool softmax_cross_entropy_backward(const Array& x, const Array& t_in, const Arr
     using T = device_t<decltype(tag)>;
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
     cross_entropy_grad_kernel<T, S><<<launch.grid, launch.block, 0, stream>>>(
-        p.rows, p.classes, static_cast<const T*>(x.raw_data()), t.data<int64_t>(), lse.data<S>(), g.data<S>(),
+        p.rows, p.classes, p.width, static_cast<const T*>(x.raw_data()), t.data<int64_t>(), lse.data<S>(), g.data<S>(),
         static_cast<S>(p.label_smoothing), static_cast<T*>(gx.raw_data()));
   });
   KUSARI_CUDA_CHECK_LAUNCH();
