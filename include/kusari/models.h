@@ -3,7 +3,8 @@
 //   namespace M = kusari::models;
 #pragma once
 
-#include "kusari/models/gpt.h"
 #include "kusari/models/detection_metrics.h"
+#include "kusari/models/faster_rcnn.h"
+#include "kusari/models/gpt.h"
 #include "kusari/models/resnet.h"
 #include "kusari/models/retinanet.h"

@@ -5,6 +5,12 @@ from kusari._kusari.data import (Dataset, ImageFolderDataset, LabeledImageDatase
                                  TupleDataset, concat_examples, get_fashion_mnist, get_mnist, read_image,
                                  split_dataset, split_dataset_random, write_image)
 from kusari._kusari.data import transforms  # noqa: F401
+# Detection (kusari/datasets/detection.h): examples (image, bbox, label), boxes (y_min, x_min, y_max, x_max).
+from kusari._kusari.data import (CocoDetectionDataset, CocoImageRecord, DetectionAugmentOptions,  # noqa: F401
+                                 SyntheticDetectionSet, TransformedDetectionDataset, augment_detection, clip_bbox,
+                                 fit_size, flip_bbox, flip_detection, make_synthetic_detection_images,
+                                 random_flip_detection, resize_bbox, resize_detection, resize_detection_to_fit,
+                                 write_coco_detection)
 
 
 

@@ -102,6 +102,8 @@ void init_data(py::module_& m);
 void init_training(py::module_& m);
 void init_serializers(py::module_& m);
 void init_mn(py::module_& m);
+/// Detection (after init_links and init_data: it adds to kusari.links.models and kusari.data).
+void init_detection(py::module_& m);
 
 }  // namespace kusari::python
 

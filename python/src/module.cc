@@ -71,6 +71,7 @@ PYBIND11_MODULE(_kusari, m) {
   init_optimizers(o);
   py::module_ d = m.def_submodule("data", "Datasets and iterators");
   init_data(d);
+  init_detection(m);
   py::module_ t = m.def_submodule("training", "The trainer, updaters, triggers and extensions");
   init_training(t);
   py::module_ s = m.def_submodule("serializers", "npz files (Chainer's key layout)");

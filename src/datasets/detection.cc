@@ -1,5 +1,6 @@
-// CocoDetectionDataset, write_coco_detection and make_synthetic_detection_images (Notes [Detection
-// examples], [Reading COCO annotations] and [Synthetic detection pictures] in detection.h).
+// CocoDetectionDataset, write_coco_detection, make_synthetic_detection_images and the box-aware
+// augmentation (Notes [Detection examples], [Reading COCO annotations], [Synthetic detection
+// pictures], [Box-aware augmentation] and [Seeded detection augmentation] in detection.h).
 #include "kusari/datasets/detection.h"
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "datasets/dataset_util.h"
 #include "kusari/core/error.h"
+#include "kusari/datasets/transforms.h"
 
 namespace kusari {
 namespace {
@@ -450,6 +452,323 @@ SyntheticDetectionSet make_synthetic_detection_images(int64_t count,
     set.records.push_back(std::move(rec));
   }
   return set;
+}
+
+// --- box-aware augmentation ----------------------------------------------------------------------
+
+namespace {
+
+// An example's boxes and labels on the host: box holds R * 4 values (y_min, x_min, y_max, x_max).
+struct HostBoxes {
+  std::vector<double> box;
+  std::vector<int32_t> label;
+  size_t count() const { return label.size(); }
+};
+
+void check_bbox(const char* fn, const Array& bbox) {
+  KUSARI_CHECK(bbox.defined(), ValueError, fn,
+               ": bbox is undefined, expected an (R, 4) array (y_min, x_min, y_max, x_max)");
+  KUSARI_CHECK(bbox.ndim() == 2 && bbox.dim(1) == 4, ShapeError, fn, ": bbox has shape ",
+               bbox.shape(), ", expected (R, 4) (y_min, x_min, y_max, x_max)");
+  KUSARI_CHECK(bbox.dtype() != bool_, DtypeError, fn,
+               ": bbox is bool, expected a real dtype (float32)");
+}
+
+// The checked host copies of bbox (R, 4) and label (R,).
+HostBoxes host_boxes(const char* fn, const Array& bbox, const Array& label) {
+  check_bbox(fn, bbox);
+  KUSARI_CHECK(label.defined(), ValueError, fn, ": label is undefined, expected an (", bbox.dim(0),
+               ",) array to match bbox ", bbox.shape());
+  KUSARI_CHECK(label.ndim() == 1 && label.dim(0) == bbox.dim(0), ShapeError, fn,
+               ": label has shape ", label.shape(), ", expected (", bbox.dim(0),
+               ",) to match bbox ", bbox.shape());
+  KUSARI_CHECK(is_integral(label.dtype()) && label.dtype() != bool_, DtypeError, fn, ": label is ",
+               dtype_name(label.dtype()), ", expected an integer dtype (int32)");
+  return {bbox.to_vector<double>(), label.to_vector<int32_t>()};
+}
+
+void check_size(const char* fn, const char* what, int64_t height, int64_t width) {
+  KUSARI_CHECK(height >= 1 && width >= 1, ValueError, fn, ": ", what, " ", height, " x ", width,
+               " is not positive, expected a height and a width of at least 1");
+}
+
+void check_image(const char* fn, const Array& image) {
+  KUSARI_CHECK(image.defined(), ValueError, fn,
+               ": image is undefined, expected a uint8 (H, W, C) array");
+  KUSARI_CHECK(image.dtype() == uint8, DtypeError, fn, ": image is ", dtype_name(image.dtype()),
+               ", expected a uint8 (H, W, C) array as the detection datasets give");
+  KUSARI_CHECK(image.ndim() == 3, ShapeError, fn, ": image has shape ", image.shape(),
+               ", expected (H, W, C)");
+  check_size(fn, "the image's size", image.dim(0), image.dim(1));
+}
+
+// Keeps the boxes that have area once clipped to [0, height] x [0, width] (clipped).
+void clip_boxes(HostBoxes& b, double height, double width) {
+  size_t kept = 0;
+  for (size_t r = 0; r < b.count(); ++r) {
+    const double y0 = std::clamp(b.box[4 * r], 0.0, height);
+    const double x0 = std::clamp(b.box[4 * r + 1], 0.0, width);
+    const double y1 = std::clamp(b.box[4 * r + 2], 0.0, height);
+    const double x1 = std::clamp(b.box[4 * r + 3], 0.0, width);
+    // NaN coordinates compare false and drop the box too.
+    if (!(y1 > y0 && x1 > x0)) continue;
+    b.box[4 * kept] = y0;
+    b.box[4 * kept + 1] = x0;
+    b.box[4 * kept + 2] = y1;
+    b.box[4 * kept + 3] = x1;
+    b.label[kept] = b.label[r];
+    ++kept;
+  }
+  b.box.resize(4 * kept);
+  b.label.resize(kept);
+}
+
+// {float32 (R, 4), int32 (R,)} of the host boxes, dropping the boxes that float32 leaves without
+// area.
+std::pair<Array, Array> boxes_to_arrays(const HostBoxes& b) {
+  std::vector<float> box;
+  std::vector<int32_t> label;
+  for (size_t r = 0; r < b.count(); ++r) {
+    const std::array<float, 4> v = {
+        static_cast<float>(b.box[4 * r]), static_cast<float>(b.box[4 * r + 1]),
+        static_cast<float>(b.box[4 * r + 2]), static_cast<float>(b.box[4 * r + 3])};
+    if (!(v[2] > v[0] && v[3] > v[1])) continue;
+    box.insert(box.end(), v.begin(), v.end());
+    label.push_back(b.label[r]);
+  }
+  const auto n = static_cast<int64_t>(label.size());
+  return {Array::from_vector(box, Shape{n, 4}, Device::cpu()),
+          Array::from_vector(label, Shape{n}, Device::cpu())};
+}
+
+void flip_host(HostBoxes& b, double height, double width, bool y_flip, bool x_flip) {
+  for (size_t r = 0; r < b.count(); ++r) {
+    double* v = &b.box[4 * r];
+    if (y_flip) {
+      const double y0 = height - v[2], y1 = height - v[0];
+      v[0] = y0;
+      v[2] = y1;
+    }
+    if (x_flip) {
+      const double x0 = width - v[3], x1 = width - v[1];
+      v[1] = x0;
+      v[3] = x1;
+    }
+  }
+}
+
+// Multiplies y by to_h / from_h and x by to_w / from_w.
+void scale_host(HostBoxes& b, double from_h, double from_w, double to_h, double to_w) {
+  for (size_t r = 0; r < b.count(); ++r) {
+    double* v = &b.box[4 * r];
+    v[0] = v[0] * to_h / from_h;
+    v[2] = v[2] * to_h / from_h;
+    v[1] = v[1] * to_w / from_w;
+    v[3] = v[3] * to_w / from_w;
+  }
+}
+
+DetectionExample make_example(Array image, const HostBoxes& b) {
+  auto [bbox, label] = boxes_to_arrays(b);
+  return {std::move(image), std::move(bbox), std::move(label)};
+}
+
+// The uint8 (H, W, C) image resampled to height x width (Note [Box-aware augmentation]).
+Image resized_image(const Array& image, int64_t height, int64_t width) {
+  const Image in = image_from_array(image);
+  transforms::CropPlan plan;
+  plan.height = static_cast<double>(in.height);
+  plan.width = static_cast<double>(in.width);
+  plan.out_height = height;
+  plan.out_width = width;
+  return transforms::resample(in, plan);
+}
+
+double unit_draw(Generator& generator) {
+  return static_cast<double>(generator.next_uint64() >> 11) * 0x1.0p-53;  // [0, 1)
+}
+
+void check_augment_options(const char* fn, const DetectionAugmentOptions& o) {
+  KUSARI_CHECK(o.flip_probability >= 0 && o.flip_probability <= 1, ValueError, fn,
+               ": flip_probability is ", o.flip_probability, ", expected a probability in [0, 1]");
+  KUSARI_CHECK((o.height == 0 && o.width == 0) || (o.height >= 1 && o.width >= 1), ValueError, fn,
+               ": the size ", o.height, " x ", o.width,
+               " is not positive, expected a height and a width of at least 1 (or both 0 to keep "
+               "each picture's size)");
+}
+
+}  // namespace
+
+DetectionExample DetectionExample::from_example(const Example& example) {
+  KUSARI_CHECK(example.size() == 3, ValueError, "DetectionExample::from_example: the example has ",
+               example.size(), " arrays, expected 3 {image, bbox, label}");
+  return {example[0], example[1], example[2]};
+}
+
+Array flip_bbox(const Array& bbox, int64_t height, int64_t width, bool y_flip, bool x_flip) {
+  const char* fn = "flip_bbox";
+  check_bbox(fn, bbox);
+  check_size(fn, "the picture's size", height, width);
+  const int64_t n = bbox.dim(0);
+  HostBoxes b{bbox.to_vector<double>(), std::vector<int32_t>(static_cast<size_t>(n))};
+  flip_host(b, static_cast<double>(height), static_cast<double>(width), y_flip, x_flip);
+  std::vector<float> out(b.box.begin(), b.box.end());
+  return Array::from_vector(out, Shape{n, 4}, Device::cpu());
+}
+
+Array resize_bbox(const Array& bbox, std::array<int64_t, 2> in_size,
+                  std::array<int64_t, 2> out_size) {
+  const char* fn = "resize_bbox";
+  check_bbox(fn, bbox);
+  check_size(fn, "in_size", in_size[0], in_size[1]);
+  check_size(fn, "out_size", out_size[0], out_size[1]);
+  const int64_t n = bbox.dim(0);
+  HostBoxes b{bbox.to_vector<double>(), std::vector<int32_t>(static_cast<size_t>(n))};
+  scale_host(b, static_cast<double>(in_size[0]), static_cast<double>(in_size[1]),
+             static_cast<double>(out_size[0]), static_cast<double>(out_size[1]));
+  std::vector<float> out(b.box.begin(), b.box.end());
+  return Array::from_vector(out, Shape{n, 4}, Device::cpu());
+}
+
+std::pair<Array, Array> clip_bbox(const Array& bbox, const Array& label, int64_t height,
+                                  int64_t width) {
+  const char* fn = "clip_bbox";
+  HostBoxes b = host_boxes(fn, bbox, label);
+  check_size(fn, "the picture's size", height, width);
+  clip_boxes(b, static_cast<double>(height), static_cast<double>(width));
+  return boxes_to_arrays(b);
+}
+
+DetectionExample flip_detection(const DetectionExample& example, bool y_flip, bool x_flip) {
+  const char* fn = "flip_detection";
+  check_image(fn, example.image);
+  HostBoxes b = host_boxes(fn, example.bbox, example.label);
+  const int64_t h = example.image.dim(0), w = example.image.dim(1), c = example.image.dim(2);
+  clip_boxes(b, static_cast<double>(h), static_cast<double>(w));
+  flip_host(b, static_cast<double>(h), static_cast<double>(w), y_flip, x_flip);
+  const Image in = image_from_array(example.image);
+  Image out = Image::zeros(h, w, c);
+  const auto row_bytes = static_cast<size_t>(w * c);
+  for (int64_t y = 0; y < h; ++y) {
+    const uint8_t* src = in.pixels.data() + static_cast<size_t>(y_flip ? h - 1 - y : y) * row_bytes;
+    uint8_t* dst = out.pixels.data() + static_cast<size_t>(y) * row_bytes;
+    if (!x_flip) {
+      std::memcpy(dst, src, row_bytes);
+      continue;
+    }
+    for (int64_t x = 0; x < w; ++x) {
+      std::memcpy(dst + x * c, src + (w - 1 - x) * c, static_cast<size_t>(c));
+    }
+  }
+  return make_example(image_to_array(out), b);
+}
+
+DetectionExample random_flip_detection(const DetectionExample& example, Generator& generator,
+                                       double p) {
+  KUSARI_CHECK(p >= 0 && p <= 1, ValueError, "random_flip_detection: p is ", p,
+               ", expected a probability in [0, 1]");
+  const bool flip = unit_draw(generator) < p;
+  if (flip) return flip_detection(example, false, true);
+  return flip_detection(example, false, false);
+}
+
+DetectionExample resize_detection(const DetectionExample& example, int64_t height, int64_t width) {
+  const char* fn = "resize_detection";
+  check_image(fn, example.image);
+  HostBoxes b = host_boxes(fn, example.bbox, example.label);
+  check_size(fn, "the size", height, width);
+  const int64_t h = example.image.dim(0), w = example.image.dim(1);
+  clip_boxes(b, static_cast<double>(h), static_cast<double>(w));
+  scale_host(b, static_cast<double>(h), static_cast<double>(w), static_cast<double>(height),
+             static_cast<double>(width));
+  return make_example(image_to_array(resized_image(example.image, height, width)), b);
+}
+
+std::array<int64_t, 2> fit_size(int64_t height, int64_t width, int64_t max_height,
+                                int64_t max_width) {
+  check_size("fit_size", "the picture's size", height, width);
+  check_size("fit_size", "the bound", max_height, max_width);
+  const double scale = std::min(static_cast<double>(max_height) / static_cast<double>(height),
+                                static_cast<double>(max_width) / static_cast<double>(width));
+  const auto side = [scale](int64_t n, int64_t bound) {
+    return std::clamp<int64_t>(std::llround(static_cast<double>(n) * scale), 1, bound);
+  };
+  return {side(height, max_height), side(width, max_width)};
+}
+
+DetectionExample resize_detection_to_fit(const DetectionExample& example, int64_t height,
+                                         int64_t width, uint8_t fill) {
+  const char* fn = "resize_detection_to_fit";
+  check_image(fn, example.image);
+  HostBoxes b = host_boxes(fn, example.bbox, example.label);
+  check_size(fn, "the size", height, width);
+  const int64_t h = example.image.dim(0), w = example.image.dim(1), c = example.image.dim(2);
+  const auto [fh, fw] = fit_size(h, w, height, width);
+  clip_boxes(b, static_cast<double>(h), static_cast<double>(w));
+  scale_host(b, static_cast<double>(h), static_cast<double>(w), static_cast<double>(fh),
+             static_cast<double>(fw));
+  const Image fitted = resized_image(example.image, fh, fw);
+  Image out = Image::zeros(height, width, c);
+  std::fill(out.pixels.begin(), out.pixels.end(), fill);
+  for (int64_t y = 0; y < fh; ++y) {
+    std::memcpy(out.pixels.data() + static_cast<size_t>(y * width * c),
+                fitted.pixels.data() + static_cast<size_t>(y * fw * c),
+                static_cast<size_t>(fw * c));
+  }
+  return make_example(image_to_array(out), b);
+}
+
+DetectionExample augment_detection(const DetectionExample& example,
+                                   const DetectionAugmentOptions& options, Generator& generator) {
+  check_augment_options("augment_detection", options);
+  DetectionExample out = random_flip_detection(example, generator, options.flip_probability);
+  if (options.height == 0) return out;
+  if (options.keep_aspect_ratio) {
+    return resize_detection_to_fit(out, options.height, options.width, options.fill);
+  }
+  return resize_detection(out, options.height, options.width);
+}
+
+TransformedDetectionDataset::TransformedDetectionDataset(std::shared_ptr<const Dataset> dataset,
+                                                         Transform transform, uint64_t seed)
+    : dataset_(std::move(dataset)), transform_(std::move(transform)), seed_(seed) {
+  KUSARI_CHECK(dataset_ != nullptr, ValueError,
+               "TransformedDetectionDataset: the dataset is null, expected a detection dataset");
+  KUSARI_CHECK(static_cast<bool>(transform_), ValueError,
+               "TransformedDetectionDataset: the transform is empty, expected a function");
+  size_ = dataset_->size();
+  draws_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<size_t>(size_));
+  reset_draws();
+}
+
+TransformedDetectionDataset::TransformedDetectionDataset(std::shared_ptr<const Dataset> dataset,
+                                                         DetectionAugmentOptions options,
+                                                         uint64_t seed)
+    : TransformedDetectionDataset(
+          std::move(dataset),
+          [options](const DetectionExample& e, Generator& g) {
+            return augment_detection(e, options, g);
+          },
+          seed) {
+  check_augment_options("TransformedDetectionDataset", options);
+}
+
+Example TransformedDetectionDataset::get_example(int64_t i) const {
+  const int64_t j =
+      detail::checked_image_index(i, size_, "TransformedDetectionDataset::get_example");
+  const uint64_t draw = draws_[static_cast<size_t>(j)].fetch_add(1, std::memory_order_relaxed);
+  return example(j, draw);
+}
+
+Example TransformedDetectionDataset::example(int64_t i, uint64_t draw) const {
+  const int64_t j = detail::checked_image_index(i, size_, "TransformedDetectionDataset::example");
+  Generator generator(transforms::example_seed(seed_, static_cast<int64_t>(draw), j));
+  const DetectionExample in = DetectionExample::from_example(dataset_->get_example(j));
+  return transform_(in, generator).to_example();
+}
+
+void TransformedDetectionDataset::reset_draws() {
+  for (int64_t i = 0; i < size_; ++i) draws_[static_cast<size_t>(i)].store(0);
 }
 
 }  // namespace kusari

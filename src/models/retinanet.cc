@@ -12,42 +12,16 @@
 #include "kusari/core/routines.h"
 #include "kusari/functions.h"
 #include "kusari/links/initializers.h"
+#include "models/detection_util.h"
 
 namespace kusari::models {
 namespace {
 
 namespace F = functions;
-
-// The boxes of `a` as doubles, after checking that it is (R, 4) and floating.
-std::vector<double> host_boxes(const Array& a, const char* fn, const char* name) {
-  KUSARI_CHECK(a.ndim() == 2 && a.shape()[1] == 4 && is_floating(a.dtype()), ShapeError, fn, ": ",
-               name, " must be floating (R, 4) boxes (y_min, x_min, y_max, x_max), got ", a.dtype(),
-               " ", a.shape());
-  return a.astype(float64).to_device(Device::cpu()).to_vector<double>();
-}
-
-double iou(const double* a, const double* b) {
-  const double h = std::min(a[2], b[2]) - std::max(a[0], b[0]);
-  const double w = std::min(a[3], b[3]) - std::max(a[1], b[1]);
-  if (h <= 0 || w <= 0) return 0.0;
-  const double inter = h * w;
-  const double uni = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter;
-  return uni > 0 ? inter / uni : 0.0;
-}
-
-// Channels of stage C_level (2 ... 5) of the backbone.
-int64_t stage_channels(const RetinaNetOptions& o, int level) {
-  const int64_t expansion =
-      o.block == ResNetBlock::kBasic ? BasicBlock::kExpansion : Bottleneck::kExpansion;
-  return o.width * expansion << (level - 2);
-}
-
-std::shared_ptr<links::Convolution2D> conv(int64_t in, int64_t out, int64_t ksize, int64_t stride,
-                                           std::shared_ptr<Initializer> w = nullptr,
-                                           std::shared_ptr<Initializer> b = nullptr) {
-  return std::make_shared<links::Convolution2D>(in, out, ksize, stride, ksize / 2, false,
-                                                std::move(w), std::move(b));
-}
+using detail::conv;
+using detail::host_boxes;
+using detail::iou;
+using detail::per_anchor;
 
 // A head: `convs` 3x3 convolutions with ReLU, then one to `outputs` channels whose bias starts at
 // `bias` (Note [RetinaNet layout]).
@@ -61,14 +35,6 @@ std::shared_ptr<Sequential> head(int64_t channels, int64_t convs, int64_t output
   seq->add(conv(channels, outputs, 3, 1, std::make_shared<initializers::Normal>(0.01),
                 std::make_shared<initializers::Constant>(bias)));
   return seq;
-}
-
-// x (N, A * C, H, W) as (N, H * W * A, C): the anchors' order (Note [RetinaNet anchors and
-// targets]).
-Variable per_anchor(const Variable& x, int64_t channels) {
-  const Shape& s = x.shape();
-  const int64_t n = s[0], h = s[2], w = s[3], a = s[1] / channels;
-  return F::reshape(F::transpose(x, {0, 2, 3, 1}), {n, h * w * a, channels});
 }
 
 }  // namespace
@@ -193,15 +159,8 @@ RetinaNet::RetinaNet(const RetinaNetOptions& options) : options_(options) {
   const char* fn = "RetinaNet";
   KUSARI_CHECK(o.num_classes > 0, ValueError, fn, ": num_classes must be positive, got ",
                o.num_classes);
-  KUSARI_CHECK(
-      2 <= o.min_level && o.min_level <= 5 && o.min_level <= o.max_level && o.max_level <= 7,
-      ValueError, fn,
-      ": the levels must satisfy 2 <= min_level <= 5 and min_level <= max_level <= 7, got "
-      "min_level ",
-      o.min_level, " and max_level ", o.max_level);
-  KUSARI_CHECK(o.fpn_channels > 0 && o.head_convs >= 0, ValueError, fn,
-               ": fpn_channels must be positive and head_convs at least 0, got ", o.fpn_channels,
-               " and ", o.head_convs);
+  KUSARI_CHECK(o.head_convs >= 0, ValueError, fn, ": head_convs must be at least 0, got ",
+               o.head_convs);
   KUSARI_CHECK(o.anchor_scale > 0, ValueError, fn, ": anchor_scale must be positive, got ",
                o.anchor_scale);
   KUSARI_CHECK(o.prior_probability > 0 && o.prior_probability < 1, ValueError, fn,
@@ -215,27 +174,19 @@ RetinaNet::RetinaNet(const RetinaNetOptions& options) : options_(options) {
   match_anchors(Array::zeros({0, 4}), Array::zeros({0, 4}), Array::zeros({0}, int32),
                 o.positive_iou, o.negative_iou);
 
-  ResNetOptions backbone_options;
-  backbone_options.width = o.width;
-  resnet_ = std::make_shared<ResNet>(o.block, o.blocks_per_stage, backbone_options);
-  backbone = add_link("backbone", std::make_shared<Chain>());
-  backbone->add_link("conv1", resnet_->conv1);
-  backbone->add_link("bn1", resnet_->bn1);
-  backbone->add_link("layer1", resnet_->layer1);
-  backbone->add_link("layer2", resnet_->layer2);
-  backbone->add_link("layer3", resnet_->layer3);
-  backbone->add_link("layer4", resnet_->layer4);
+  detail::PyramidOptions pyramid;
+  pyramid.block = o.block;
+  pyramid.blocks_per_stage = o.blocks_per_stage;
+  pyramid.width = o.width;
+  pyramid.fpn_channels = o.fpn_channels;
+  pyramid.min_level = o.min_level;
+  pyramid.max_level = o.max_level;
+  pyramid.extra = detail::ExtraLevels::kConvolution;
+  pyramid_ = std::make_shared<detail::BackbonePyramid>(*this, pyramid, fn);
+  backbone = pyramid_->backbone;
+  fpn = pyramid_->fpn;
 
-  fpn = add_link("fpn", std::make_shared<Chain>());
   const int64_t c = o.fpn_channels;
-  for (int level = o.min_level; level <= std::min(o.max_level, 5); ++level) {
-    lateral_.push_back(
-        fpn->add_link("lateral" + std::to_string(level), conv(stage_channels(o, level), c, 1, 1)));
-    output_.push_back(fpn->add_link("output" + std::to_string(level), conv(c, c, 3, 1)));
-  }
-  if (o.max_level >= 6) p6_ = fpn->add_link("p6", conv(stage_channels(o, 5), c, 3, 2));
-  if (o.max_level >= 7) p7_ = fpn->add_link("p7", conv(c, c, 3, 2));
-
   const int64_t a = anchors_per_position();
   const double prior = -std::log((1.0 - o.prior_probability) / o.prior_probability);
   classification_head =
@@ -247,44 +198,9 @@ int64_t RetinaNet::anchors_per_position() const {
   return static_cast<int64_t>(options_.ratios.size() * options_.scales.size());
 }
 
-std::vector<Variable> RetinaNet::pyramid(const Variable& x) {
-  KUSARI_CHECK(x.ndim() == 4 && x.shape()[1] == 3, ShapeError,
-               "RetinaNet: expected images (N, 3, H, W), got ", x.shape());
-  const RetinaNetOptions& o = options_;
-  Variable h = resnet_->bn1->forward_relu((*resnet_->conv1)(x));
-  h = F::max_pooling_2d(h, 3, 2, 1, /*cover_all=*/false);
-  std::vector<Variable> stages;  // C2 ... C5
-  stages.push_back((*resnet_->layer1)(h));
-  stages.push_back((*resnet_->layer2)(stages.back()));
-  stages.push_back((*resnet_->layer3)(stages.back()));
-  stages.push_back((*resnet_->layer4)(stages.back()));
-  const int top = std::min(o.max_level, 5);
-  std::vector<Variable> levels(static_cast<size_t>(top - o.min_level + 1));
-  Variable inner;
-  for (int level = top; level >= o.min_level; --level) {
-    const size_t i = static_cast<size_t>(level - o.min_level);
-    Variable lateral = (*lateral_[i])(stages[static_cast<size_t>(level - 2)]);
-    if (level < top) {
-      // Nearest upsampling by 2, cropped to this level's size (an odd size rounds up above).
-      Variable up = F::unpooling_2d(inner, 2, 2, 0, std::nullopt, /*cover_all=*/false);
-      const int64_t lh = lateral.shape()[2], lw = lateral.shape()[3];
-      if (up.shape()[2] != lh || up.shape()[3] != lw)
-        up = F::get_item(up, {Slice(), Slice(), Slice(0, lh), Slice(0, lw)});
-      lateral = lateral + up;
-    }
-    inner = lateral;
-    levels[i] = (*output_[i])(inner);
-  }
-  if (p6_) {
-    levels.push_back((*p6_)(stages[3]));
-    if (p7_) levels.push_back((*p7_)(F::relu(levels.back())));
-  }
-  return levels;
-}
-
 RetinaNetOutputs RetinaNet::outputs(const Variable& x) {
   const RetinaNetOptions& o = options_;
-  std::vector<Variable> levels = pyramid(x);
+  std::vector<Variable> levels = (*pyramid_)(x);
   RetinaNetOutputs out;
   std::vector<Variable> scores, locs;
   std::vector<Array> anchors;
@@ -390,6 +306,7 @@ Detections RetinaNet::detections(const RetinaNetOutputs& out, int64_t height, in
       : o.score_threshold >= 1
           ? std::numeric_limits<float>::infinity()
           : static_cast<float>(std::log(o.score_threshold / (1 - o.score_threshold)) - 1e-3);
+  constexpr double kUnitWeights[4] = {1, 1, 1, 1};  // RetinaNet's offsets are unscaled
   Detections d;
   for (int64_t i = 0; i < n; ++i) {
     std::vector<float> boxes, kept_scores;
@@ -415,41 +332,17 @@ Detections RetinaNet::detections(const RetinaNetOutputs& out, int64_t height, in
                         });
       for (size_t m = 0; m < keep; ++m) {
         const int64_t j = cand[m].second / k, c = cand[m].second % k;
-        const float* s = &anchors[static_cast<size_t>(4 * j)];
         const float* l = &all_locs[static_cast<size_t>((i * na + j) * 4)];
-        // loc_to_bbox (functions/detection.h), clipped to the image.
-        const double sh = s[2] - s[0], sw = s[3] - s[1];
-        const double cy = s[0] + 0.5 * sh + l[0] * sh, cx = s[1] + 0.5 * sw + l[1] * sw;
-        const double h = sh * std::exp(std::min<double>(l[2], std::log(1000.0 / 16))),
-                     w = sw * std::exp(std::min<double>(l[3], std::log(1000.0 / 16)));
-        const auto clip = [](double v, int64_t hi) {
-          return static_cast<float>(std::clamp(v, 0.0, static_cast<double>(hi)));
-        };
-        boxes.insert(boxes.end(), {clip(cy - h / 2, height), clip(cx - w / 2, width),
-                                   clip(cy + h / 2, height), clip(cx + w / 2, width)});
+        float box[4];
+        detail::decode_box(&anchors[static_cast<size_t>(4 * j)], l, kUnitWeights, height, width,
+                           box);
+        boxes.insert(boxes.end(), box, box + 4);
         kept_scores.push_back(cand[m].first);
         classes.push_back(static_cast<int32_t>(c));
       }
       begin += level_size;
     }
-    const int64_t r = static_cast<int64_t>(kept_scores.size());
-    const Array bbox = Array::from_vector(boxes, Shape{r, 4});
-    const Array score = Array::from_vector(kept_scores, Shape{r});
-    const Array label = Array::from_vector(classes, Shape{r});
-    const std::vector<int32_t> keep =
-        F::non_maximum_suppression(bbox, o.nms_threshold, score, o.max_detections, label)
-            .to_vector<int32_t>();
-    std::vector<float> out_boxes, out_scores;
-    std::vector<int32_t> out_labels;
-    for (int32_t j : keep) {
-      out_boxes.insert(out_boxes.end(), boxes.begin() + 4 * j, boxes.begin() + 4 * j + 4);
-      out_scores.push_back(kept_scores[static_cast<size_t>(j)]);
-      out_labels.push_back(classes[static_cast<size_t>(j)]);
-    }
-    const int64_t kept = static_cast<int64_t>(keep.size());
-    d.bboxes.push_back(Array::from_vector(out_boxes, Shape{kept, 4}));
-    d.scores.push_back(Array::from_vector(out_scores, Shape{kept}));
-    d.labels.push_back(Array::from_vector(out_labels, Shape{kept}));
+    detail::append_detections(d, boxes, kept_scores, classes, o.nms_threshold, o.max_detections);
   }
   return d;
 }

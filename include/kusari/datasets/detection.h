@@ -1,12 +1,19 @@
-// Object detection datasets: COCO-style annotation files (reading and writing) and a generator of
-// synthetic detection pictures (coloured shapes on a grey background) for trying detectors.
+// Object detection datasets: COCO-style annotation files (reading and writing), a generator of
+// synthetic detection pictures (coloured shapes on a grey background) for trying detectors, and
+// augmentation that moves the boxes with the pixels (flips, resizes, a dataset that applies them).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kusari/core/array.h"
+#include "kusari/core/random.h"
 #include "kusari/datasets/dataset.h"
 #include "kusari/datasets/image.h"
 
@@ -168,5 +175,151 @@ struct SyntheticDetectionSet {
 /// for a negative count, a size below 12 or max_objects below 1.
 SyntheticDetectionSet make_synthetic_detection_images(int64_t count,
                                                       const SyntheticDetectionOptions& options);
+
+// Note [Box-aware augmentation]
+// A detection transform changes an image and its boxes together, as ChainerCV's pairs of
+// transforms do (flip with flip_bbox, resize with resize_bbox), on the arrays of one example
+// (Note [Detection examples]): image uint8 (H, W, C), bbox (R, 4) (y_min, x_min, y_max, x_max)
+// with the max ends exclusive, label (R,). Boxes are continuous coordinates, so:
+//   - a horizontal flip maps a column coordinate x to W - x: (y_min, x_min, y_max, x_max)
+//     becomes (y_min, W - x_max, y_max, W - x_min) (a vertical flip likewise with H), and
+//     flipping twice gives the boxes back (exactly for whole and half pixels; other coordinates
+//     may move by float32's rounding);
+//   - a resize from h x w to H x W resamples the image with transforms::resample (bilinear,
+//     antialiased when shrinking), whose output row i covers input rows [i h / H, (i + 1) h / H):
+//     the boxes' y coordinates are multiplied by H / h and their x coordinates by W / w;
+//   - resize_detection_to_fit makes pictures of any size one size, to batch them, without
+//     cropping or distorting: the picture is scaled to the largest size of its aspect ratio that
+//     fits in H x W (fit_size: each side the rounded product, at least 1), placed at the
+//     top-left corner of an H x W image filled with `fill`, and its boxes are scaled by the same
+//     per-axis factors (fitted height / h, fitted width / w). The origin stays where it was, so a
+//     detector's boxes on the padded picture map back to the original by dividing by those
+//     factors (ChainerCV's and PFDet's detectors scale, then pad at the bottom and right).
+// Every transform first clips the boxes to its input picture (y to [0, h], x to [0, w]: so that
+// no box reaches the padding) and drops, with their labels, the boxes left without area (y_max <=
+// y_min or x_max <= x_min): a box wholly outside the picture (COCO's boxes are not clipped: Note
+// [Reading COCO annotations]) or a degenerate one; it drops any box that has lost its area in
+// float32 after moving too. The results are CPU arrays: the image uint8 (H', W', C),
+// bbox float32 (R', 4) and label int32 (R',), the surviving boxes in their input order. A
+// function given an image that is not uint8 (H, W, C), boxes that are not (R, 4) of a real dtype,
+// labels that are not (R,) of an integer dtype, or a size below 1 throws (ShapeError, DtypeError,
+// ValueError) naming itself and the values.
+
+/// One detection example's arrays (Note [Detection examples]).
+struct DetectionExample {
+  /// uint8 (H, W, C).
+  Array image;
+  /// (R, 4) boxes (y_min, x_min, y_max, x_max), max ends exclusive; float32 in results.
+  Array bbox;
+  /// (R,) classes; int32 in results.
+  Array label;
+
+  /// The example of a dataset's {image, bbox, label} (ValueError for another number of arrays).
+  static DetectionExample from_example(const Example& example);
+  /// {image, bbox, label}.
+  Example to_example() const { return {image, bbox, label}; }
+};
+
+/// `bbox` (R, 4) of a height x width picture flipped vertically (y_flip) and/or horizontally
+/// (x_flip), as ChainerCV's flip_bbox: float32 (R, 4) on the CPU (Note [Box-aware augmentation]).
+Array flip_bbox(const Array& bbox, int64_t height, int64_t width, bool y_flip = false,
+                bool x_flip = true);
+
+/// `bbox` (R, 4) of a picture of in_size (height, width) scaled to out_size, as ChainerCV's
+/// resize_bbox: y by out_size[0] / in_size[0], x by out_size[1] / in_size[1]; float32 (R, 4).
+Array resize_bbox(const Array& bbox, std::array<int64_t, 2> in_size,
+                  std::array<int64_t, 2> out_size);
+
+/// The boxes of a height x width picture clipped to it, without those left with no area, and
+/// their labels: {float32 (R', 4), int32 (R',)} (Note [Box-aware augmentation]).
+std::pair<Array, Array> clip_bbox(const Array& bbox, const Array& label, int64_t height,
+                                  int64_t width);
+
+/// The example mirrored left-right (x_flip) and/or upside down (y_flip), boxes with it, then
+/// clipped (Note [Box-aware augmentation]).
+DetectionExample flip_detection(const DetectionExample& example, bool y_flip = false,
+                                bool x_flip = true);
+
+/// flip_detection (horizontal) with probability p, else the example clipped. One number is drawn
+/// from `generator` (next_uint64) in either case, so the same seed gives the same flips.
+DetectionExample random_flip_detection(const DetectionExample& example, Generator& generator,
+                                       double p = 0.5);
+
+/// The example resized to height x width (the aspect ratio is not kept), its boxes scaled by
+/// the exact factors, then clipped (Note [Box-aware augmentation]).
+DetectionExample resize_detection(const DetectionExample& example, int64_t height, int64_t width);
+
+/// The size {H', W'} of a height x width picture scaled by min(max_height / height, max_width /
+/// width): each side rounded to the nearest integer, at least 1 and at most the bound.
+std::array<int64_t, 2> fit_size(int64_t height, int64_t width, int64_t max_height,
+                                int64_t max_width);
+
+/// The example scaled to fit_size and padded at the bottom and right with `fill` to height x
+/// width (Note [Box-aware augmentation]), to batch pictures of different sizes.
+DetectionExample resize_detection_to_fit(const DetectionExample& example, int64_t height,
+                                         int64_t width, uint8_t fill = 0);
+
+/// What augment_detection does to each example.
+struct DetectionAugmentOptions {
+  /// The probability of a horizontal flip (0 never flips; a number is drawn either way).
+  double flip_probability = 0.5;
+  /// The output size; 0 and 0 keep each picture's size (both or neither must be 0).
+  int64_t height = 0;
+  int64_t width = 0;
+  /// With a size: true scales to fit and pads (resize_detection_to_fit), false stretches
+  /// (resize_detection).
+  bool keep_aspect_ratio = true;
+  /// The padding's value when keep_aspect_ratio.
+  uint8_t fill = 0;
+};
+
+/// random_flip_detection with options.flip_probability, then the resize the options ask for
+/// (or a clip, without one).
+DetectionExample augment_detection(const DetectionExample& example,
+                                   const DetectionAugmentOptions& options, Generator& generator);
+
+// Note [Seeded detection augmentation]
+// TransformedDetectionDataset applies a transform to each example of a detection dataset as it is
+// read (Chainer's TransformDataset). A random transform draws from a kusari Generator that the
+// dataset seeds for each read from (seed, draw, i) (transforms::example_seed), where `draw` counts
+// the reads of example i so far: the iterators read each example once per epoch, so draw is the
+// epoch, every epoch sees new flips, and the draws of example i do not depend on the other
+// examples, on worker threads or on the order of reading. example(i, draw) gives a given draw
+// without counting. reset_draws() starts the count again (e.g. to replay a run).
+
+/// A detection dataset whose examples go through a transform (Note [Seeded detection
+/// augmentation]).
+class TransformedDetectionDataset : public Dataset {
+ public:
+  /// A transform of one example, drawing any randomness from the generator.
+  using Transform = std::function<DetectionExample(const DetectionExample&, Generator&)>;
+
+  /// Applies `transform` to the examples {image, bbox, label} of `dataset`.
+  TransformedDetectionDataset(std::shared_ptr<const Dataset> dataset, Transform transform,
+                              uint64_t seed = 0);
+  /// Applies augment_detection with `options`.
+  TransformedDetectionDataset(std::shared_ptr<const Dataset> dataset,
+                              DetectionAugmentOptions options, uint64_t seed = 0);
+
+  int64_t size() const override { return size_; }
+  /// example(i, n) for the n-th read of example i (n = 0, 1, ...); negative i counts from the
+  /// end.
+  Example get_example(int64_t i) const override;
+  /// Example i transformed with the draws of its read `draw`, without counting a read.
+  Example example(int64_t i, uint64_t draw) const;
+  /// Sets every example's count of reads back to 0.
+  void reset_draws();
+
+  /// The dataset whose examples are transformed.
+  const std::shared_ptr<const Dataset>& base() const { return dataset_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  Transform transform_;
+  uint64_t seed_;
+  int64_t size_;
+  std::unique_ptr<std::atomic<uint64_t>[]> draws_;  // reads of each example so far
+};
 
 }  // namespace kusari

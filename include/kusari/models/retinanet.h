@@ -53,6 +53,10 @@
 
 namespace kusari::models {
 
+namespace detail {
+class BackbonePyramid;  // src/models/detection_util.h
+}  // namespace detail
+
 /// The anchors of one (height, width) feature map of stride `stride` (Note [RetinaNet anchors
 /// and targets]): float32 (height * width * ratios * scales, 4) on `device`, ordered by position
 /// (row-major), ratio, scale. A box's height is size * scale * sqrt(ratio), its width size * scale
@@ -170,12 +174,8 @@ class RetinaNet : public Chain {
   const char* type_name() const override { return "RetinaNet"; }
 
  private:
-  std::vector<Variable> pyramid(const Variable& x);
-
   RetinaNetOptions options_;
-  std::shared_ptr<ResNet> resnet_;  // owns the backbone's links (its fc is not a child of this)
-  std::vector<std::shared_ptr<links::Convolution2D>> lateral_, output_;
-  std::shared_ptr<links::Convolution2D> p6_, p7_;
+  std::shared_ptr<detail::BackbonePyramid> pyramid_;  // the backbone's and the pyramid's links
 };
 
 /// RetinaNet with a ResNet-50 backbone and levels 3 ... 7 (the paper's, torchvision's

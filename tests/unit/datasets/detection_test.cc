@@ -1,6 +1,7 @@
 // COCO-style detection datasets: reading hand-written annotation files (label mapping, crowd and
 // degenerate boxes, images without boxes), round trips through write_coco_detection, errors that
-// name the file and the entry, and the synthetic detection pictures.
+// name the file and the entry, the synthetic detection pictures, and the box-aware augmentation
+// (flips, resizes, clipping, the transformed dataset).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -447,6 +448,256 @@ TEST(SyntheticDetectionTest, BadOptionsAreErrors) {
                                      {"make_synthetic_detection_images", "max_objects is 0"}));
   o.max_objects = 5;
   EXPECT_EQ(make_synthetic_detection_images(3, o).images.size(), 3u);  // the smallest size works
+}
+
+// --- box-aware augmentation (Note [Box-aware augmentation]) --------------------------------------
+
+Array box_array(const std::vector<float>& v) {
+  return Array::from_vector(v, Shape{static_cast<int64_t>(v.size() / 4), 4}, Device::cpu());
+}
+
+Array label_array(const std::vector<int32_t>& v) {
+  return Array::from_vector(v, Shape{static_cast<int64_t>(v.size())}, Device::cpu());
+}
+
+DetectionExample picture_with_boxes(int64_t height, int64_t width, const std::vector<float>& box,
+                                    const std::vector<int32_t>& label, int seed = 0) {
+  return {image_to_array(test_picture(height, width, 3, seed)), box_array(box), label_array(label)};
+}
+
+TEST(DetectionAugmentationTest, FlippingTwiceGivesTheExampleBack) {
+  const DetectionExample ex =
+      picture_with_boxes(9, 13, {1, 2, 4, 5, 0, 0.5f, 9, 13, 3.5f, 7, 8, 12.5f}, {2, 0, 1});
+  for (const auto& [y_flip, x_flip] :
+       std::vector<std::pair<bool, bool>>{{false, true}, {true, false}, {true, true}}) {
+    SCOPED_TRACE(std::to_string(y_flip) + " " + std::to_string(x_flip));
+    const DetectionExample once = flip_detection(ex, y_flip, x_flip);
+    EXPECT_NE(once.image.to_vector<uint8_t>(), ex.image.to_vector<uint8_t>());
+    const DetectionExample twice = flip_detection(once, y_flip, x_flip);
+    EXPECT_EQ(twice.image.shape(), ex.image.shape());
+    EXPECT_EQ(twice.image.to_vector<uint8_t>(), ex.image.to_vector<uint8_t>());
+    EXPECT_EQ(twice.bbox.to_vector<float>(), ex.bbox.to_vector<float>());
+    EXPECT_EQ(twice.label.to_vector<int32_t>(), ex.label.to_vector<int32_t>());
+  }
+}
+
+TEST(DetectionAugmentationTest, FlippedBoxesAndPixelsWorkedByHand) {
+  // A 6 x 10 picture; the box covers rows 1..3 and columns 2..4.
+  const DetectionExample ex = picture_with_boxes(6, 10, {1, 2, 4, 5}, {7});
+  const DetectionExample h = flip_detection(ex);  // horizontal: x -> 10 - x
+  EXPECT_EQ(h.bbox.dtype(), float32);
+  EXPECT_EQ(h.bbox.to_vector<float>(), (std::vector<float>{1, 5, 4, 8}));
+  EXPECT_EQ(h.label.dtype(), int32);
+  EXPECT_EQ(h.label.to_vector<int32_t>(), (std::vector<int32_t>{7}));
+  const DetectionExample v = flip_detection(ex, /*y_flip=*/true, /*x_flip=*/false);  // y -> 6 - y
+  EXPECT_EQ(v.bbox.to_vector<float>(), (std::vector<float>{2, 2, 5, 5}));
+  EXPECT_EQ(flip_bbox(ex.bbox, 6, 10).to_vector<float>(), (std::vector<float>{1, 5, 4, 8}));
+  EXPECT_EQ(flip_bbox(ex.bbox, 6, 10, true, true).to_vector<float>(),
+            (std::vector<float>{2, 5, 5, 8}));
+  // Pixel (y, x) of the mirrored picture is pixel (y, 9 - x) of the original.
+  const std::vector<uint8_t> in = ex.image.to_vector<uint8_t>();
+  const std::vector<uint8_t> out = h.image.to_vector<uint8_t>();
+  ASSERT_EQ(h.image.shape(), (Shape{6, 10, 3}));
+  for (int y = 0; y < 6; ++y) {
+    for (int x = 0; x < 10; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        ASSERT_EQ(out[static_cast<size_t>((y * 10 + x) * 3 + c)],
+                  in[static_cast<size_t>((y * 10 + 9 - x) * 3 + c)]);
+      }
+    }
+  }
+}
+
+TEST(DetectionAugmentationTest, ResizeScalesBoxesByTheExactFactors) {
+  // 10 x 20 -> 25 x 8: y times 2.5, x times 0.4.
+  const DetectionExample ex = picture_with_boxes(10, 20, {2, 5, 6, 15, 0, 0, 10, 20}, {1, 0});
+  const DetectionExample r = resize_detection(ex, 25, 8);
+  EXPECT_EQ(r.image.shape(), (Shape{25, 8, 3}));
+  EXPECT_EQ(r.image.dtype(), uint8);
+  EXPECT_EQ(r.bbox.to_vector<float>(), (std::vector<float>{5, 2, 15, 6, 0, 0, 25, 8}));
+  EXPECT_EQ(r.label.to_vector<int32_t>(), (std::vector<int32_t>{1, 0}));
+  EXPECT_EQ(resize_bbox(ex.bbox, {10, 20}, {25, 8}).to_vector<float>(), r.bbox.to_vector<float>());
+  // Factors that are not exact in binary: (y, x) -> (y * 7 / 3, x * 5 / 9), as float32.
+  const DetectionExample odd = picture_with_boxes(3, 9, {1, 2, 2, 7}, {0});
+  const DetectionExample ro = resize_detection(odd, 7, 5);
+  EXPECT_EQ(ro.bbox.to_vector<float>(),
+            (std::vector<float>{static_cast<float>(7.0 / 3), static_cast<float>(10.0 / 9),
+                                static_cast<float>(14.0 / 3), static_cast<float>(35.0 / 9)}));
+  // The image is resampled: a picture of one colour keeps it.
+  Image flat = Image::zeros(10, 20, 3);
+  std::fill(flat.pixels.begin(), flat.pixels.end(), uint8_t{77});
+  const DetectionExample rf =
+      resize_detection({image_to_array(flat), box_array({}), label_array({})}, 7, 31);
+  for (uint8_t v : rf.image.to_vector<uint8_t>()) ASSERT_EQ(v, 77);
+  EXPECT_EQ(rf.bbox.shape(), (Shape{0, 4}));
+  EXPECT_EQ(rf.label.shape(), (Shape{0}));
+}
+
+TEST(DetectionAugmentationTest, BoxesOutsideThePictureAreDroppedWithTheirLabels) {
+  // On a 10 x 10 picture: a box sticking out at the top left (clipped), one wholly below the
+  // picture, one of no height, and one sticking out at the bottom right (clipped).
+  const std::vector<float> box = {-5, -5, 3, 4, 12, 0, 15, 5, 2, 2, 2, 8, 5, 5, 20, 20};
+  const std::vector<int32_t> label = {0, 1, 2, 3};
+  const auto [cb, cl] = clip_bbox(box_array(box), label_array(label), 10, 10);
+  EXPECT_EQ(cb.to_vector<float>(), (std::vector<float>{0, 0, 3, 4, 5, 5, 10, 10}));
+  EXPECT_EQ(cl.to_vector<int32_t>(), (std::vector<int32_t>{0, 3}));
+
+  const DetectionExample ex = picture_with_boxes(10, 10, box, label);
+  const DetectionExample f = flip_detection(ex);
+  EXPECT_EQ(f.bbox.to_vector<float>(), (std::vector<float>{0, 6, 3, 10, 5, 0, 10, 5}));
+  EXPECT_EQ(f.label.to_vector<int32_t>(), (std::vector<int32_t>{0, 3}));
+  const DetectionExample r = resize_detection(ex, 20, 5);
+  EXPECT_EQ(r.bbox.to_vector<float>(), (std::vector<float>{0, 0, 6, 2, 10, 2.5f, 20, 5}));
+  EXPECT_EQ(r.label.to_vector<int32_t>(), (std::vector<int32_t>{0, 3}));
+  // Every box gone leaves (0, 4) and (0,).
+  const auto [nb, nl] = clip_bbox(box_array({-3, -3, -1, -1}), label_array({4}), 10, 10);
+  EXPECT_EQ(nb.shape(), (Shape{0, 4}));
+  EXPECT_EQ(nl.shape(), (Shape{0}));
+}
+
+TEST(DetectionAugmentationTest, ResizeToFitKeepsTheAspectRatioAndPadsBottomAndRight) {
+  EXPECT_EQ(fit_size(20, 40, 32, 32), (std::array<int64_t, 2>{16, 32}));
+  EXPECT_EQ(fit_size(40, 20, 32, 32), (std::array<int64_t, 2>{32, 16}));
+  EXPECT_EQ(fit_size(10, 10, 32, 48), (std::array<int64_t, 2>{32, 32}));
+  EXPECT_EQ(fit_size(3, 1000, 10, 10), (std::array<int64_t, 2>{1, 10}));  // at least 1 pixel
+  // 20 x 40 into 32 x 32: scaled by 0.8 to 16 x 32, rows 16..31 filled.
+  const DetectionExample ex = picture_with_boxes(20, 40, {5, 10, 15, 30, 25, 0, 30, 5}, {2, 1});
+  const DetectionExample r = resize_detection_to_fit(ex, 32, 32, 9);
+  ASSERT_EQ(r.image.shape(), (Shape{32, 32, 3}));
+  EXPECT_EQ(r.bbox.to_vector<float>(), (std::vector<float>{4, 8, 12, 24}));
+  EXPECT_EQ(r.label.to_vector<int32_t>(), (std::vector<int32_t>{2}));  // the box below is dropped
+  const std::vector<uint8_t> px = r.image.to_vector<uint8_t>();
+  for (size_t k = 16 * 32 * 3; k < px.size(); ++k) ASSERT_EQ(px[k], 9) << k;
+  // The fitted part is the stretched resize of the picture to 16 x 32.
+  const std::vector<uint8_t> fitted = resize_detection(ex, 16, 32).image.to_vector<uint8_t>();
+  EXPECT_TRUE(std::equal(fitted.begin(), fitted.end(), px.begin()));
+}
+
+TEST(DetectionAugmentationTest, RandomFlipsFollowTheGenerator) {
+  const DetectionExample ex = picture_with_boxes(8, 12, {1, 1, 5, 4}, {0});
+  const std::vector<float> flipped = {1, 8, 5, 11};
+  Generator a(5), b(5);
+  int flips = 0;
+  for (int k = 0; k < 40; ++k) {
+    const DetectionExample ra = random_flip_detection(ex, a);
+    const DetectionExample rb = random_flip_detection(ex, b);
+    EXPECT_EQ(ra.bbox.to_vector<float>(), rb.bbox.to_vector<float>());
+    EXPECT_EQ(ra.image.to_vector<uint8_t>(), rb.image.to_vector<uint8_t>());
+    flips += ra.bbox.to_vector<float>() == flipped;
+  }
+  EXPECT_GT(flips, 5);
+  EXPECT_LT(flips, 35);
+  // p = 0 and p = 1 still draw one number each.
+  Generator g(1);
+  EXPECT_EQ(random_flip_detection(ex, g, 0.0).bbox.to_vector<float>(), ex.bbox.to_vector<float>());
+  EXPECT_EQ(random_flip_detection(ex, g, 1.0).bbox.to_vector<float>(), flipped);
+  EXPECT_EQ(g.offset(), 2u);
+}
+
+// Detection examples of different sizes, made on demand.
+class PicturesOfManySizes : public Dataset {
+ public:
+  int64_t size() const override { return 4; }
+  Example get_example(int64_t i) const override {
+    const int64_t h = 10 + 7 * i, w = 30 - 5 * i;
+    return picture_with_boxes(h, w, {1, 2, 6, 9, 0, 0, static_cast<float>(h), 3}, {1, 2},
+                              static_cast<int>(i))
+        .to_example();
+  }
+};
+
+TEST(TransformedDetectionDatasetTest, AugmentsEachReadWithItsOwnDraws) {
+  auto base = std::make_shared<PicturesOfManySizes>();
+  DetectionAugmentOptions o;
+  o.height = 24;
+  o.width = 24;
+  TransformedDetectionDataset ds(base, o, /*seed=*/3);
+  ASSERT_EQ(ds.size(), 4);
+  for (int64_t i = 0; i < 4; ++i) {
+    const Example ex = ds.get_example(i);
+    ASSERT_EQ(ex.size(), 3u);
+    EXPECT_EQ(ex[0].shape(), (Shape{24, 24, 3}));
+    EXPECT_EQ(ex[1].dtype(), float32);
+    EXPECT_EQ(ex[2].to_vector<int32_t>(), (std::vector<int32_t>{1, 2}));
+    for (size_t k = 0; k < 8; ++k) {
+      const float v = ex[1].to_vector<float>()[k];
+      EXPECT_GE(v, 0);
+      EXPECT_LE(v, 24);
+    }
+    // The read was draw 0; the next is draw 1.
+    EXPECT_EQ(ex[1].to_vector<float>(), ds.example(i, 0)[1].to_vector<float>());
+    EXPECT_EQ(ds.get_example(i)[1].to_vector<float>(), ds.example(i, 1)[1].to_vector<float>());
+  }
+  // Another dataset of the same seed reads the same examples, in any order; draws differ.
+  TransformedDetectionDataset again(base, o, 3);
+  int differ = 0;
+  for (int64_t i = 3; i >= 0; --i) {
+    EXPECT_EQ(again.get_example(i)[0].to_vector<uint8_t>(),
+              ds.example(i, 0)[0].to_vector<uint8_t>());
+  }
+  for (uint64_t draw = 0; draw < 16; ++draw) {
+    differ += ds.example(0, draw)[1].to_vector<float>() != ds.example(0, 0)[1].to_vector<float>();
+  }
+  EXPECT_GT(differ, 0);
+  ds.reset_draws();
+  EXPECT_EQ(ds.get_example(-1)[1].to_vector<float>(), ds.example(3, 0)[1].to_vector<float>());
+  // A transform of one's own.
+  TransformedDetectionDataset stretched(
+      base, [](const DetectionExample& e, Generator&) { return resize_detection(e, 5, 6); });
+  EXPECT_EQ(stretched.get_example(2)[0].shape(), (Shape{5, 6, 3}));
+  EXPECT_TRUE(ThrowsWith<IndexError>([&] { ds.get_example(4); },
+                                     {"TransformedDetectionDataset::get_example", "index 4"}));
+}
+
+TEST(DetectionAugmentationTest, BadInputsAreErrorsNamingTheFunctionAndTheValues) {
+  const DetectionExample ex = picture_with_boxes(6, 8, {1, 1, 3, 3, 2, 2, 4, 4}, {0, 1});
+  DetectionExample bad = ex;
+  bad.bbox = ex.bbox.reshape({8});
+  EXPECT_TRUE(ThrowsWith<ShapeError>([&] { flip_detection(bad); },
+                                     {"flip_detection", "bbox has shape (8,)", "expected (R, 4)"}));
+  EXPECT_TRUE(ThrowsWith<ShapeError>(
+      [&] {
+        flip_bbox(box_array({1, 2, 3, 4}).reshape({2, 2}), 5, 5);
+      },
+      {"flip_bbox", "bbox has shape (2, 2)"}));
+  bad = ex;
+  bad.label = label_array({0, 1, 2});
+  EXPECT_TRUE(ThrowsWith<ShapeError>(
+      [&] { resize_detection(bad, 4, 4); },
+      {"resize_detection", "label has shape (3,)", "expected (2,)", "bbox (2, 4)"}));
+  EXPECT_TRUE(ThrowsWith<ShapeError>([&] { clip_bbox(ex.bbox, label_array({0}), 6, 8); },
+                                     {"clip_bbox", "label has shape (1,)", "expected (2,)"}));
+  bad = ex;
+  bad.label = ex.label.astype(float32);
+  EXPECT_TRUE(ThrowsWith<DtypeError>([&] { flip_detection(bad); },
+                                     {"flip_detection", "label is float32", "integer"}));
+  bad = ex;
+  bad.image = ex.image.astype(float32);
+  EXPECT_TRUE(ThrowsWith<DtypeError>([&] { flip_detection(bad); },
+                                     {"flip_detection", "image is float32", "uint8 (H, W, C)"}));
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { resize_detection(ex, 0, 5); },
+                                     {"resize_detection", "0 x 5", "at least 1"}));
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { resize_detection_to_fit(ex, 4, -2); },
+                                     {"resize_detection_to_fit", "4 x -2", "at least 1"}));
+  EXPECT_TRUE(ThrowsWith<ValueError>(
+      [&] {
+        resize_bbox(ex.bbox, {6, 8}, {0, 0});
+      },
+      {"resize_bbox", "out_size 0 x 0"}));
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { fit_size(0, 3, 4, 4); }, {"fit_size", "0 x 3"}));
+  Generator g;
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { random_flip_detection(ex, g, 1.5); },
+                                     {"random_flip_detection", "p is 1.5"}));
+  DetectionAugmentOptions o;
+  o.height = 8;
+  EXPECT_TRUE(ThrowsWith<ValueError>(
+      [&] { TransformedDetectionDataset(std::make_shared<PicturesOfManySizes>(), o); },
+      {"TransformedDetectionDataset", "8 x 0"}));
+  EXPECT_TRUE(ThrowsWith<ValueError>(
+      [&] {
+        DetectionExample::from_example({ex.image, ex.bbox});
+      },
+      {"DetectionExample::from_example", "has 2 arrays"}));
 }
 
 }  // namespace
