@@ -1,12 +1,12 @@
-// Object detection from Python: kusari.models.RetinaNet (with its options, anchors, matching and
-// mAP evaluation) and kusari.datasets' COCO-style detection datasets, synthetic pictures and
-// box-aware augmentation (kusari/models/retinanet.h, kusari/models/detection_metrics.h,
+// Object detection from Python: kusari.models.RetinaNet and FasterRCNN (with their options,
+// anchors, matching and mAP evaluation) and kusari.datasets' COCO-style detection datasets, synthetic pictures and
+// box-aware augmentation (kusari/models/retinanet.h, faster_rcnn.h, detection_metrics.h,
 // kusari/datasets/detection.h).
 //
 // Note [Detection values in Python]
 // Boxes, labels and scores cross as NumPy arrays, as ChainerCV's detectors take and give them: a
 // picture's boxes are float32 (R, 4) (y_min, x_min, y_max, x_max), its labels int32 (R,). Where
-// the C++ takes one array per image (RetinaNet::loss, eval_detection), Python gives a sequence
+// the C++ takes one array per image (the detectors' loss, eval_detection), Python gives a sequence
 // of arrays, and predict() returns ChainerCV's triple (bboxes, labels, scores) of lists. The
 // augmentation functions take and return (image, bbox, label) tuples; their randomness comes from
 // a kusari Generator seeded with `seed`, or, without one, from the process's default generator
@@ -14,6 +14,7 @@
 #include "common.h"
 #include "kusari/datasets/detection.h"
 #include "kusari/models/detection_metrics.h"
+#include "kusari/models/faster_rcnn.h"
 #include "kusari/models/retinanet.h"
 
 namespace kusari::python {
@@ -56,7 +57,7 @@ M::ResNetBlock block_from_python(py::handle h) {
     const std::string s = h.cast<std::string>();
     if (s == "basic") return M::ResNetBlock::kBasic;
     if (s == "bottleneck") return M::ResNetBlock::kBottleneck;
-    throw py::value_error("RetinaNetOptions: block is '" + s + "', expected 'basic' or 'bottleneck'");
+    throw py::value_error("block is '" + s + "', expected 'basic' or 'bottleneck'");
   }
   return h.cast<M::ResNetBlock>();
 }
@@ -104,19 +105,34 @@ py::dict eval_result_to_python(const DetectionEvalResult& r) {
   return d;
 }
 
-// RetinaNetOptions of `options` (None: the defaults) with the keyword arguments set on them.
-M::RetinaNetOptions options_from_python(py::handle options, const py::kwargs& kwargs, const char* fn) {
-  M::RetinaNetOptions o = options.is_none() ? M::RetinaNetOptions() : options.cast<M::RetinaNetOptions>();
+// Options (RetinaNetOptions, FasterRCNNOptions; `type` names it) of `options` (None: the
+// defaults) with the keyword arguments set on them.
+template <typename Options>
+Options options_from_python(py::handle options, const py::kwargs& kwargs, const char* fn, const char* type) {
+  Options o = options.is_none() ? Options() : options.cast<Options>();
   if (kwargs.empty()) return o;
   py::object self = py::cast(o);
   for (auto [key, value] : kwargs) {
-    const std::string k = key.cast<std::string>();
+    const std::string k = py::cast<std::string>(key);
     if (k.rfind('_', 0) == 0 || !py::hasattr(self, k.c_str())) {
-      throw py::type_error(std::string(fn) + ": '" + k + "' is not an option of RetinaNetOptions");
+      throw py::type_error(std::string(fn) + ": '" + k + "' is not an option of " + type);
     }
     self.attr(k.c_str()) = value;
   }
-  return self.cast<M::RetinaNetOptions>();
+  return self.cast<Options>();
+}
+
+M::RetinaNetOptions retinanet_options(py::handle options, const py::kwargs& kwargs, const char* fn) {
+  return options_from_python<M::RetinaNetOptions>(options, kwargs, fn, "RetinaNetOptions");
+}
+
+M::FasterRCNNOptions faster_rcnn_options(py::handle options, const py::kwargs& kwargs, const char* fn) {
+  return options_from_python<M::FasterRCNNOptions>(options, kwargs, fn, "FasterRCNNOptions");
+}
+
+// Detections as ChainerCV's (bboxes, labels, scores) lists.
+py::tuple detections_to_python(const M::Detections& d) {
+  return py::make_tuple(arrays_to_python(d.bboxes), arrays_to_python(d.labels), arrays_to_python(d.scores));
 }
 
 void init_models(py::module_& models) {
@@ -127,7 +143,7 @@ void init_models(py::module_& models) {
   py::class_<M::RetinaNetOptions>(models, "RetinaNetOptions",
                                   "How a RetinaNet is built, trained and read out (kusari/models/retinanet.h); "
                                   "every field is a keyword argument.")
-      .def(py::init([](py::kwargs kwargs) { return options_from_python(py::none(), kwargs, "RetinaNetOptions"); }))
+      .def(py::init([](py::kwargs kwargs) { return retinanet_options(py::none(), kwargs, "RetinaNetOptions"); }))
       .def_readwrite("num_classes", &M::RetinaNetOptions::num_classes, "Object classes (without background).")
       .def_property(
           "block", [](const M::RetinaNetOptions& o) { return o.block; },
@@ -199,7 +215,7 @@ void init_models(py::module_& models) {
           py::gil_scoped_release r;
           d = net.predict(x.v);
         }
-        return py::make_tuple(arrays_to_python(d.bboxes), arrays_to_python(d.labels), arrays_to_python(d.scores));
+        return detections_to_python(d);
       }, py::arg("x"),
          "(bboxes, labels, scores) of images x (N, 3, H, W), as ChainerCV's predict: lists of N NumPy arrays, "
          "float32 (R, 4), int32 (R,), float32 (R,) highest first. Builds no graph.")
@@ -211,12 +227,122 @@ void init_models(py::module_& models) {
       .def_readonly("regression_head", &M::RetinaNet::regression_head);
 
   models.def("retinanet_resnet50_fpn", [](py::handle options, py::kwargs kwargs) {
-    const M::RetinaNetOptions o = options_from_python(options, kwargs, "retinanet_resnet50_fpn");
+    const M::RetinaNetOptions o = retinanet_options(options, kwargs, "retinanet_resnet50_fpn");
     py::gil_scoped_release r;
     return M::retinanet_resnet50_fpn(o);
   }, py::arg("options") = py::none(),
      "RetinaNet with a ResNet-50 backbone and levels 3 ... 7; `options` (or keyword arguments of "
      "RetinaNetOptions) give the classes and any other setting.");
+
+  py::class_<M::FasterRCNNOptions>(models, "FasterRCNNOptions",
+                                   "How a Faster R-CNN is built, trained and read out (kusari/models/faster_rcnn.h; "
+                                   "torchvision's defaults); every field is a keyword argument.")
+      .def(py::init([](py::kwargs kwargs) { return faster_rcnn_options(py::none(), kwargs, "FasterRCNNOptions"); }))
+      .def_readwrite("num_classes", &M::FasterRCNNOptions::num_classes, "Object classes (without background).")
+      .def_property(
+          "block", [](const M::FasterRCNNOptions& o) { return o.block; },
+          [](M::FasterRCNNOptions& o, py::handle h) { o.block = block_from_python(h); },
+          "The backbone's block: ResNetBlock.BASIC or .BOTTLENECK (or 'basic', 'bottleneck').")
+      .def_readwrite("blocks_per_stage", &M::FasterRCNNOptions::blocks_per_stage)
+      .def_readwrite("width", &M::FasterRCNNOptions::width, "The backbone's base width.")
+      .def_readwrite("fpn_channels", &M::FasterRCNNOptions::fpn_channels)
+      .def_readwrite("min_level", &M::FasterRCNNOptions::min_level)
+      .def_readwrite("max_level", &M::FasterRCNNOptions::max_level)
+      .def_readwrite("anchor_sizes", &M::FasterRCNNOptions::anchor_sizes, "One anchor size per level.")
+      .def_readwrite("ratios", &M::FasterRCNNOptions::ratios)
+      .def_readwrite("rpn_pre_nms_top_n_train", &M::FasterRCNNOptions::rpn_pre_nms_top_n_train)
+      .def_readwrite("rpn_pre_nms_top_n_test", &M::FasterRCNNOptions::rpn_pre_nms_top_n_test)
+      .def_readwrite("rpn_post_nms_top_n_train", &M::FasterRCNNOptions::rpn_post_nms_top_n_train)
+      .def_readwrite("rpn_post_nms_top_n_test", &M::FasterRCNNOptions::rpn_post_nms_top_n_test)
+      .def_readwrite("rpn_nms_threshold", &M::FasterRCNNOptions::rpn_nms_threshold)
+      .def_readwrite("rpn_min_size", &M::FasterRCNNOptions::rpn_min_size)
+      .def_readwrite("rpn_positive_iou", &M::FasterRCNNOptions::rpn_positive_iou)
+      .def_readwrite("rpn_negative_iou", &M::FasterRCNNOptions::rpn_negative_iou)
+      .def_readwrite("rpn_batch_size_per_image", &M::FasterRCNNOptions::rpn_batch_size_per_image)
+      .def_readwrite("rpn_positive_fraction", &M::FasterRCNNOptions::rpn_positive_fraction)
+      .def_readwrite("roi_positive_iou", &M::FasterRCNNOptions::roi_positive_iou)
+      .def_readwrite("roi_batch_size_per_image", &M::FasterRCNNOptions::roi_batch_size_per_image)
+      .def_readwrite("roi_positive_fraction", &M::FasterRCNNOptions::roi_positive_fraction)
+      .def_readwrite("roi_output_size", &M::FasterRCNNOptions::roi_output_size)
+      .def_readwrite("roi_sampling_ratio", &M::FasterRCNNOptions::roi_sampling_ratio)
+      .def_readwrite("canonical_scale", &M::FasterRCNNOptions::canonical_scale)
+      .def_readwrite("canonical_level", &M::FasterRCNNOptions::canonical_level)
+      .def_readwrite("representation_size", &M::FasterRCNNOptions::representation_size)
+      .def_readwrite("box_coder_weights", &M::FasterRCNNOptions::box_coder_weights)
+      .def_readwrite("score_threshold", &M::FasterRCNNOptions::score_threshold)
+      .def_readwrite("nms_threshold", &M::FasterRCNNOptions::nms_threshold)
+      .def_readwrite("max_detections", &M::FasterRCNNOptions::max_detections)
+      .def("__repr__", [](const M::FasterRCNNOptions& o) {
+        return "FasterRCNNOptions(num_classes=" + std::to_string(o.num_classes) + ", width=" + std::to_string(o.width) +
+               ", fpn_channels=" + std::to_string(o.fpn_channels) + ", min_level=" + std::to_string(o.min_level) +
+               ", max_level=" + std::to_string(o.max_level) + ")";
+      });
+
+  py::class_<M::FasterRCNNLoss>(models, "FasterRCNNLoss", "The parts of Faster R-CNN's loss.")
+      .def_readonly("total", &M::FasterRCNNLoss::total, "The sum of the four parts")
+      .def_readonly("rpn_objectness", &M::FasterRCNNLoss::rpn_objectness,
+                    "Sigmoid cross entropy of the sampled anchors")
+      .def_readonly("rpn_loc", &M::FasterRCNNLoss::rpn_loc, "Smooth L1 of the sampled positive anchors' offsets")
+      .def_readonly("roi_cls", &M::FasterRCNNLoss::roi_cls, "Softmax cross entropy of the sampled RoIs")
+      .def_readonly("roi_loc", &M::FasterRCNNLoss::roi_loc, "Smooth L1 of the foreground RoIs' own-class offsets");
+
+  py::class_<M::FasterRCNN, Chain, std::shared_ptr<M::FasterRCNN>>(models, "FasterRCNN", py::dynamic_attr(),
+                                                                   "Faster R-CNN with a feature pyramid "
+                                                                   "(kusari/models/faster_rcnn.h).")
+      .def(py::init([](const M::FasterRCNNOptions& options) {
+             py::gil_scoped_release r;
+             return std::make_shared<M::FasterRCNN>(options);
+           }),
+           py::arg("options") = M::FasterRCNNOptions())
+      .def("loss", [](M::FasterRCNN& net, const VarArg& x, py::handle bboxes, py::handle labels) {
+        const std::vector<Array> b = arrays_from_python(bboxes, "FasterRCNN.loss");
+        const std::vector<Array> l = arrays_from_python(labels, "FasterRCNN.loss");
+        py::gil_scoped_release r;
+        return net.loss(x.v, b, l);
+      }, py::arg("x"), py::arg("bboxes"), py::arg("labels"),
+         "The loss of images x (N, 3, H, W) against each image's boxes (G_i, 4) and labels (G_i,): a "
+         "FasterRCNNLoss (total, rpn_objectness, rpn_loc, roi_cls, roi_loc).")
+      .def("predict", [](M::FasterRCNN& net, const VarArg& x) {
+        M::Detections d;
+        {
+          py::gil_scoped_release r;
+          d = net.predict(x.v);
+        }
+        return detections_to_python(d);
+      }, py::arg("x"),
+         "(bboxes, labels, scores) of images x (N, 3, H, W) in test mode, as ChainerCV's predict: lists of N "
+         "NumPy arrays. Builds no graph.")
+      .def("proposals", [](M::FasterRCNN& net, const VarArg& x, bool training) {
+        std::vector<Array> p;
+        {
+          py::gil_scoped_release r;
+          NoBackpropMode no_graph;
+          const M::RPNOutputs rpn = net.rpn_outputs(net.features(x.v));
+          p = net.proposals(rpn, x.v.shape()[2], x.v.shape()[3], training);
+        }
+        return arrays_to_python(p);
+      }, py::arg("x"), py::arg("training") = false,
+         "Each image's region proposals (P_i, 4), best first, with the training or the test top-ks.")
+      .def_property_readonly("options", &M::FasterRCNN::options)
+      .def_property_readonly("anchors_per_position", &M::FasterRCNN::anchors_per_position)
+      .def_readonly("backbone", &M::FasterRCNN::backbone)
+      .def_readonly("fpn", &M::FasterRCNN::fpn)
+      .def_readonly("rpn_head", &M::FasterRCNN::rpn_head)
+      .def_readonly("box_head", &M::FasterRCNN::box_head);
+
+  models.def("faster_rcnn_resnet50_fpn", [](py::handle options, py::kwargs kwargs) {
+    const M::FasterRCNNOptions o = faster_rcnn_options(options, kwargs, "faster_rcnn_resnet50_fpn");
+    py::gil_scoped_release r;
+    return M::faster_rcnn_resnet50_fpn(o);
+  }, py::arg("options") = py::none(),
+     "Faster R-CNN with a ResNet-50 backbone and levels 2 ... 6 (torchvision's layout); `options` (or keyword "
+     "arguments of FasterRCNNOptions) give the classes and any other setting.");
+  models.def("fpn_roi_levels", [](py::handle rois, int min_level, int max_level, double canonical_scale,
+                                  int canonical_level) {
+    return M::fpn_roi_levels(array_from_python(rois, "fpn_roi_levels"), min_level, max_level, canonical_scale,
+                             canonical_level);
+  }, py::arg("rois"), py::arg("min_level"), py::arg("max_level"), py::arg("canonical_scale") = 224.0,
+     py::arg("canonical_level") = 4, "The pyramid level of each RoI (R, 4) (Note [FPN level of a RoI]).");
 
   models.def("generate_anchors", [](int64_t height, int64_t width, double stride, double size,
                                     const std::vector<double>& ratios, const std::vector<double>& scales,

@@ -1,4 +1,5 @@
-"""Object detection from Python: a tiny RetinaNet trained a step and read out, anchors and matching,
+"""Object detection from Python: a tiny RetinaNet and a tiny Faster R-CNN trained a step and read out, anchors
+and matching,
 COCO-style files written and read back, mAP of hand-made boxes, and the box-aware augmentation."""
 
 import math
@@ -63,6 +64,61 @@ def test_tiny_retinanet_trains_a_step_and_predicts():
         assert l.dtype == np.int32 and l.shape == (b.shape[0],)
         assert s.dtype == np.float32 and s.shape == (b.shape[0],)
         assert np.all(np.diff(s) <= 0)
+
+
+def tiny_faster_rcnn_options(num_classes):
+    # tests/unit/models/faster_rcnn_test.cc's tiny(): levels 2-5, a few hundred proposals, a small box head.
+    return M.FasterRCNNOptions(num_classes=num_classes, block='basic', blocks_per_stage=[1, 1, 1, 1], width=8,
+                               fpn_channels=16, min_level=2, max_level=5, anchor_sizes=[16, 32, 64, 128],
+                               rpn_pre_nms_top_n_train=200, rpn_pre_nms_top_n_test=200, rpn_post_nms_top_n_train=100,
+                               rpn_post_nms_top_n_test=100, rpn_batch_size_per_image=64, roi_batch_size_per_image=64,
+                               representation_size=64)
+
+
+def test_tiny_faster_rcnn_trains_a_step_and_predicts():
+    kusari.manual_seed(0)
+    o = tiny_faster_rcnn_options(2)
+    assert o.box_coder_weights == [10, 10, 5, 5] and o.roi_output_size == 7
+    with pytest.raises(TypeError, match="'head_convs' is not an option of FasterRCNNOptions"):
+        M.FasterRCNNOptions(head_convs=1)
+    model = M.FasterRCNN(o)
+    assert isinstance(model, kusari.Chain) and model.anchors_per_position == 3
+    names = [n for n, _ in model.namedparams()]
+    assert '/rpn/objectness/W' in names and '/box_head/fc6/W' in names and '/box_head/loc/b' in names
+    pictures = D.make_synthetic_detection_images(2, size=64, seed=1)
+    x = np.stack([(img.astype(np.float32) / 255 - 0.5) / 0.25 for img in pictures.images]).transpose(0, 3, 1, 2)
+    bboxes = [r.bbox for r in pictures.records]
+    labels = [np.minimum(r.label, 1) for r in pictures.records]
+    opt = kusari.optimizers.Adam(alpha=1e-3)
+    opt.setup(model)
+
+    loss = model.loss(x, bboxes, labels)
+    assert isinstance(loss, M.FasterRCNNLoss)
+    parts = [float(p.array) for p in (loss.rpn_objectness, loss.rpn_loc, loss.roi_cls, loss.roi_loc)]
+    assert all(math.isfinite(v) and v >= 0 for v in parts)
+    np.testing.assert_allclose(float(loss.total.array), sum(parts), rtol=1e-5)
+    model.cleargrads()
+    loss.total.backward()
+    before = {name: np.array(p.array) for name, p in model.namedparams()}
+    opt.update()
+    changed = [name for name, p in model.namedparams() if not np.array_equal(before[name], p.array)]
+    assert any(n.startswith('/rpn/') for n in changed) and any(n.startswith('/box_head') for n in changed)
+
+    proposals = model.proposals(x)
+    assert len(proposals) == 2
+    for p in proposals:
+        assert p.dtype == np.float32 and p.ndim == 2 and p.shape[1] == 4 and 0 < p.shape[0] <= 100
+        assert p.min() >= 0 and p[:, 2].max() <= 64 and p[:, 3].max() <= 64
+    bb, ll, ss = model.predict(x)
+    assert len(bb) == len(ll) == len(ss) == 2
+    for b, l, s in zip(bb, ll, ss):
+        assert b.dtype == np.float32 and b.shape[1:] == (4,) and l.dtype == np.int32 and s.shape == l.shape
+        assert np.all(np.diff(s) <= 0) and (l.size == 0 or (l.min() >= 0 and l.max() < 2))
+    with pytest.raises(Exception, match='FasterRCNN'):
+        model.loss(x, bboxes, [np.array([5], np.int32), labels[1]])
+    # Canonical levels: a 224-pixel RoI pools from level 4, a 112-pixel one from level 3.
+    levels = M.fpn_roi_levels(np.array([[0, 0, 224, 224], [0, 0, 112, 112]], np.float32), 2, 5)
+    assert list(levels) == [4, 3]
 
 
 def test_generate_and_match_anchors():
