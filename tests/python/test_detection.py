@@ -18,6 +18,13 @@ def tiny_options(num_classes):
                               fpn_channels=16, head_convs=1, min_level=3, max_level=5, anchor_scale=2.0)
 
 
+def two_pictures():
+    """Two synthetic 64x64 pictures as a normalised (2, 3, 64, 64) batch, their boxes and labels in 0..1."""
+    pictures = D.make_synthetic_detection_images(2, size=64, seed=1)
+    x = np.stack([(img.astype(np.float32) / 255 - 0.5) / 0.25 for img in pictures.images]).transpose(0, 3, 1, 2)
+    return x, [r.bbox for r in pictures.records], [np.minimum(r.label, 1) for r in pictures.records]
+
+
 def test_retinanet_options_are_keyword_fields():
     o = tiny_options(3)
     assert o.num_classes == 3 and o.block == M.ResNetBlock.BASIC and o.blocks_per_stage == [1, 1, 1, 1]
@@ -34,10 +41,7 @@ def test_tiny_retinanet_trains_a_step_and_predicts():
     kusari.manual_seed(0)
     model = M.RetinaNet(tiny_options(2))
     assert isinstance(model, kusari.Chain) and model.anchors_per_position == 9
-    pictures = D.make_synthetic_detection_images(2, size=64, seed=1)
-    x = np.stack([(img.astype(np.float32) / 255 - 0.5) / 0.25 for img in pictures.images]).transpose(0, 3, 1, 2)
-    bboxes = [r.bbox for r in pictures.records]
-    labels = [np.minimum(r.label, 1) for r in pictures.records]
+    x, bboxes, labels = two_pictures()
     opt = kusari.optimizers.Adam(alpha=1e-3)
     opt.setup(model)
 
@@ -85,10 +89,7 @@ def test_tiny_faster_rcnn_trains_a_step_and_predicts():
     assert isinstance(model, kusari.Chain) and model.anchors_per_position == 3
     names = [n for n, _ in model.namedparams()]
     assert '/rpn/objectness/W' in names and '/box_head/fc6/W' in names and '/box_head/loc/b' in names
-    pictures = D.make_synthetic_detection_images(2, size=64, seed=1)
-    x = np.stack([(img.astype(np.float32) / 255 - 0.5) / 0.25 for img in pictures.images]).transpose(0, 3, 1, 2)
-    bboxes = [r.bbox for r in pictures.records]
-    labels = [np.minimum(r.label, 1) for r in pictures.records]
+    x, bboxes, labels = two_pictures()
     opt = kusari.optimizers.Adam(alpha=1e-3)
     opt.setup(model)
 
