@@ -165,6 +165,17 @@ void init_functions(py::module_& f) {
         },
         py::arg("x"), py::arg("t"), py::arg("normalize") = true, py::arg("cache_score") = true,
         py::arg("ignore_label") = -1, py::arg("reduce") = "mean", py::kw_only(), py::arg("label_smoothing") = 0.0);
+  f.def("softmax_cross_entropy_padded",
+        [](const VarArg& x, const ArrArg& t, int64_t classes, int64_t ignore_label, const std::string& reduce,
+           double label_smoothing) {
+          const F::Reduce red = reduce_of(reduce, "F.softmax_cross_entropy_padded");
+          py::gil_scoped_release r;
+          return F::softmax_cross_entropy_padded(x.v, t.a, classes, ignore_label, red, label_smoothing);
+        },
+        py::arg("x"), py::arg("t"), py::arg("classes"), py::arg("ignore_label") = -1, py::arg("reduce") = "mean",
+        py::kw_only(), py::arg("label_smoothing") = 0.0,
+        "softmax_cross_entropy of x[:, :classes]: the columns after them are padding (a padded vocabulary), left "
+        "out of the softmax with a zero gradient, and no slice of x is made.");
   f.def("sigmoid_cross_entropy", [](const VarArg& x, const ArrArg& t, bool normalize, const std::string& reduce) {
           return F::sigmoid_cross_entropy(x.v, t.a, normalize, reduce_of(reduce, "F.sigmoid_cross_entropy"));
         }, py::arg("x"), py::arg("t"), py::arg("normalize") = true, py::arg("reduce") = "mean");

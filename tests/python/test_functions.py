@@ -47,6 +47,9 @@ def test_forward_against_numpy(rng):
     expected = -np.mean(np.log(np.exp(x) / np.exp(x).sum(1, keepdims=True))[np.arange(3), t])
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     assert F.softmax_cross_entropy(x, t, reduce='no').shape == (3,)
+    # Padding columns (a padded vocabulary) take no part: the loss of the first 5 columns.
+    padded = np.concatenate([x, np.full((3, 3), 30.0, np.float32)], axis=1)
+    assert F.softmax_cross_entropy_padded(padded, t, 5).item() == pytest.approx(expected, rel=1e-5)
     assert F.accuracy(x, t).item() == pytest.approx(np.mean(x.argmax(1) == t))
     with pytest.raises(ValueError, match="reduce must be 'mean' or 'no'"):
         F.softmax_cross_entropy(x, t, reduce='sum')
