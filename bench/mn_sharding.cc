@@ -1,4 +1,4 @@
-// Sharded data parallelism (ZeRO stages 1 and 2, docs/sharding.md) on CPU processes: memory per
+// Sharded data parallelism (ZeRO stages 1, 2 and 3, docs/sharding.md) on CPU processes: memory per
 // process against ZeRO's formula, and the step time against the unsharded optimizer with the
 // allreduce overlapped, beside PyTorch DistributedDataParallel with Adam and with
 // ZeroRedundancyOptimizer (stage 1) in the same run. Run it under mpiexec:
@@ -10,14 +10,16 @@
 // The model is a stack of Linear(width, width) layers with ReLU between them, as many as make
 // about --params-m million parameters, trained with Adam in float32: unsharded (allreduce after
 // backward, and overlapped), zero_stage 1, and zero_stage 2 with its reduce-scatter after backward
-// and overlapped with it (the optimizer's `overlap`). Each variant runs in a phase
+// and overlapped with it (the optimizer's `overlap`), and zero_stage 3 (the parameters sharded
+// too, gathered in groups of --bucket-mb while used). Each variant runs in a phase
 // of its own (its model and optimizer made, stepped, and freed before the next), one compute
 // thread per process. Memory: the peak of the bytes CPU arrays asked for during the timed steps
 // (kusari::cpu_memory_stats), less what was held before the phase, on the process that peaked
 // highest - parameters, gradients, optimizer state, activations and communication buffers; beside
 // it the model states counted (parameters + gradients at their peak + the optimizer's arrays) and
 // ZeRO's formula for float32 Adam (Rajbhandari et al., 2020, with K = 8 bytes of state and 4-byte
-// gradients): unsharded 16 Psi, stage 1 8 Psi + 8 Psi / N, stage 2 4 Psi + 12 Psi / N. Time: the
+// gradients): unsharded 16 Psi, stage 1 8 Psi + 8 Psi / N, stage 2 4 Psi + 12 Psi / N, stage 3
+// 16 Psi / N. Time: the
 // slowest process's step, the median over the steps. After kusari's phases, rank 0 runs
 // bench/peers/zero_sharding.py (N processes of its own, gloo) while the other ranks sleep; its
 // memory is glibc's bytes in use (mallinfo2) sampled after backward and after the step.
@@ -122,10 +124,14 @@ int run(int argc, char** argv) {
                                {"unsharded, allreduce overlapped", 0, true},
                                {"zero_stage 1", 1, false},
                                {"zero_stage 2, after backward", 2, false},
-                               {"zero_stage 2, overlapped", 2, true}};
+                               {"zero_stage 2, overlapped", 2, true},
+                               {"zero_stage 3 (parameters too)", 3, true}};
   const double n = nproc;
   for (Phase& ph : phases) {
-    ph.formula_bytes = ph.zero == 0 ? 16 * psi : ph.zero == 1 ? 8 * psi + 8 * psi / n : 4 * psi + 12 * psi / n;
+    ph.formula_bytes = ph.zero == 0   ? 16 * psi
+                       : ph.zero == 1 ? 8 * psi + 8 * psi / n
+                       : ph.zero == 2 ? 4 * psi + 12 * psi / n
+                                      : 16 * psi / n;
     comm->barrier();
     kusari::cpu_empty_cache();
     const size_t before = kusari::cpu_memory_stats().requested_bytes;
@@ -142,7 +148,7 @@ int run(int argc, char** argv) {
       o.bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
       auto opt = mn::create_multi_node_optimizer(std::make_shared<kusari::optimizers::Adam>(1e-4), phase_comm, o);
       opt->setup(model);
-      const int64_t param_bytes = model->count_params() * 4;
+      int64_t param_bytes = model->count_params() * 4;
       for (int s = 0; s < warmup + 1 + steps; ++s) {  // (the first update only broadcasts)
         if (s == warmup + 1) kusari::reset_cpu_peak_memory_stats();
         comm->barrier();
@@ -161,6 +167,10 @@ int run(int argc, char** argv) {
         opt->update();
         const double took = comm->allreduce_obj(now_seconds() - a, mn::ReduceOp::kMax);
         if (s > warmup) times.push_back(took);
+        if (ph.zero == 3) {  // (the shard's values, and the most held whole at once is not counted)
+          param_bytes =
+              dynamic_cast<mn::MultiNodeOptimizer&>(*opt).shard_stats().shard_elements * 4;
+        }
         counted = static_cast<double>(param_bytes + grad_bytes + state_bytes(*opt));
       }
     }
@@ -194,9 +204,10 @@ int run(int argc, char** argv) {
     std::printf("%-38s %10.0f %12.0f %12.0f %12.0f %8.2f\n", ph.name.c_str(), ph.step_ms, ph.peak_bytes / mb,
                 ph.counted_bytes / mb, ph.formula_bytes / mb, ph.peak_bytes / ph.formula_bytes);
   }
-  std::printf("step / unsharded overlapped step: stage 2 overlapped %.3f, after backward %.3f; stage 1 %.3f\n",
+  std::printf("step / unsharded overlapped step: stage 2 overlapped %.3f, after backward %.3f; stage 1 %.3f; "
+              "stage 3 %.3f\n",
               phases[4].step_ms / phases[1].step_ms, phases[3].step_ms / phases[1].step_ms,
-              phases[2].step_ms / phases[1].step_ms);
+              phases[2].step_ms / phases[1].step_ms, phases[5].step_ms / phases[1].step_ms);
   if (!peer.empty()) {
     std::printf("%-38s %10s %12s %12s %8s\n", "pytorch (MiB per process; ms)", "step ms", "peak MiB", "ZeRO MiB",
                 "peak/ZeRO");

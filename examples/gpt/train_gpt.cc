@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
           eval_batches = 8, log_interval = 10, snapshot_interval = 0, generate = 0, top_k = 40, seed = 0;
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   double lr = 1e-3, min_lr = -1, weight_decay = 0.1, grad_clip = 1.0, dropout = 0.0, temperature = 0.8;
+  double bucket_mb = 25;
   bool gpu = false, overlap = false, noplot = false, elastic = false;
   int zero = 0;
   app.add_option("--text", text_path, "The text to learn (any file; 90% training, 10% validation)")
@@ -116,10 +117,17 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::IsMember(kusari::mn::communicator_names()));
   app.add_flag("--overlap", overlap, "Average the gradients in buckets while backward runs (with --zero 2, "
                "reduce-scatter them so)");
-  app.add_option("--zero", zero, "Shard the optimizer's state over the processes (1), and the gradients too (2); "
-                 "0: every process holds all of it (docs/sharding.md)")
+  app.add_option("--zero", zero,
+                 "Shard the optimizer's state over the processes (1), the gradients too (2), and "
+                 "the parameters too (3, gathered while used); 0: every process holds all of it "
+                 "(docs/sharding.md)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 2));
+      ->check(CLI::Range(0, 3));
+  app.add_option("--bucket-mb", bucket_mb,
+                 "MiB of a bucket of the overlapped averaging, of a chunk of the sharded "
+                 "step, and the least of a group of parameters gathered at once with --zero 3")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--eval-interval", eval_interval, "Iterations between validations")
       ->capture_default_str()->check(kPositive);
   app.add_option("--eval-batches", eval_batches, "Validation batches per validation (per process)")
@@ -218,7 +226,7 @@ int main(int argc, char** argv) {
                                    {"tokens of the text", std::to_string(n_tokens)}, {"--dtype", dtype_name},
                                    {"--communicator", communicator}, {"--gpu", gpu ? "on" : "off"},
                                    {"--overlap", overlap ? "on" : "off"}, {"--zero", std::to_string(zero)},
-                                   {"--elastic", elastic ? "on" : "off"}},
+                                   {"--bucket-mb", std::to_string(bucket_mb)}, {"--elastic", elastic ? "on" : "off"}},
                                   "train_gpt");
 
   kusari::manual_seed(static_cast<uint64_t>(seed));
@@ -253,6 +261,7 @@ int main(int argc, char** argv) {
     kusari::mn::MultiNodeOptimizerOptions mn_options;                          // (multi-node)
     mn_options.overlap = overlap;
     mn_options.zero_stage = zero;                                              // (multi-node)
+    mn_options.bucket_bytes = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * (1 << 20)));
     auto optimizer = kusari::mn::create_multi_node_optimizer(
         std::make_shared<kusari::optimizers::AdamW>(adam), comm, mn_options);
     optimizer->setup(model);
@@ -336,6 +345,9 @@ int main(int argc, char** argv) {
       kusari::mn::load_snapshot_of_each_rank(resume, trainer, comm);  // (multi-node)
     }
     trainer.run();
+    // With --zero 3 the parameters live in the shards: gather them whole on every process, so
+    // that rank 0 alone may save them and generate (after the optimizer is gone, too).
+    std::dynamic_pointer_cast<kusari::mn::MultiNodeOptimizer>(optimizer)->summon_full_parameters();
     if (comm->rank() == 0) {
       kusari::save_npz(out + "/gpt.npz", *model);
       std::printf("Saved the model to %s/gpt.npz\n", out.c_str());

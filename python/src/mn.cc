@@ -286,8 +286,39 @@ void init_mn(py::module_& m) {
         py::keep_alive<0, 1>(),
         "Wraps an optimizer so that each update averages the gradients over the ranks first; with overlap=True "
         "the averaging runs in buckets while backward runs; zero_stage=1 shards the optimizer's state over the "
-        "ranks, zero_stage=2 the gradients too; powersgd_rank=r averages the gradient matrices as rank-r "
-        "approximations with error feedback (docs/sharding.md).");
+        "ranks, zero_stage=2 the gradients too, zero_stage=3 the parameters too (gathered while used; "
+        "summon_full_parameters before one rank alone reads them); powersgd_rank=r averages the gradient matrices "
+        "as rank-r approximations with error feedback (docs/sharding.md).");
+
+  auto multi_node = [](const std::shared_ptr<Optimizer>& o, const char* fn) {
+    auto mn = std::dynamic_pointer_cast<MN::MultiNodeOptimizer>(o);
+    if (!mn) throw py::type_error(std::string(fn) + ": expected a multi-node optimizer (create_multi_node_optimizer)");
+    return mn;
+  };
+  m.def("summon_full_parameters",
+        [multi_node](std::shared_ptr<Optimizer> optimizer) {
+          auto mn = multi_node(optimizer, "summon_full_parameters");
+          py::gil_scoped_release r;
+          mn->summon_full_parameters();
+        },
+        py::arg("optimizer"),
+        "zero_stage=3: gathers every parameter whole on every rank (collective) and keeps them whole until the next "
+        "update, so that one rank alone may read them (save the model, generate, evaluate). Otherwise nothing.");
+  m.def("shard_stats",
+        [multi_node](std::shared_ptr<Optimizer> optimizer) {
+          const MN::ShardStats s = multi_node(optimizer, "shard_stats")->shard_stats();
+          py::dict d;
+          d["stage"] = s.stage;
+          d["shard_elements"] = s.shard_elements;
+          d["total_elements"] = s.total_elements;
+          d["split_parameters"] = s.split_parameters;
+          d["whole_elements"] = s.whole_elements;
+          d["gathers"] = s.gathers;
+          d["prefetched"] = s.prefetched;
+          d["units"] = s.units;
+          return d;
+        },
+        py::arg("optimizer"), "The layout of a sharded multi-node optimizer, as a dict (ShardStats in C++).");
 
   py::class_<MN::Join>(m, "Join", "Uneven inputs: `with kusari.mn.Join(optimizer):` around a loop whose number of "
                      "steps differs between processes; at the end of the block this process takes part in the "

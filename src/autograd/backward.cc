@@ -289,6 +289,7 @@ struct QueueEntry {
 
 void run_backward(const std::vector<VariableImpl*>& roots, GradStore& store, bool retain_grad, bool double_backprop,
                   double loss_scale, const std::vector<VariableImpl*>& keep, bool free_graph = false) {
+  const BackwardScope scope;
   std::optional<ReadyTracker> ready;
   if (!store.functional() && live_grad_ready_hooks() > 0) {
     ready.emplace();

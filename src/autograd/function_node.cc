@@ -161,8 +161,21 @@ void release_unread_inputs() {
   list.resize(kept);
 }
 
+// Data sources waiting for the next node (DataSource::at_next_node): sharded parameters release
+// whole values there, when no function is between reading data and recording itself.
+thread_local std::vector<DataSource*> t_at_next_node;
+thread_local int t_backward_depth = 0;
+
+void run_at_next_node() {
+  std::vector<DataSource*> sources;
+  sources.swap(t_at_next_node);
+  for (DataSource* s : sources) s->at_next_node();
+}
+
 std::shared_ptr<FunctionNode> make_node(const char* name, const Variable* inputs, size_t n, BackwardRule rule) {
   if (!t_unread_inputs.empty()) release_unread_inputs();
+  if (!t_at_next_node.empty() && t_backward_depth == 0) [[unlikely]]
+    run_at_next_node();
   FunctionNode::Inputs in;
   in.reserve(n);
   int64_t gen = 0;
@@ -193,6 +206,23 @@ std::shared_ptr<VariableImpl> make_output(const std::shared_ptr<FunctionNode>& n
 }
 
 }  // namespace
+
+BackwardScope::BackwardScope() {
+  ++t_backward_depth;
+}
+BackwardScope::~BackwardScope() {
+  --t_backward_depth;
+}
+
+void call_at_next_node(DataSource* source) {
+  if (std::find(t_at_next_node.begin(), t_at_next_node.end(), source) == t_at_next_node.end()) {
+    t_at_next_node.push_back(source);
+  }
+}
+
+void cancel_calls_at_next_node(DataSource* source) {
+  std::erase(t_at_next_node, source);
+}
 
 void input_data_unread(const Variable& output, int i) {
   if (!output.defined() || !output.impl().creator) return;

@@ -18,4 +18,13 @@ struct GraphAccess {
 /// no rule reads] in function_node.cc). Does nothing when `output` was not recorded.
 void input_data_unread(const Variable& output, int i);
 
+/// Counts the backward passes running on this thread: nodes recorded by backward rules (double
+/// backprop) do not call DataSource::at_next_node, since a rule may hold data it read earlier.
+struct BackwardScope {
+  BackwardScope();
+  ~BackwardScope();
+  BackwardScope(const BackwardScope&) = delete;
+  BackwardScope& operator=(const BackwardScope&) = delete;
+};
+
 }  // namespace kusari::detail

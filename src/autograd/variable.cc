@@ -65,6 +65,10 @@ void Variable::zerograd() {
 
 void Variable::set_data(Array data) {
   detail::VariableImpl& im = impl();
+  KUSARI_CHECK(im.source == nullptr, ValueError, "Variable::set_data: the parameter ",
+               im.name.empty() ? "" : im.name + " ",
+               "is sharded over the processes (zero_stage 3) and its data is gathered when read; "
+               "assign values into data() instead of replacing the array (Note [Sharded parameters])");
   const Array& b = im.grad_buffer;
   if (b.defined() && (!data.defined() || data.shape() != b.shape() || data.dtype() != b.dtype() ||
                       data.device() != b.device())) {
@@ -147,7 +151,7 @@ std::string Variable::to_string() const {
   std::ostringstream os;
   os << "variable";
   if (!impl_->name.empty()) os << " " << impl_->name;
-  os << "(" << (impl_->data.defined() ? impl_->data.to_string() : std::string("uninitialized"));
+  os << "(" << (impl_->data.defined() ? data().to_string() : std::string("uninitialized"));
   if (impl_->creator) os << ", creator=" << impl_->creator->name();
   os << ")";
   return os.str();

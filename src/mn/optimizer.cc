@@ -25,10 +25,8 @@ const MultiNodeOptimizerOptions& checked_options(const MultiNodeOptimizerOptions
                "reduces step t's gradients during step t+1 (one step stale), overlap during step t's own "
                "backward; choose one (overlap keeps the gradients fresh)");
   KUSARI_CHECK(options.zero_stage >= 0 && options.zero_stage <= 3, ValueError,
-               "create_multi_node_optimizer: zero_stage must be 0 (replicated), 1, 2 or 3, got ", options.zero_stage);
-  KUSARI_CHECK(options.zero_stage != 3, NotImplementedError,
-               "create_multi_node_optimizer: zero_stage 3 (parameters sharded too) is not implemented yet; stages 1 "
-               "(optimizer state sharded) and 2 (gradients too) are");
+               "create_multi_node_optimizer: zero_stage must be 0 (replicated), 1, 2 or 3, got ",
+               options.zero_stage);
   KUSARI_CHECK(options.powersgd_rank >= 0, ValueError, "create_multi_node_optimizer: powersgd_rank must be 0 (off) or "
                "positive, got ", options.powersgd_rank);
   KUSARI_CHECK(options.powersgd_rank == 0 || (options.zero_stage == 0 && !options.overlap && !options.double_buffering),
@@ -121,7 +119,15 @@ ShardStats MultiNodeOptimizer::shard_stats() const {
   stats.shard_elements = sharded_->shard_elements();
   stats.total_elements = sharded_->total_elements();
   stats.split_parameters = sharded_->split_parameters();
+  stats.whole_elements = sharded_->whole_elements();
+  stats.gathers = sharded_->gathers();
+  stats.prefetched = sharded_->prefetched();
+  stats.units = sharded_->units();
   return stats;
+}
+
+void MultiNodeOptimizer::summon_full_parameters() {
+  if (sharded_) sharded_->gather_all();
 }
 
 OverlapStats MultiNodeOptimizer::overlap_stats() const {
@@ -327,6 +333,9 @@ Join::Join(std::shared_ptr<Optimizer> optimizer)
   KUSARI_CHECK(!optimizer_->reducer_ && !optimizer_->double_buffering_, NotImplementedError,
                "Join: uneven inputs are not supported with ", optimizer_->reducer_ ? "overlap" : "double_buffering",
                " yet: the finished processes would have no backward to send their buckets from");
+  KUSARI_CHECK(!optimizer_->sharded_ || optimizer_->sharded_->stage() != 3, NotImplementedError,
+               "Join: uneven inputs are not supported with zero_stage 3: a finished process runs no forward, "
+               "so it would not take part in the others' gathers of the sharded parameters");
   KUSARI_CHECK(!optimizer_->joining_, ValueError, "Join: the optimizer is already under a Join");
   KUSARI_CHECK(optimizer_->target_, ValueError, "Join: call setup(model) on the optimizer first");
   optimizer_->joining_ = true;

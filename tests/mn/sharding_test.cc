@@ -1,5 +1,5 @@
 // Multi-process tests of sharded data parallelism: reduce_scatter and all_gather, the shard
-// layout, and the sharded multi-node optimizer (ZeRO stages 1 and 2) against the unsharded one,
+// layout, and the sharded multi-node optimizer (ZeRO stages 1, 2 and 3) against the unsharded one,
 // its state per process, its snapshots on another number of processes, and its refusals.
 #include <gtest/gtest.h>
 
@@ -188,7 +188,7 @@ void expect_equal_to_unsharded(int stage, const std::string& opt_name, const std
   const ShardStats stats = mn_opt.shard_stats();
   EXPECT_EQ(stats.stage, stage);
   EXPECT_EQ(stats.total_elements, sharded->count_params());
-  if (stage == 2) {
+  if (stage >= 2) {
     for (auto& [path, p] : params) EXPECT_FALSE(p.grad().defined()) << path << ": stage 2 drops the gradients";
   }
 }
@@ -202,6 +202,8 @@ TEST(ShardedOptimizer, SmallChunksCrossParametersAndShards) {
   // 9 float32 per chunk: chunks end inside parameters and inside shards.
   expect_equal_to_unsharded(2, "adam", "naive", 36);
   expect_equal_to_unsharded(1, "momentum", "flat", 36);
+  expect_equal_to_unsharded(3, "adam", "naive",
+                            36);  // (units of 9 or more: gathered and prefetched apart)
   EXPECT_TRUE(ThrowsWith<ValueError>(
       [] {
         create_multi_node_optimizer(make_optimizer("adam"), create_communicator("naive"),
@@ -273,10 +275,13 @@ TEST(ShardedOptimizer, Stage2OverlappedDropsEachGradientOnceSent) {
 
 INSTANTIATE_TEST_SUITE_P(
     Stages, ShardedOptimizerTest,
-    ::testing::Values(ShardCase{1, "adam", "naive"}, ShardCase{2, "adam", "naive"}, ShardCase{1, "adamw", "flat"},
-                      ShardCase{2, "adamw", "flat"}, ShardCase{2, "momentum", "naive"}, ShardCase{1, "scaled", "naive"},
+    ::testing::Values(ShardCase{1, "adam", "naive"}, ShardCase{2, "adam", "naive"},
+                      ShardCase{1, "adamw", "flat"}, ShardCase{2, "adamw", "flat"},
+                      ShardCase{2, "momentum", "naive"}, ShardCase{1, "scaled", "naive"},
                       ShardCase{2, "scaled", "flat"}, ShardCase{1, "lars", "naive"},
-                      ShardCase{2, "lamb", "flat"}),
+                      ShardCase{2, "lamb", "flat"}, ShardCase{3, "adam", "naive"},
+                      ShardCase{3, "momentum", "flat"}, ShardCase{3, "scaled", "naive"},
+                      ShardCase{3, "lamb", "flat"}),
     [](const auto& info) {
       return "stage" + std::to_string(std::get<0>(info.param)) + "_" + std::get<1>(info.param) + "_" +
              std::get<2>(info.param);
@@ -567,12 +572,173 @@ TEST(ShardedOptimizer, EveryProcessSkipsTheSameOverflowingStep) {
   EXPECT_TRUE(same_everywhere(*comm, Array::full({}, opt->loss_scale(), Dtype::kFloat64)));
 }
 
+// --- stage 3: sharded parameters
+// ------------------------------------------------------------------
+
+/// The elements of `model`'s parameters whose data is their values (not a released placeholder).
+int64_t whole_elements_of(Link& model) {
+  int64_t n = 0;
+  for (auto& [path, p] : model.namedparams()) n += p.impl().source == nullptr ? p.size() : 0;
+  return n;
+}
+
+TEST(ShardedParameters, Stage3EqualsStage2BitForBitAndHoldsTheShardBetweenSteps) {
+  auto comm = create_communicator("naive");
+  auto model2 = std::make_shared<Mlp>();
+  auto model3 = std::make_shared<Mlp>();
+  model3->copyparams(*model2);
+  auto opt2 = create_multi_node_optimizer(
+      make_optimizer("adam"), comm,
+      MultiNodeOptimizerOptions{.overlap = true, .bucket_bytes = 40, .zero_stage = 2});
+  auto opt3 = create_multi_node_optimizer(
+      make_optimizer("adam"), comm, MultiNodeOptimizerOptions{.bucket_bytes = 40, .zero_stage = 3});
+  opt2->setup(model2);
+  opt3->setup(model3);
+  auto& mn3 = dynamic_cast<MultiNodeOptimizer&>(*opt3);
+  const int64_t total = model3->count_params();
+  for (int s = 0; s < 6; ++s) {
+    auto [x, t] = batch(comm->rank(), s);
+    opt2->update([&] { return F::mean_squared_error((*model2)(Variable(x)), Variable(t)); });
+    int64_t whole_after_forward = -1;
+    opt3->update([&] {
+      Variable loss = F::mean_squared_error((*model3)(Variable(x)), Variable(t));
+      whole_after_forward = whole_elements_of(*model3);
+      return loss;
+    });
+    // Between steps no parameter is whole; after forward only the last groups gathered are.
+    EXPECT_EQ(whole_elements_of(*model3), 0) << "step " << s;
+    EXPECT_EQ(mn3.shard_stats().whole_elements, 0) << "step " << s;
+    if (s > 0) EXPECT_LT(whole_after_forward, total) << "step " << s;
+  }
+  const ShardStats stats = mn3.shard_stats();
+  EXPECT_EQ(stats.stage, 3);
+  EXPECT_GT(stats.units, 2);  // (40 bytes: several groups of parameters)
+  EXPECT_GT(stats.gathers, 5 * stats.units);
+  EXPECT_GT(stats.prefetched, 0) << "the order of the last step predicts the next gathers";
+  // Reading a released parameter gathers it (collectively): the same values as stage 2's, bit for
+  // bit.
+  auto p2 = model2->namedparams(), p3 = model3->namedparams();
+  for (size_t i = 0; i < p3.size(); ++i) {
+    EXPECT_TRUE(array_equal(p3[i].second.data(), p2[i].second.data())) << p3[i].first;
+    EXPECT_TRUE(same_everywhere(*comm, p3[i].second.data())) << p3[i].first;
+  }
+  // The shape, dtype and size of a released parameter need no gather.
+  opt3->update([&] {
+    auto [x, t] = batch(comm->rank(), 7);
+    return F::mean_squared_error((*model3)(Variable(x)), Variable(t));
+  });
+  const int64_t gathers = mn3.shard_stats().gathers;
+  EXPECT_EQ(model3->count_params(), total);
+  EXPECT_EQ(model3->l1->W.shape(), (Shape{11, 7}));
+  EXPECT_EQ(mn3.shard_stats().gathers, gathers);
+}
+
+TEST(ShardedParameters, ValuesSetInPlaceAreKeptAndSummonedParametersAreReadableByOneProcess) {
+  auto comm = create_communicator("flat");
+  auto reference = std::make_shared<Mlp>();
+  auto model = std::make_shared<Mlp>();
+  model->copyparams(*reference);
+  auto ref_opt =
+      create_multi_node_optimizer(make_optimizer("momentum"), comm, MultiNodeOptimizerOptions{});
+  auto opt =
+      create_multi_node_optimizer(make_optimizer("momentum"), comm,
+                                  MultiNodeOptimizerOptions{.bucket_bytes = 48, .zero_stage = 3});
+  ref_opt->setup(reference);
+  opt->setup(model);
+  train(*ref_opt, *reference, comm->rank(), 0, 3);
+  train(*opt, *model, comm->rank(), 0, 3);
+  // Set in place on every process while whole (as a loaded snapshot is): kept after release.
+  for (auto* m : {reference.get(), model.get()}) {
+    Array w = m->l2->W.data();
+    w.fill(0.25);
+  }
+  train(*ref_opt, *reference, comm->rank(), 3, 2);
+  train(*opt, *model, comm->rank(), 3, 2);
+  auto a = model->namedparams(), b = reference->namedparams();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(ArraysClose(a[i].second.data(), b[i].second.data(), 1e-5, 1e-6)) << a[i].first;
+  }
+  // Summoned whole on every process, the parameters may be read by one process alone.
+  auto& mn = dynamic_cast<MultiNodeOptimizer&>(*opt);
+  mn.summon_full_parameters();
+  EXPECT_EQ(mn.shard_stats().whole_elements, model->count_params());
+  if (comm->rank() == 0) {
+    for (auto& [path, p] : model->namedparams())
+      EXPECT_TRUE(std::isfinite(sum(p.data()).item<double>())) << path;
+  }
+  comm->barrier();
+  // A released parameter cannot be replaced, and outlives its optimizer with a clear error.
+  train(*opt, *model, comm->rank(), 5, 1);
+  EXPECT_TRUE(ThrowsWith<ValueError>([&] { model->l1->b.set_data(Array::zeros({11})); },
+                                     {"set_data", "zero_stage 3", "assign"}));
+  opt.reset();
+  EXPECT_TRUE(
+      ThrowsWith<ValueError>([&] { (void)model->l1->W.data(); },
+                             {"zero_stage 3", "no longer exists", "summon_full_parameters"}));
+}
+
+TEST(ShardedParameters, Stage3SnapshotsLoadOnAnotherNumberOfProcesses) {
+  auto comm = create_communicator("naive");
+  const int r = comm->rank(), world = comm->size();
+  SharedFolder folder(comm);
+  ASSERT_TRUE(folder.made());
+  {
+    auto model = std::make_shared<Mlp>();
+    auto opt =
+        create_multi_node_optimizer(make_optimizer("adam"), comm,
+                                    MultiNodeOptimizerOptions{.bucket_bytes = 64, .zero_stage = 3});
+    opt->setup(model);
+    train(*opt, *model, r, 0, 4);
+    save_npz(folder.file("sharded." + std::to_string(r)), *opt);  // (the optimizer's pieces: local)
+    save_npz(folder.file("model." + std::to_string(r)),
+             *model);  // (reads every parameter: collective)
+    dynamic_cast<MultiNodeOptimizer&>(*opt).summon_full_parameters();
+    if (r == 0) save_npz(folder.file("model"), *model);  // (one process alone, once summoned)
+  }
+  comm->barrier();
+  std::vector<std::string> files;
+  for (int q = 0; q < world; ++q) files.push_back(folder.file("sharded." + std::to_string(q)));
+  EXPECT_TRUE(array_equal(NpzFile(folder.file("model." + std::to_string(r))).get("l1/W"),
+                          NpzFile(folder.file("model")).get("l1/W")));
+  for (int m = 1; m <= world; ++m) {
+    SCOPED_TRACE(::testing::Message() << "saved by " << world << " processes, loaded by " << m);
+    auto sub = comm->split(r < m ? 0 : 1, r);
+    if (r >= m) continue;
+    auto a = std::make_shared<Mlp>(), c = std::make_shared<Mlp>();
+    load_npz(folder.file("model"), *a);
+    load_npz(folder.file("model"), *c);
+    auto opt_a =
+        create_multi_node_optimizer(make_optimizer("adam"), sub,
+                                    MultiNodeOptimizerOptions{.bucket_bytes = 64, .zero_stage = 3});
+    auto opt_c =
+        create_multi_node_optimizer(make_optimizer("adam"), sub, MultiNodeOptimizerOptions{});
+    opt_a->setup(a);
+    opt_c->setup(c);
+    load_snapshot_files(files, *opt_a, sub->rank() % world);
+    load_snapshot_files(files, *opt_c, sub->rank() % world);
+    for (auto* o : {opt_a.get(), opt_c.get()})
+      dynamic_cast<MultiNodeOptimizer&>(*o).mark_parameters_synchronized();
+    train(*opt_a, *a, sub->rank(), 10, 2);
+    train(*opt_c, *c, sub->rank(), 10, 2);
+    EXPECT_EQ(opt_a->t(), opt_c->t());
+    auto pa = a->namedparams(), pc = c->namedparams();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      EXPECT_TRUE(ArraysClose(pa[i].second.data(), pc[i].second.data(), 1e-5, 1e-6)) << pa[i].first;
+    }
+  }
+  comm->barrier();
+}
+
 TEST(ShardedOptimizer, RefusesWhatItCannotDo) {
   auto comm = create_communicator("naive");
   auto adam = [] { return std::make_shared<optimizers::Adam>(); };
-  EXPECT_TRUE(ThrowsWith<NotImplementedError>(
-      [&] { create_multi_node_optimizer(adam(), comm, MultiNodeOptimizerOptions{.zero_stage = 3}); },
-      {"zero_stage 3", "not implemented"}));
+  {
+    auto stage3 =
+        create_multi_node_optimizer(adam(), comm, MultiNodeOptimizerOptions{.zero_stage = 3});
+    stage3->setup(std::make_shared<Mlp>());
+    EXPECT_TRUE(ThrowsWith<NotImplementedError>([&] { Join join(stage3); },
+                                                {"Join", "zero_stage 3", "gathers"}));
+  }
   EXPECT_TRUE(ThrowsWith<ValueError>(
       [&] { create_multi_node_optimizer(adam(), comm, MultiNodeOptimizerOptions{.zero_stage = 4}); },
       {"zero_stage", "4"}));

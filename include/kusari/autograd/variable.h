@@ -46,6 +46,28 @@ struct GradReadyHooks {
 /// Grad-ready hooks alive in the process (any variable).
 int64_t live_grad_ready_hooks();
 
+struct VariableImpl;
+
+/// Where the values of a parameter whose data was released come from (sharded data parallelism,
+/// stage 3: Note [Sharded parameters] in src/mn/reduce/sharded_update.cc). While a variable's
+/// `source` is set, its data is a placeholder of the right shape, dtype and device, and
+/// Variable::data() calls materialize() first, which puts the values back and clears `source`.
+class DataSource {
+ public:
+  virtual void materialize(VariableImpl& impl) = 0;
+  /// Called when the next function node is recorded, once asked for with call_at_next_node:
+  /// every function that read data before it has finished (a safe moment to release data).
+  virtual void at_next_node() {}
+
+ protected:
+  ~DataSource() = default;
+};
+
+/// Asks for source->at_next_node() when this thread next records a function node (once).
+void call_at_next_node(DataSource* source);
+/// Withdraws the requests of `source` (it is going away).
+void cancel_calls_at_next_node(DataSource* source);
+
 /// The state behind a Variable handle. See Note [Graph ownership].
 struct VariableImpl {
   Array data;
@@ -75,6 +97,8 @@ struct VariableImpl {
   Array grad_buffer;
   // Called when backward has finished this leaf's gradient (Variable::add_grad_ready_hook).
   GradReadyHooks grad_ready_hooks;
+  // Parameters only: set while the data is released; data() materializes it (DataSource).
+  DataSource* source = nullptr;
 
   /// True when the gradient is grad_buffer itself (the same memory, offset and geometry).
   bool grad_in_buffer() const;
@@ -108,18 +132,25 @@ class Variable {
   explicit Variable(std::shared_ptr<detail::VariableImpl> impl) : impl_(std::move(impl)) {}
 
   bool defined() const { return static_cast<bool>(impl_); }
-  const Array& data() const { return impl().data; }
+  /// The values (a released parameter's are put back first: DataSource).
+  const Array& data() const {
+    detail::VariableImpl& im = impl();
+    if (im.source != nullptr) [[unlikely]]
+      im.source->materialize(im);
+    return im.data;
+  }
   /// Chainer's spelling of data().
-  const Array& array() const { return impl().data; }
+  const Array& array() const { return data(); }
   /// Replaces the data (shape may change; the graph is not touched). A gradient buffer bound to
   /// a parameter (Parameter::set_grad_buffer) is unbound when the shape, dtype or device changes.
   void set_data(Array data);
 
-  const Shape& shape() const { return data().shape(); }
-  Dtype dtype() const { return data().dtype(); }
-  Device device() const { return data().device(); }
-  int ndim() const { return data().ndim(); }
-  int64_t size() const { return data().size(); }
+  // (the geometry of a released parameter's placeholder is the parameter's: no values needed)
+  const Shape& shape() const { return impl().data.shape(); }
+  Dtype dtype() const { return impl().data.dtype(); }
+  Device device() const { return impl().data.device(); }
+  int ndim() const { return impl().data.ndim(); }
+  int64_t size() const { return impl().data.size(); }
 
   /// The gradient array (undefined when none has been computed).
   Array grad() const;
@@ -217,7 +248,7 @@ class Parameter : public Variable {
   std::string shape_origin() const;
   const std::shared_ptr<Initializer>& initializer() const { return impl().initializer; }
   /// The device the parameter lives (or will live) on.
-  Device device() const { return is_initialized() ? data().device() : impl().device; }
+  Device device() const { return is_initialized() ? impl().data.device() : impl().device; }
   /// Moves the data (and gradient) to `device`, or records it for a later initialize(). A bound
   /// gradient buffer on another device is unbound.
   void to_device(Device device);

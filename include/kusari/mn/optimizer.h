@@ -42,7 +42,11 @@ struct MultiNodeOptimizerOptions {
   /// [Sharded optimizer]). Every communicator kind. With `overlap`, stage 2 reduce-scatters the
   /// gradients in chunks of bucket_bytes while backward runs and drops each gradient once sent,
   /// so that they never live whole (ZeRO-2's memory); stage 1 refuses overlap, both refuse
-  /// double_buffering. Stage 3 (sharded parameters) is not implemented yet.
+  /// double_buffering. 3 also keeps the parameters' values in the shards only (ZeRO-3, FSDP's
+  /// full sharding): a group of parameters (bucket_bytes or more, consecutive) is gathered whole
+  /// when one of them is read and released again once forward moves on or backward is done with
+  /// it; the gradients are reduce-scattered while backward runs (stage 2 with overlap, implied).
+  /// Reads are collective: see summon_full_parameters() and Note [Sharded parameters].
   int zero_stage = 0;
   /// PowerSGD (Vogels et al., 2019): the averaged gradient of each matrix (a gradient of n x m,
   /// its first axis by the rest) is approximated by P Q^T of this rank, with error feedback and
@@ -71,13 +75,20 @@ struct CompressionStats {
 
 /// The layout of a sharded multi-node optimizer (MultiNodeOptimizer::shard_stats).
 struct ShardStats {
-  /// 0 (not sharded), 1 or 2.
+  /// 0 (not sharded), 1, 2 or 3.
   int stage = 0;
   /// Parameter elements whose optimizer state this process holds, and in all shards.
   int64_t shard_elements = 0;
   int64_t total_elements = 0;
   /// Parameters cut between two shards.
   int64_t split_parameters = 0;
+  /// Stage 3: elements of the model's parameters held whole on this process now (other stages:
+  /// all of them); the parameter groups gathered so far, and of them those gathered in the
+  /// background (prefetched, as the last step's order predicted); the number of groups.
+  int64_t whole_elements = 0;
+  int64_t gathers = 0;
+  int64_t prefetched = 0;
+  int64_t units = 0;
 };
 
 /// What the last update of an overlapping multi-node optimizer did.
@@ -172,6 +183,11 @@ class MultiNodeOptimizer : public Optimizer {
   Communicator& communicator() { return *comm_; }
   /// The sharding of the optimizer's state (zero_stage; the layout is made by the first update).
   ShardStats shard_stats() const;
+  /// zero_stage 3: gathers every parameter whole on every process (collective) and keeps them
+  /// whole until the next update, or until backward is done with them, so that one process
+  /// alone may then read them (save the model to a file, generate text, evaluate). Other stages,
+  /// or before the first update: nothing to do.
+  void summon_full_parameters();
   /// With powersgd_rank: what the last update sent.
   CompressionStats compression_stats() const;
 

@@ -19,7 +19,8 @@ from kusari._kusari.mn import (AllreducePersistent, Communicator, CommunicatorEr
                                create_multi_node_iterator, create_multi_node_optimizer, create_synchronized_iterator,
                                load_newest_snapshot_set, load_snapshot_files, load_snapshot_of_each_rank,
                                merge_snapshot_files, multi_node_snapshot, names_snapshot_folder,
-                               newest_complete_snapshot_set, scatter_dataset, scatter_index)
+                               newest_complete_snapshot_set, scatter_dataset, scatter_index, shard_stats,
+                               summon_full_parameters)
 from kusari.mn import functions  # noqa: F401
 
 

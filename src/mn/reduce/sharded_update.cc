@@ -1,6 +1,7 @@
 #include "mn/reduce/sharded_update.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "kusari/core/routines.h"
@@ -136,20 +137,54 @@ bool same_shape_in(const std::vector<std::pair<std::string, Parameter>>& named, 
 
 ShardedUpdate::ShardedUpdate(std::shared_ptr<Communicator> comm, int stage, int64_t chunk_bytes, bool overlap)
     : comm_(std::move(comm)), stage_(stage), chunk_bytes_(chunk_bytes), overlap_(overlap) {
-  KUSARI_CHECK(stage_ == 1 || stage_ == 2, ValueError, "ShardedUpdate: stage must be 1 or 2, got ", stage_);
+  KUSARI_CHECK(stage_ >= 1 && stage_ <= 3, ValueError, "ShardedUpdate: stage must be 1, 2 or 3, got ", stage_);
+  if (stage_ == 3) overlap_ = true;  // (its gradients are reduce-scattered during backward)
   KUSARI_CHECK(chunk_bytes_ > 0, ValueError, "create_multi_node_optimizer: bucket_bytes (the chunk of the sharded "
                "step) must be positive, got ", chunk_bytes_);
-  KUSARI_CHECK(!overlap_ || stage_ == 2, NotImplementedError, "create_multi_node_optimizer: zero_stage 1 cannot be "
+  KUSARI_CHECK(!overlap_ || stage_ >= 2, NotImplementedError, "create_multi_node_optimizer: zero_stage 1 cannot be "
                "combined with overlap (its gradients are averaged whole); zero_stage 2 overlaps its reduce-scatter");
   // The chunks' collectives get a communicator of their own: a model may run collectives of its
   // own during backward, which must not interleave with them in another order on another process.
   if (overlap_) KUSARI_MPI_CHECK(MPI_Comm_dup(to_comm(comm_->mpi_comm_handle()), &dup_));
+  if (stage_ == 3) KUSARI_MPI_CHECK(MPI_Comm_dup(to_comm(comm_->mpi_comm_handle()), &gather_dup_));
 }
+
+namespace {
+
+/// What a released parameter reads once its sharded optimizer is gone.
+class Orphaned final : public ::kusari::detail::DataSource {
+ public:
+  void materialize(::kusari::detail::VariableImpl& impl) override {
+    KUSARI_THROW(ValueError, "the parameter ", impl.name.empty() ? std::string() : impl.name + " ",
+                 "was sharded over the processes by a multi-node optimizer (zero_stage 3) that no longer exists, "
+                 "and its values went with it; call summon_full_parameters() on that optimizer before dropping it");
+  }
+};
+
+Orphaned& orphaned() {
+  static Orphaned o;
+  return o;
+}
+
+}  // namespace
 
 ShardedUpdate::~ShardedUpdate() {
   detach_hooks();
+  ::kusari::detail::cancel_calls_at_next_node(this);
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (prefetch_ && !finalized) {
+    try {
+      wait_prefetch(false);
+    } catch (...) {
+      // (the communicator failed: the job ends with its report)
+    }
+  }
+  for (Group& g : groups_) {
+    for (Entry& e : g.entries) {
+      if (e.param.defined() && e.param.impl().source == this) e.param.impl().source = &orphaned();
+    }
+  }
   // Chunks a backward launched without an update after it: MPI still writes into their buffers.
   if (!finalized && next_chunk_ > 0) {
     try {
@@ -159,6 +194,7 @@ ShardedUpdate::~ShardedUpdate() {
     }
   }
   if (dup_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&dup_);
+  if (gather_dup_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&gather_dup_);
 }
 
 std::vector<int64_t> ShardedUpdate::Group::counts() const {
@@ -207,7 +243,13 @@ void ShardedUpdate::plan(Link& model, Optimizer& actual) {
     }
     Group& g = groups_[it->second];
     const int64_t offset = g.entries.empty() ? 0 : g.entries.back().offset + g.entries.back().size;
-    g.entries.push_back(Entry{path, p, offset, p.size()});
+    Entry e{path, p, offset, p.size()};
+    e.shape = p.shape();
+    e.device = p.device();
+    e.format = p.data().memory_format();
+    if (stage_ == 3)
+      e.placeholder = Array::empty({1}, p.dtype(), p.device()).broadcast_to(p.shape());
+    g.entries.push_back(std::move(e));
   }
   const int rank = comm_->rank();
   auto link = std::make_shared<ShardLink>();
@@ -233,8 +275,19 @@ void ShardedUpdate::plan(Link& model, Optimizer& actual) {
       piece.hi = hi;
       piece.flat = e.offset + lo;
       piece.whole = lo == 0 && hi == e.size;
-      piece.shard = piece.whole ? Parameter(e.param.data())
-                                : Parameter(part_of(e.param.data(), lo, hi, piece_shape(e.param.ndim(), hi - lo)));
+      if (stage_ == 3) {
+        // The shard owns its values: the model's whole parameters are released after the step.
+        const Array& data = e.param.data();
+        piece.shard = Parameter(
+            piece.whole
+                ? data.copy()
+                : part_of(data.contiguous(), lo, hi, piece_shape(data.ndim(), hi - lo)).copy());
+      } else {
+        piece.shard =
+            piece.whole
+                ? Parameter(e.param.data())
+                : Parameter(part_of(e.param.data(), lo, hi, piece_shape(e.param.ndim(), hi - lo)));
+      }
       link->add_at(e.path, piece.shard);
       g.pieces.push_back(std::move(piece));
     }
@@ -273,9 +326,24 @@ void ShardedUpdate::plan(Link& model, Optimizer& actual) {
     make_chunks();
     attach_hooks();
   }
+  if (stage_ == 3) {
+    make_units();
+    for (Unit& u : units_) u.live = true;
+    release_all();
+  }
 }
 
 void ShardedUpdate::forget() {
+  if (stage_ == 3 && planned_) {
+    // The parameters become whole again (collective): a new layout is cut from them.
+    gather_all();
+    units_.clear();
+    where_.clear();
+    entry_unit_.clear();
+    trace_.clear();
+    last_trace_.clear();
+    ::kusari::detail::cancel_calls_at_next_node(this);
+  }
   if (overlap_) {
     detach_hooks();
     if (next_chunk_ > 0) drain();  // (a backward launched chunks before the parameter set changed)
@@ -477,6 +545,14 @@ void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill, double 
   } else if (overlap_) {
     finish_overlapped(zero_fill, scale);
     model.cleargrads();
+    if (stage_ == 3) {
+      // Whole values set in place since they were gathered go back into the pieces before the
+      // step; the next forward gathers the stepped values.
+      wait_prefetch(false);
+      release_all();
+      last_trace_ = std::move(trace_);
+      trace_.clear();
+    }
   } else {
     for (Group& g : groups_) reduce_scatter_grads(g, zero_fill, scale);
     model.cleargrads();
@@ -491,11 +567,13 @@ void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill, double 
   }
   model.for_each_param([](const Parameter& p) { p.impl().loss_scale = 1.0; });
   actual.update();
-  for (Group& g : groups_) all_gather_params(g);
+  if (stage_ != 3) {
+    for (Group& g : groups_) all_gather_params(g);
+  }
   for (Group& g : groups_) {
     for (Piece& piece : g.pieces) {
       // Stage 1: views of the model's gradients; stage 2: of the shard (its buffer is reused).
-      if (stage_ == 2 || !piece.whole) piece.shard.set_grad(Array());
+      if (stage_ >= 2 || !piece.whole) piece.shard.set_grad(Array());
     }
   }
 }
@@ -510,8 +588,11 @@ void ShardedUpdate::step(Link& model, Optimizer& actual, bool zero_fill, double 
 // backward finishes the gradients in another order (a process then only launches later). A
 // gradient whose chunks are all packed is dropped at once, so that the model's gradients do not
 // live whole until the step: what stays is this process's shard of them and the chunks in
-// flight (at most kChunksInFlight: a process whose peers lag would otherwise hold every chunk's
-// buffer; a ready chunk beyond the limit waits, unpacked, for a later hook or the update - a hook
+// flight (at most kChunksInFlight, 8: a process whose peers lag would otherwise hold every chunk's
+// buffer, host memory for a device gradient; on the CPU a packed chunk only replaces the gradients
+// it frees. Two were too few: with 4 processes on 2 cores the gradients waiting behind them were
+// half the model's at the end of backward, bench_mn_sharding; a ready chunk beyond the limit waits,
+// unpacked, for a later hook or the update - a hook
 // never blocks, since a peer may be in a collective of the model's own, or of a Join, that this
 // process has yet to reach). The hooks also test the requests in flight, which moves MPI on
 // while backward runs.
@@ -596,6 +677,7 @@ void ShardedUpdate::detach_hooks() {
 }
 
 void ShardedUpdate::on_ready(size_t gi, size_t i) {
+  if (stage_ == 3) note_ready(gi, i);
   if (holding_) return;
   const Entry& e = groups_[gi].entries[i];
   const auto [from, to] = entry_chunks_[gi][i];
@@ -613,8 +695,13 @@ void ShardedUpdate::on_ready(size_t gi, size_t i) {
   // Move the chunks in flight on while backward runs, free the buffers of those done, and launch
   // what is ready within the limit. A hook never waits: a peer may be in a collective of the
   // model's own (or of a Join) that this process has yet to reach.
-  int flag = 0;
-  KUSARI_MPI_CHECK(MPI_Testall(static_cast<int>(next_chunk_), requests_.data(), &flag, MPI_STATUSES_IGNORE));
+  // (MPI_Testsome frees each request that completed; MPI_Testall frees none until all have, which
+  // kept a finished chunk counted in flight, and the ready chunks after it waiting, with their
+  // gradients, while an earlier one was still out.)
+  int done = 0;
+  std::vector<int> indices(next_chunk_);
+  KUSARI_MPI_CHECK(MPI_Testsome(static_cast<int>(next_chunk_), requests_.data(), &done, indices.data(),
+                                MPI_STATUSES_IGNORE));
   for (size_t k = 0; k < next_chunk_; ++k) {
     if (requests_[k] == MPI_REQUEST_NULL) chunks_[k].send = Array();
   }
@@ -787,6 +874,242 @@ void ShardedUpdate::serialize(Serializer& s, Optimizer& actual) {
   };
   Slicer slicer(s, nullptr, *this, "", direct);
   actual.serialize(slicer);
+}
+
+// Note [Sharded parameters]
+// ZeRO's stage 3 (FSDP's full sharding): besides the optimizer's state and the averaged
+// gradients, the parameters' values live in the shards only. The pieces own their values (a copy
+// made by plan()); each model parameter's data is a placeholder of its shape, dtype and device
+// (one element broadcast) whose VariableImpl names this object as its DataSource.
+//
+// Units. The flat space of each group is cut into units of whole parameters, consecutive in the
+// flat order, of at least bucket_bytes each (a larger parameter is a unit alone): FSDP's
+// size-based wrapping, without asking the user to wrap anything. A unit is gathered whole
+// (MPI_Iallgatherv of its part of each shard, on a communicator of its own) when any of its
+// parameters' data is read: Variable::data() calls materialize(). A model is ordinary code, so
+// whatever reads a parameter - a link's forward, a backward rule, a serializer, a user's print -
+// gets its values, on every process alike (the reads are collective: every process runs the same
+// model code; a read on one process alone waits for the others until the deadline, whose message
+// names the gather). CPU parameters of the unit are views of the gathered buffer (no copy).
+//
+// Release. In forward a unit's whole values are dropped at the next node recorded after another
+// unit was gathered (DataSource::at_next_node): at that moment no function is between reading its
+// inputs' data and recording itself, so no reference to a placeholder-to-be is in use. So forward
+// holds about one or two units at a time. A backward rule that reads a released parameter gathers
+// it again; the gradient-ready hooks release a unit once all its parameters' gradients are final
+// (their reduce-scatter is stage 2's). Nodes that backward rules record (double backprop) do not
+// release (detail::BackwardScope: a rule may hold data it read), so backward releases only there;
+// evaluation without recording (no_backprop_mode) keeps what it gathered until the next step.
+// A release first writes this process's parts of the whole values back into its pieces, so that
+// values set in place while whole (a loaded snapshot, a user's assignment on every process) are
+// kept; the step releases everything before the optimizer steps the pieces.
+//
+// Prefetch. The units gathered in a step are recorded; in the next step, when the k-th gather of
+// the step is of the same unit as the last step's k-th, the last step's (k+1)-th unit is gathered
+// in the background (one at a time). Every process runs the same code, so every process predicts
+// alike and the collectives match; a wrong prediction is waited for and kept (whole) like any
+// gathered unit.
+//
+// Snapshots hold the pieces' states as in stage 2, and the model's parameters whole: a save reads
+// them (gathering unit after unit on every process); summon_full_parameters() gathers them all
+// before work that one process does alone. Equality: the pieces are stepped exactly as stage 2's,
+// and a gather copies values, so stage 3 equals stage 2 bit for bit.
+
+void ShardedUpdate::make_units() {
+  units_.clear();
+  where_.clear();
+  entry_unit_.assign(groups_.size(), {});
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
+    const int64_t item = static_cast<int64_t>(itemsize(g.dtype));
+    const int64_t target = std::max<int64_t>(1, chunk_bytes_ / item);
+    entry_unit_[gi].assign(g.entries.size(), 0);
+    for (size_t i = 0; i < g.entries.size(); ++i) {
+      Entry& e = g.entries[i];
+      if (units_.empty() || units_.back().group != gi ||
+          units_.back().b - units_.back().a >= target) {
+        Unit u;
+        u.group = gi;
+        u.first = i;
+        u.a = e.offset;
+        units_.push_back(u);
+      }
+      Unit& u = units_.back();
+      u.last = i + 1;
+      u.b = e.offset + e.size;
+      entry_unit_[gi][i] = units_.size() - 1;
+      where_[e.param.impl_ptr().get()] = {gi, i};
+    }
+  }
+}
+
+ShardedUpdate::Gather ShardedUpdate::start_gather(size_t k) {
+  const Unit& u = units_[k];
+  const Group& g = groups_[u.group];
+  const int rank = comm_->rank();
+  const int64_t item = static_cast<int64_t>(itemsize(g.dtype));
+  Gather gather;
+  gather.unit = k;
+  gather.buffer = Array::empty({u.b - u.a}, g.dtype, Device::cpu());
+  char* buffer = static_cast<char*>(gather.buffer.raw_data());
+  // This process's part of the unit, from its pieces, where the result puts it.
+  for (const Piece& p : g.pieces) {
+    const int64_t len = p.hi - p.lo;
+    if (p.flat + len <= u.a || p.flat >= u.b) continue;
+    const Array values = host_flat(p.shard.data());
+    std::memcpy(buffer + (p.flat - u.a) * item, values.raw_data(), static_cast<size_t>(len * item));
+  }
+  const std::vector<int64_t> counts = counts_within(g.bounds, u.a, u.b);
+  if (u.b - u.a > max_chunk_elements()) {
+    // (more than one message takes: gathered at once, in pieces)
+    const int64_t mine = std::min(std::max(u.a, g.bounds[static_cast<size_t>(rank)]), u.b) - u.a;
+    allgather_host(buffer + mine * item, buffer, counts, g.dtype, gather_dup_);
+    return gather;
+  }
+  std::vector<int> counts32(counts.size()), displs(counts.size());
+  int64_t at = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    counts32[r] = static_cast<int>(counts[r]);
+    displs[r] = static_cast<int>(at);
+    at += counts[r];
+  }
+  KUSARI_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, mpi_datatype(g.dtype), buffer, counts32.data(),
+                                   displs.data(), mpi_datatype(g.dtype), gather_dup_,
+                                   &gather.request));
+  return gather;
+}
+
+void ShardedUpdate::finish_gather(Gather& gather) {
+  if (gather.request != MPI_REQUEST_NULL) {
+    wait_requests(&gather.request, 1, "MPI_Iallgatherv (the sharded parameters, zero_stage 3)");
+  }
+  Unit& u = units_[gather.unit];
+  Group& g = groups_[u.group];
+  for (size_t i = u.first; i < u.last; ++i) {
+    Entry& e = g.entries[i];
+    Array flat = gather.buffer.at({Slice(e.offset - u.a, e.offset - u.a + e.size)});
+    Array whole;
+    if (e.device.is_cpu() && e.format == MemoryFormat::kContiguous) {
+      whole = flat.reshape(e.shape);  // (a view of the gathered buffer)
+    } else {
+      whole = Array::empty(e.shape, g.dtype, e.device, e.format);
+      whole.assign(flat.reshape(e.shape).to_device(e.device));
+    }
+    ::kusari::detail::VariableImpl& impl = e.param.impl();
+    impl.data = std::move(whole);
+    impl.source = nullptr;
+  }
+  u.live = true;
+  u.ready = 0;
+  u.used = ++clock_;
+  ++gathers_;
+  trace_.push_back(gather.unit);
+  // Other units whole since before this one are released at the next node recorded.
+  for (const Unit& other : units_) {
+    if (other.live && &other != &u) {
+      ::kusari::detail::call_at_next_node(this);
+      break;
+    }
+  }
+}
+
+void ShardedUpdate::wait_prefetch(bool install) {
+  if (!prefetch_) return;
+  Gather gather = std::move(*prefetch_);
+  prefetch_.reset();
+  if (install) {
+    finish_gather(gather);
+    ++prefetched_;
+  } else if (gather.request != MPI_REQUEST_NULL) {
+    wait_requests(&gather.request, 1, "MPI_Iallgatherv (the sharded parameters, zero_stage 3)");
+  }
+}
+
+void ShardedUpdate::gather_unit(size_t k) {
+  if (units_[k].live) return;
+  if (prefetch_ && prefetch_->unit == k) {
+    wait_prefetch(true);
+  } else {
+    wait_prefetch(true);  // (a unit predicted wrongly: every process waits for it alike)
+    Gather gather = start_gather(k);
+    finish_gather(gather);
+  }
+  // The next unit as the last step went on, gathered in the background.
+  const size_t at = trace_.size() - 1;
+  if (at + 1 < last_trace_.size() && last_trace_[at] == k) {
+    const size_t next = last_trace_[at + 1];
+    const Unit& n = units_[next];
+    if (!n.live && n.b - n.a <= max_chunk_elements()) prefetch_ = start_gather(next);
+  }
+}
+
+void ShardedUpdate::materialize(::kusari::detail::VariableImpl& impl) {
+  const auto it = where_.find(&impl);
+  KUSARI_CHECK(it != where_.end(), ValueError, "MultiNodeOptimizer (zero_stage 3): the parameter ",
+               impl.name, " is not one of the sharded model's");
+  gather_unit(entry_unit_[it->second.first][it->second.second]);
+}
+
+void ShardedUpdate::release_unit(size_t k) {
+  Unit& u = units_[k];
+  if (!u.live) return;
+  Group& g = groups_[u.group];
+  for (const Piece& p : g.pieces) {
+    const int64_t len = p.hi - p.lo;
+    if (p.flat + len <= u.a || p.flat >= u.b) continue;
+    size_t i = u.first;
+    while (g.entries[i].path != p.path) ++i;
+    const Array& whole = g.entries[i].param.impl().data;
+    Array shard = p.shard.data();
+    const Array flat = (whole.is_contiguous() ? whole : whole.contiguous()).reshape({whole.size()});
+    shard.assign(flat.at({Slice(p.lo, p.hi)}).reshape(shard.shape()).to_device(shard.device()));
+  }
+  for (size_t i = u.first; i < u.last; ++i) {
+    Entry& e = g.entries[i];
+    ::kusari::detail::VariableImpl& impl = e.param.impl();
+    impl.data = e.placeholder;
+    impl.source = this;
+  }
+  u.live = false;
+}
+
+void ShardedUpdate::release_all() {
+  for (size_t k = 0; k < units_.size(); ++k) release_unit(k);
+}
+
+void ShardedUpdate::at_next_node() {
+  // Keep the unit gathered last (a function may be about to read more of it); release the rest.
+  size_t newest = units_.size();
+  for (size_t k = 0; k < units_.size(); ++k) {
+    if (units_[k].live && (newest == units_.size() || units_[k].used > units_[newest].used))
+      newest = k;
+  }
+  for (size_t k = 0; k < units_.size(); ++k) {
+    if (k != newest) release_unit(k);
+  }
+}
+
+void ShardedUpdate::note_ready(size_t gi, size_t i) {
+  Unit& u = units_[entry_unit_[gi][i]];
+  if (u.live && ++u.ready == static_cast<int>(u.last - u.first)) release_unit(entry_unit_[gi][i]);
+}
+
+void ShardedUpdate::gather_all() {
+  if (stage_ != 3 || !planned_) return;
+  wait_prefetch(true);
+  for (size_t k = 0; k < units_.size(); ++k) {
+    if (units_[k].live) continue;
+    Gather gather = start_gather(k);
+    finish_gather(gather);
+  }
+  ::kusari::detail::cancel_calls_at_next_node(this);  // (kept whole until the step or backward)
+}
+
+int64_t ShardedUpdate::whole_elements() const {
+  if (stage_ != 3 || !planned_) return total_elements();
+  int64_t n = 0;
+  for (const Unit& u : units_) n += u.live ? u.b - u.a : 0;
+  return n;
 }
 
 }  // namespace kusari::mn::detail

@@ -1,14 +1,16 @@
-// The sharded optimizer step (ZeRO stages 1 and 2; Note [Sharded optimizer] in
-// sharded_update.cc): a model-level strategy of reduce/, owned by the multi-node optimizer, that
-// talks to the communicator only through buffer collectives (allreduce, reduce-scatter,
-// all-gather) and the object collectives.
+// The sharded optimizer step (ZeRO stages 1, 2 and 3; Notes [Sharded optimizer] and [Sharded
+// parameters] in sharded_update.cc): a model-level strategy of reduce/, owned by the multi-node
+// optimizer, that talks to the communicator only through buffer collectives (allreduce,
+// reduce-scatter, all-gather) and the object collectives.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kusari/mn/communicator.h"
@@ -25,11 +27,12 @@ std::vector<int64_t> shard_bounds(const std::vector<int64_t>& sizes, const std::
                                   int processes);
 
 /// Steps a model's parameters with an optimizer that holds the state of this process's shard only.
-class ShardedUpdate {
+class ShardedUpdate final : public ::kusari::detail::DataSource {
  public:
   /// `stage` 1: the gradients are averaged whole (the communicator's multi_node_mean_grad), the
   /// optimizer's state is sharded; 2: the gradients are reduce-scattered into the shard and the
-  /// model's gradients are dropped after the step.
+  /// model's gradients are dropped after the step; 3: as 2 with overlap, and the parameters'
+  /// values live in the shards too, gathered whole only while used (Note [Sharded parameters]).
   /// `chunk_bytes`: the most bytes reduced or gathered at once (the host memory the step needs).
   /// `overlap` (stage 2 only): the chunks are reduce-scattered while backward runs, each launched
   /// from the gradient-ready hooks once its gradients are final, and each gradient dropped once
@@ -71,12 +74,32 @@ class ShardedUpdate {
   /// Parameters cut between shards (each counted once).
   int64_t split_parameters() const;
 
+  // --- stage 3 --------------------------------------------------------------------------------
+  /// Gathers the released parameters of a unit when one of them is read (Variable::data()).
+  void materialize(::kusari::detail::VariableImpl& impl) override;
+  /// Releases the units whole since before the one gathered last (forward's next node).
+  void at_next_node() override;
+  /// Stage 3: gathers every parameter whole (collective) and keeps them whole until the next
+  /// step or until backward is done with them. Other stages: nothing.
+  void gather_all();
+  /// Elements of the model's parameters held whole on this process now (stage 3; else all).
+  int64_t whole_elements() const;
+  /// Units gathered so far, and of them those prefetched (stage 3).
+  int64_t gathers() const { return gathers_; }
+  int64_t prefetched() const { return prefetched_; }
+  int64_t units() const { return static_cast<int64_t>(units_.size()); }
+
  private:
   struct Entry {
     std::string path;
     Parameter param;      // the model's
     int64_t offset = 0;   // in its group's flat space
     int64_t size = 0;
+    // Stage 3: where the whole values go, and what the data is while released.
+    Shape shape;
+    Device device;
+    MemoryFormat format = MemoryFormat::kContiguous;
+    Array placeholder;
   };
   struct Piece {
     std::string path;
@@ -116,7 +139,7 @@ class ShardedUpdate {
   size_t chunks_in_flight() const;
   /// Launches the chunks not launched yet and waits for all (a backward without its update).
   void drain();
-  static constexpr size_t kChunksInFlight = 2;
+  static constexpr size_t kChunksInFlight = 8;
   void reset_overlap();
   void finish_overlapped(bool zero_fill, double scale);
   void shard_grads_from_model(Group& g, double scale);
@@ -143,6 +166,43 @@ class ShardedUpdate {
   std::vector<std::vector<std::pair<size_t, size_t>>> entry_chunks_;  // per group, per entry: chunks [from, to)
   std::vector<std::vector<Array>> host_grads_;  // per group, per entry: the flat host gradient while packed
   std::vector<std::pair<Parameter, int64_t>> hooks_;
+
+  // --- stage 3: sharded parameters (Note [Sharded parameters]) --------------------------------
+  struct Unit {
+    size_t group = 0;
+    size_t first = 0, last = 0;  // its entries [first, last)
+    int64_t a = 0, b = 0;        // its part of the group's flat space
+    bool live = false;           // the entries hold their whole values
+    int ready = 0;               // entries whose gradient backward finished since it was gathered
+    uint64_t used = 0;           // when it was last gathered (the eviction order)
+  };
+  struct Gather {
+    size_t unit = 0;
+    Array buffer;  // the unit's flat values (host)
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  void make_units();
+  /// Launches the gather of unit `u` (this process's part from its pieces).
+  Gather start_gather(size_t u);
+  /// Waits for a gather and gives its entries their whole values.
+  void finish_gather(Gather& gather);
+  void gather_unit(size_t u);
+  /// Writes this process's parts of the unit's whole values back into its pieces (values set in
+  /// place while whole, such as a loaded snapshot, are kept), then drops the whole values.
+  void release_unit(size_t u);
+  void release_all();
+  void wait_prefetch(bool install);
+  void note_ready(size_t group, size_t entry);
+  /// Unit of an entry, per group.
+  std::vector<std::vector<size_t>> entry_unit_;
+  std::vector<Unit> units_;
+  std::unordered_map<const ::kusari::detail::VariableImpl*, std::pair<size_t, size_t>> where_;
+  MPI_Comm gather_dup_ = MPI_COMM_NULL;  // the gathers' collectives
+  std::optional<Gather> prefetch_;
+  std::vector<size_t> trace_, last_trace_;  // the units gathered in this step, and in the last
+  uint64_t clock_ = 0;
+  static constexpr size_t kLiveUnits = 2;  // whole units kept besides the one being gathered
+  int64_t gathers_ = 0, prefetched_ = 0;
 };
 
 }  // namespace kusari::mn::detail

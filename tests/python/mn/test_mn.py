@@ -57,10 +57,11 @@ def test_reduce_scatter_and_all_gather():
 
 def test_sharded_optimizer_equals_the_replicated_one():
     kusari.manual_seed(0)
-    models = [L.Classifier(L.Linear(5, 7)) for _ in range(2)]
-    models[1].copyparams(models[0])
-    opts = [kusari.mn.create_multi_node_optimizer(kusari.optimizers.Adam(), comm, zero_stage=stage)
-            for stage in (0, 1)]
+    models = [L.Classifier(L.Linear(5, 7)) for _ in range(4)]
+    for m in models[1:]:
+        m.copyparams(models[0])
+    opts = [kusari.mn.create_multi_node_optimizer(kusari.optimizers.Adam(), comm, zero_stage=stage, **extra)
+            for stage, extra in ((0, {}), (1, {}), (2, {'overlap': True}), (3, {'bucket_mb': 1e-5}))]
     for model, opt in zip(models, opts):
         opt.setup(model)
         rng = np.random.RandomState(comm.rank)
@@ -68,8 +69,15 @@ def test_sharded_optimizer_equals_the_replicated_one():
             x, t = rng.randn(8, 5).astype(np.float32), rng.randint(0, 7, 8).astype(np.int32)
             opt.update(model, x, t)
     np.testing.assert_array_equal(models[1].predictor.W.array, models[0].predictor.W.array)
-    with pytest.raises(NotImplementedError, match='zero_stage 3'):
-        kusari.mn.create_multi_node_optimizer(kusari.optimizers.Adam(), comm, zero_stage=3)
+    # Stage 3 keeps the parameters in the shards between steps and gathers them when read.
+    stats = kusari.mn.shard_stats(opts[3])
+    assert stats['stage'] == 3 and stats['whole_elements'] == 0 and stats['units'] >= 2
+    np.testing.assert_array_equal(models[3].predictor.W.array, models[2].predictor.W.array)
+    np.testing.assert_allclose(models[3].predictor.W.array, models[0].predictor.W.array, rtol=1e-5, atol=1e-6)
+    kusari.mn.summon_full_parameters(opts[3])
+    assert kusari.mn.shard_stats(opts[3])['whole_elements'] == stats['total_elements']
+    with pytest.raises(TypeError, match='multi-node'):
+        kusari.mn.shard_stats(kusari.optimizers.Adam())
 
 
 def test_sharded_snapshot_files_load_together_and_merge(tmp_path_factory):
