@@ -182,8 +182,8 @@ void init_models(py::module_& models) {
   py::class_<M::RetinaNetOutputs>(models, "RetinaNetOutputs", "The heads' outputs for every anchor of a batch.")
       .def_readonly("scores", &M::RetinaNetOutputs::scores, "(N, anchors, num_classes) logits")
       .def_readonly("locs", &M::RetinaNetOutputs::locs, "(N, anchors, 4) offsets from the anchors")
-      .def_property_readonly("anchors", [](const M::RetinaNetOutputs& o) { return array_to_python(o.anchors); },
-                             "float32 (anchors, 4)")
+      .def_property_readonly("anchors", [](const M::RetinaNetOutputs& o) { return array_to_python(o.anchors.copy()); },
+                             "float32 (anchors, 4); a copy (the model caches its anchors per size)")
       .def_readonly("anchors_per_level", &M::RetinaNetOutputs::anchors_per_level);
 
   py::class_<M::RetinaNet, Chain, std::shared_ptr<M::RetinaNet>>(models, "RetinaNet", py::dynamic_attr(),

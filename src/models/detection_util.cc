@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <utility>
 
 #include "kusari/core/error.h"
+#include "kusari/core/routines.h"
 #include "kusari/functions.h"
 
 namespace kusari::models::detail {
@@ -68,6 +70,54 @@ void append_detections(Detections& d, const std::vector<float>& boxes,
   d.bboxes.push_back(Array::from_vector(out_boxes, Shape{kept, 4}));
   d.scores.push_back(Array::from_vector(out_scores, Shape{kept}));
   d.labels.push_back(Array::from_vector(out_labels, Shape{kept}));
+}
+
+AnchorCache::AnchorCache(std::vector<double> ratios, std::vector<double> scales, size_t capacity)
+    : ratios_(std::move(ratios)),
+      scales_(std::move(scales)),
+      capacity_(std::max<size_t>(capacity, 1)) {}
+
+PyramidAnchors AnchorCache::get(const std::vector<AnchorLevel>& levels, Device device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = std::find_if(entries_.begin(), entries_.end(),
+                         [&levels](const Entry& e) { return e.levels == levels; });
+  if (it != entries_.end()) {
+    entries_.splice(entries_.begin(), entries_, it);
+  } else {
+    Entry e;
+    e.levels = levels;
+    std::vector<Array> parts;
+    for (const AnchorLevel& l : levels) {
+      parts.push_back(generate_anchors(l.height, l.width, l.stride, l.size, ratios_, scales_));
+      e.per_level.push_back(parts.back().shape()[0]);
+    }
+    e.host = parts.size() == 1 ? parts[0] : concatenate(parts, 0);
+    entries_.push_front(std::move(e));
+    if (entries_.size() > capacity_) entries_.pop_back();
+  }
+  Entry& e = entries_.front();
+  PyramidAnchors out;
+  out.host = e.host;
+  out.per_level = e.per_level;
+  if (device == e.host.device()) {
+    out.device = e.host;
+  } else {
+    auto copy = std::find_if(e.copies.begin(), e.copies.end(),
+                             [device](const auto& c) { return c.first == device; });
+    if (copy == e.copies.end()) {
+      e.copies.emplace_back(device, e.host.to_device(device));
+      copy = std::prev(e.copies.end());
+    }
+    out.device = copy->second;
+  }
+  return out;
+}
+
+Array host_anchors(const Array& anchors, const Array& host) {
+  if (host.defined() && host.device().is_cpu() && anchors.defined() &&
+      host.shape() == anchors.shape())
+    return host;
+  return anchors.to_device(Device::cpu());
 }
 
 std::shared_ptr<links::Convolution2D> conv(int64_t in, int64_t out, int64_t ksize, int64_t stride,

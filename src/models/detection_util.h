@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kusari/autograd/variable.h"
@@ -35,6 +38,61 @@ void decode_box(const float* src, const float* loc, const double weights[4], int
 void append_detections(Detections& d, const std::vector<float>& boxes,
                        const std::vector<float>& scores, const std::vector<int32_t>& classes,
                        double nms_threshold, int64_t max_detections);
+
+// Note [Anchor cache]
+// A pyramid's anchors depend only on each level's size, stride and anchor size and on the ratios
+// and scales, never on the pictures: a detector makes them once per input size, on the host,
+// where the matching (match_anchors) and the read-out (proposals, detections) use them, and
+// copies them once to each device its outputs live on. Its AnchorCache keeps the last few input
+// sizes' anchors (least recently used out), so a step at a size seen before reads them without
+// generating, concatenating or copying anything: the outputs' `anchors` (on the outputs' device)
+// and `host_anchors` (on the CPU) are the cache's arrays themselves, shared, not to be written
+// into. A step at a new size (multi-scale training) builds them as before.
+
+/// The settings of one level's anchors: generate_anchors(height, width, stride, size, ...).
+struct AnchorLevel {
+  int64_t height = 0, width = 0;
+  double stride = 0, size = 0;
+  friend bool operator==(const AnchorLevel&, const AnchorLevel&) = default;
+};
+
+/// The anchors of every level of a pyramid, concatenated in level order (Note [Anchor cache]).
+struct PyramidAnchors {
+  Array host;    ///< float32 (anchors, 4) on the CPU
+  Array device;  ///< the same on the device asked for (`host` itself on the CPU)
+  /// The anchors of each level, in order (they sum to the anchor count).
+  std::vector<int64_t> per_level;
+};
+
+/// A detector's anchors per input size (Note [Anchor cache]); safe to call from several threads.
+class AnchorCache {
+ public:
+  /// The anchors of levels made with `ratios` and `scales`; at most `capacity` (at least 1) input
+  /// sizes are kept.
+  AnchorCache(std::vector<double> ratios, std::vector<double> scales, size_t capacity = 8);
+
+  /// The anchors of `levels`, with a copy on `device`: the cached arrays when these levels were
+  /// asked for before (and, for the copy, that device), else made and cached.
+  PyramidAnchors get(const std::vector<AnchorLevel>& levels, Device device);
+
+ private:
+  struct Entry {
+    std::vector<AnchorLevel> levels;
+    Array host;
+    std::vector<int64_t> per_level;
+    std::vector<std::pair<Device, Array>> copies;  // host to each other device, made on demand
+  };
+
+  std::vector<double> ratios_, scales_;
+  size_t capacity_;
+  std::mutex mutex_;
+  std::list<Entry> entries_;  // most recently used first
+};
+
+/// The host copy of `anchors` for the read-out: `host` when it is defined and of the same shape
+/// (the outputs' own, Note [Anchor cache]), else `anchors` copied to the CPU (outputs a caller
+/// put together without it).
+Array host_anchors(const Array& anchors, const Array& host);
 
 /// A convolution with padding ksize / 2 (a "same" convolution for odd sizes at stride 1).
 std::shared_ptr<links::Convolution2D> conv(int64_t in, int64_t out, int64_t ksize, int64_t stride,

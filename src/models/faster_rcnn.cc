@@ -147,6 +147,7 @@ FasterRCNN::FasterRCNN(const FasterRCNNOptions& options, Generator* generator)
   // generate_anchors and match_anchors check the ratios and the RPN's thresholds; check them here
   // too so that a bad setting fails when the model is made.
   generate_anchors(1, 1, 1.0, 1.0, o.ratios, {1.0});
+  anchors_ = std::make_shared<detail::AnchorCache>(o.ratios, std::vector<double>{1.0});
   match_anchors(Array::zeros({0, 4}), Array::zeros({0, 4}), Array::zeros({0}, int32),
                 o.rpn_positive_iou, o.rpn_negative_iou);
 
@@ -183,23 +184,23 @@ RPNOutputs FasterRCNN::rpn_outputs(const std::vector<Variable>& features) {
                "FasterRCNN::rpn_outputs: expected the ", o.max_level - o.min_level + 1,
                " levels of features(), got ", features.size());
   RPNOutputs out;
-  std::vector<Variable> scores, locs, anchors;
+  std::vector<Variable> scores, locs;
+  std::vector<detail::AnchorLevel> levels;
   for (size_t i = 0; i < features.size(); ++i) {
     const double stride = std::ldexp(1.0, o.min_level + static_cast<int>(i));
     const Variable& p = features[i];
     const Variable h = F::relu((*rpn_conv_)(p));
     scores.push_back(per_anchor((*rpn_objectness_)(h), 1));
     locs.push_back(per_anchor((*rpn_loc_)(h), 4));
-    anchors.emplace_back(
-        generate_anchors(p.shape()[2], p.shape()[3], stride, o.anchor_sizes[i], o.ratios, {1.0}));
-    out.anchors_per_level.push_back(anchors.back().shape()[0]);
+    levels.push_back({p.shape()[2], p.shape()[3], stride, o.anchor_sizes[i]});
   }
   const Variable s = scores.size() == 1 ? scores[0] : F::concat(scores, 1);
   out.objectness = F::reshape(s, {s.shape()[0], s.shape()[1]});
   out.locs = locs.size() == 1 ? locs[0] : F::concat(locs, 1);
-  out.anchors = (anchors.size() == 1 ? anchors[0] : F::concat(anchors, 0))
-                    .data()
-                    .to_device(features[0].device());
+  detail::PyramidAnchors anchors = anchors_->get(levels, features[0].device());
+  out.anchors = std::move(anchors.device);
+  out.host_anchors = std::move(anchors.host);
+  out.anchors_per_level = std::move(anchors.per_level);
   return out;
 }
 
@@ -213,7 +214,7 @@ std::vector<Array> FasterRCNN::proposals(const RPNOutputs& rpn, int64_t height, 
   const std::vector<float> locs =
       rpn.locs.data().astype(float32).to_device(Device::cpu()).to_vector<float>();
   const std::vector<float> anchors =
-      rpn.anchors.astype(float32).to_device(Device::cpu()).to_vector<float>();
+      detail::host_anchors(rpn.anchors, rpn.host_anchors).astype(float32).to_vector<float>();
   const int64_t n = cpu_scores.shape()[0], na = cpu_scores.shape()[1];
   std::vector<Array> out;
   for (int64_t i = 0; i < n; ++i) {
@@ -401,7 +402,7 @@ FasterRCNNLoss FasterRCNN::loss(const Variable& x, const std::vector<Array>& bbo
   const Dtype dtype = rpn.locs.dtype();
 
   // The RPN: matched, sampled anchors.
-  const Array anchors = rpn.anchors.to_device(Device::cpu());
+  const Array& anchors = rpn.host_anchors;
   const int64_t na = anchors.shape()[0];
   std::vector<int32_t> objectness(static_cast<size_t>(n * na), -1);
   std::vector<float> rpn_targets(static_cast<size_t>(n * na * 4), 0.0f);

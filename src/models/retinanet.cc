@@ -171,6 +171,7 @@ RetinaNet::RetinaNet(const RetinaNetOptions& options) : options_(options) {
   // generate_anchors and match_anchors check the anchors' and the matching's settings; check
   // them here too so that a bad setting fails when the model is made.
   generate_anchors(1, 1, 1.0, 1.0, o.ratios, o.scales);
+  anchors_ = std::make_shared<detail::AnchorCache>(o.ratios, o.scales);
   match_anchors(Array::zeros({0, 4}), Array::zeros({0, 4}), Array::zeros({0}, int32),
                 o.positive_iou, o.negative_iou);
 
@@ -203,23 +204,21 @@ RetinaNetOutputs RetinaNet::outputs(const Variable& x) {
   std::vector<Variable> levels = (*pyramid_)(x);
   RetinaNetOutputs out;
   std::vector<Variable> scores, locs;
-  std::vector<Array> anchors;
+  std::vector<detail::AnchorLevel> anchor_levels;
   for (size_t i = 0; i < levels.size(); ++i) {
     const int level = o.min_level + static_cast<int>(i);
     const double stride = std::ldexp(1.0, level);
     const Variable& p = levels[i];
     scores.push_back(per_anchor((*classification_head)(p), o.num_classes));
     locs.push_back(per_anchor((*regression_head)(p), 4));
-    anchors.push_back(generate_anchors(p.shape()[2], p.shape()[3], stride, o.anchor_scale * stride,
-                                       o.ratios, o.scales));
-    out.anchors_per_level.push_back(anchors.back().shape()[0]);
+    anchor_levels.push_back({p.shape()[2], p.shape()[3], stride, o.anchor_scale * stride});
   }
   out.scores = scores.size() == 1 ? scores[0] : F::concat(scores, 1);
   out.locs = locs.size() == 1 ? locs[0] : F::concat(locs, 1);
-  std::vector<Variable> anchor_vars(anchors.begin(), anchors.end());
-  out.anchors = (anchor_vars.size() == 1 ? anchor_vars[0] : F::concat(anchor_vars, 0))
-                    .data()
-                    .to_device(x.device());
+  detail::PyramidAnchors anchors = anchors_->get(anchor_levels, x.device());
+  out.anchors = std::move(anchors.device);
+  out.host_anchors = std::move(anchors.host);
+  out.anchors_per_level = std::move(anchors.per_level);
   return out;
 }
 
@@ -232,7 +231,7 @@ RetinaNetLoss RetinaNet::loss(const Variable& x, const std::vector<Array>& bboxe
                " images, got ", bboxes.size(), " boxes and ", labels.size(), " labels");
   RetinaNetOutputs out = outputs(x);
   const int64_t na = out.anchors.shape()[0], k = o.num_classes;
-  const Array anchors = out.anchors.to_device(Device::cpu());
+  const Array& anchors = out.host_anchors;
   std::vector<float> onehot(static_cast<size_t>(n * na * k), 0.0f);
   std::vector<float> valid(static_cast<size_t>(n * na * k), 0.0f);
   std::vector<float> positive(static_cast<size_t>(n * na * 4), 0.0f);
@@ -295,7 +294,7 @@ Detections RetinaNet::detections(const RetinaNetOutputs& out, int64_t height, in
   const Array scores = out.scores.data().astype(float32).to_device(Device::cpu());
   const Array locs = out.locs.data().astype(float32).to_device(Device::cpu());
   const std::vector<float> anchors =
-      out.anchors.astype(float32).to_device(Device::cpu()).to_vector<float>();
+      detail::host_anchors(out.anchors, out.host_anchors).astype(float32).to_vector<float>();
   const int64_t n = scores.shape()[0], na = scores.shape()[1], k = scores.shape()[2];
   const std::vector<float> all_scores = scores.to_vector<float>();
   const std::vector<float> all_locs = locs.to_vector<float>();

@@ -144,6 +144,10 @@ struct RPNOutputs {
   Variable objectness;  ///< (N, anchors) logits
   Variable locs;        ///< (N, anchors, 4) offsets from the anchors (bbox_to_loc's form)
   Array anchors;        ///< float32 (anchors, 4), on the outputs' device
+  /// The same anchors on the CPU, which proposals() reads (it copies `anchors` when this is
+  /// undefined). Both are the model's cached arrays, shared between calls at one input size: do
+  /// not write into them.
+  Array host_anchors;
   /// The anchors of each level, in order (they sum to the anchor count).
   std::vector<int64_t> anchors_per_level;
 };
@@ -235,6 +239,7 @@ class FasterRCNN : public Chain {
   FasterRCNNOptions options_;
   Generator* generator_;
   std::shared_ptr<detail::BackbonePyramid> pyramid_;
+  std::shared_ptr<detail::AnchorCache> anchors_;  // Note [Anchor cache]
   std::shared_ptr<links::Convolution2D> rpn_conv_, rpn_objectness_, rpn_loc_;
   std::shared_ptr<links::Linear> fc6_, fc7_, cls_, loc_;
 };

@@ -54,6 +54,7 @@
 namespace kusari::models {
 
 namespace detail {
+class AnchorCache;      // src/models/detection_util.h
 class BackbonePyramid;  // src/models/detection_util.h
 }  // namespace detail
 
@@ -123,6 +124,10 @@ struct RetinaNetOutputs {
   Variable scores;  ///< (N, anchors, num_classes) logits
   Variable locs;    ///< (N, anchors, 4) offsets from the anchors (bbox_to_loc's form)
   Array anchors;    ///< float32 (anchors, 4), on the outputs' device
+  /// The same anchors on the CPU, which detections() reads (it copies `anchors` when this is
+  /// undefined). Both are the model's cached arrays, shared between calls at one input size: do
+  /// not write into them.
+  Array host_anchors;
   /// The anchors of each level, in order (they sum to the anchor count).
   std::vector<int64_t> anchors_per_level;
 };
@@ -176,6 +181,7 @@ class RetinaNet : public Chain {
  private:
   RetinaNetOptions options_;
   std::shared_ptr<detail::BackbonePyramid> pyramid_;  // the backbone's and the pyramid's links
+  std::shared_ptr<detail::AnchorCache> anchors_;      // Note [Anchor cache]
 };
 
 /// RetinaNet with a ResNet-50 backbone and levels 3 ... 7 (the paper's, torchvision's

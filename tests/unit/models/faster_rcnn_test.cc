@@ -1,8 +1,8 @@
 // Faster R-CNN (Note [Faster R-CNN layout], Note [FPN level of a RoI]): the RPN's outputs and
 // anchors, proposals inside the image and within the top-k, the RoI sampler's foreground and
 // background counts and targets, the level of a RoI, a loss whose gradient reaches every
-// parameter, a tiny model that learns two pictures and then finds their objects, the errors, and
-// the same numbers on the GPU as on the CPU.
+// parameter, a tiny model that learns two pictures and then finds their objects, the anchors made
+// once per input size, the errors, and the same numbers on the GPU as on the CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,6 +85,49 @@ TEST(FasterRCNN, RPNOutputsHaveOneRowPerAnchor) {
        {"/rpn/conv/W", "/rpn/objectness/W", "/rpn/loc/W", "/box_head/fc6/W", "/box_head/fc7/W",
         "/box_head/cls/W", "/box_head/loc/W", "/fpn/lateral2/W", "/backbone/conv1/W"})
     EXPECT_TRUE(names.count(want)) << want;
+}
+
+// Note [Anchor cache]: the anchors of an input size are made once and then shared by every call
+// at that size, whatever the batch; another size has its own.
+TEST(FasterRCNN, AnchorsAreMadeOncePerInputSize) {
+  manual_seed(0);
+  M::FasterRCNN model(tiny(3));
+  const Variable x(Array::uniform({1, 3, 64, 64}, -1, 1));
+  const M::RPNOutputs first = model.rpn_outputs(model.features(x));
+  const M::RPNOutputs again =
+      model.rpn_outputs(model.features(Variable(Array::uniform({2, 3, 64, 64}, -1, 1))));
+  EXPECT_TRUE(again.anchors.shares_memory_with(first.anchors));
+  EXPECT_TRUE(again.host_anchors.shares_memory_with(first.host_anchors));
+  EXPECT_EQ(again.anchors_per_level, first.anchors_per_level);
+  // On the CPU the outputs' anchors are the host copy itself.
+  EXPECT_EQ(first.host_anchors.device(), Device::cpu());
+  EXPECT_TRUE(first.anchors.shares_memory_with(first.host_anchors));
+  // They are each level's generate_anchors (one size per level, each ratio), concatenated.
+  const M::FasterRCNNOptions& o = model.options();
+  std::vector<Array> levels;
+  for (int l = 2; l <= 5; ++l) {
+    const int64_t side = 64 >> l;
+    levels.push_back(M::generate_anchors(side, side, std::ldexp(1.0, l),
+                                         o.anchor_sizes[static_cast<size_t>(l - 2)], o.ratios,
+                                         {1.0}));
+  }
+  EXPECT_EQ(first.anchors.to_vector<float>(), concatenate(levels, 0).to_vector<float>());
+  // Another size: other anchors, as many as its levels' positions times 3.
+  const M::RPNOutputs odd =
+      model.rpn_outputs(model.features(Variable(Array::uniform({1, 3, 96, 32}, -1, 1))));
+  EXPECT_FALSE(odd.anchors.shares_memory_with(first.anchors));
+  EXPECT_EQ(odd.anchors_per_level,
+            (std::vector<int64_t>{24 * 8 * 3, 12 * 4 * 3, 6 * 2 * 3, 3 * 3}));
+  EXPECT_EQ(odd.anchors.shape(), (Shape{(192 + 48 + 12 + 3) * 3, 4}));
+  // The first size is still cached.
+  EXPECT_TRUE(model.rpn_outputs(model.features(x)).anchors.shares_memory_with(first.anchors));
+  // Outputs without the host copy (put together by a caller) give the same proposals.
+  M::RPNOutputs bare = first;
+  bare.host_anchors = Array();
+  const std::vector<Array> want = model.proposals(first, 64, 64, false);
+  const std::vector<Array> got = model.proposals(bare, 64, 64, false);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(got[0].to_vector<float>(), want[0].to_vector<float>());
 }
 
 TEST(FasterRCNN, ProposalsAreInsideTheImageAndAtMostTheTopK) {
@@ -474,6 +517,18 @@ TEST_F(FasterRCNNCuda, LossGradientsAndDetectionsMatchTheCpu) {
   lc.total.backward();
   M::FasterRCNNLoss lg = gpu->loss(Variable(xg), gt, label);
   lg.total.backward();
+  // The anchors on the GPU are one cached copy of the host's (Note [Anchor cache]).
+  {
+    NoBackpropMode no_graph;
+    const M::RPNOutputs first = gpu->rpn_outputs(gpu->features(Variable(xg)));
+    const M::RPNOutputs again = gpu->rpn_outputs(gpu->features(Variable(xg)));
+    EXPECT_EQ(first.anchors.device(), Device::cuda(0));
+    EXPECT_EQ(first.host_anchors.device(), Device::cpu());
+    EXPECT_TRUE(again.anchors.shares_memory_with(first.anchors));
+    EXPECT_TRUE(again.host_anchors.shares_memory_with(first.host_anchors));
+    EXPECT_EQ(first.anchors.to_device(Device::cpu()).to_vector<float>(),
+              first.host_anchors.to_vector<float>());
+  }
   EXPECT_NEAR(lg.rpn_objectness.data().item<double>(), lc.rpn_objectness.data().item<double>(),
               1e-4);
   EXPECT_NEAR(lg.rpn_loc.data().item<double>(), lc.rpn_loc.data().item<double>(), 1e-4);

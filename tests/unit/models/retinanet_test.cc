@@ -2,7 +2,7 @@
 // geometry and order, the matching rules (positives, ignored, background, low-quality matches,
 // offsets equal to bbox_to_loc), the heads' shapes and the classification prior, a loss whose
 // gradient reaches every parameter, a few training steps on one image after which predict()
-// finds its objects, and the errors.
+// finds its objects, the anchors made once per input size, and the errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "kusari/autograd/mode.h"
 #include "kusari/core/random.h"
 #include "kusari/functions.h"
 #include "kusari/models.h"
@@ -153,6 +154,47 @@ TEST(RetinaNet, OutputsHaveOneRowPerAnchorAndStartAtThePrior) {
   o.max_level = 7;
   M::RetinaNet deep(o);
   EXPECT_EQ(deep.outputs(Variable(x)).anchors_per_level.size(), 5u);
+}
+
+// Note [Anchor cache]: the anchors of an input size are made once and then shared by every call
+// at that size, whatever the batch; another size has its own.
+TEST(RetinaNet, AnchorsAreMadeOncePerInputSize) {
+  manual_seed(0);
+  M::RetinaNet model(tiny(3));
+  const Variable x(Array::uniform({1, 3, 64, 64}, -1, 1));
+  const M::RetinaNetOutputs first = model.outputs(x);
+  const M::RetinaNetOutputs again = model.outputs(Variable(Array::uniform({2, 3, 64, 64}, -1, 1)));
+  EXPECT_TRUE(again.anchors.shares_memory_with(first.anchors));
+  EXPECT_TRUE(again.host_anchors.shares_memory_with(first.host_anchors));
+  EXPECT_EQ(again.anchors_per_level, first.anchors_per_level);
+  // On the CPU the outputs' anchors are the host copy itself.
+  EXPECT_EQ(first.host_anchors.device(), Device::cpu());
+  EXPECT_TRUE(first.anchors.shares_memory_with(first.host_anchors));
+  // They are each level's generate_anchors, concatenated.
+  const M::RetinaNetOptions& o = model.options();
+  std::vector<Array> levels;
+  for (int l = 3; l <= 5; ++l) {
+    const int64_t side = 64 >> l;
+    const double stride = std::ldexp(1.0, l);
+    levels.push_back(
+        M::generate_anchors(side, side, stride, o.anchor_scale * stride, o.ratios, o.scales));
+  }
+  EXPECT_EQ(first.anchors.to_vector<float>(), concatenate(levels, 0).to_vector<float>());
+  // Another size: other anchors, as many as its levels' positions times 9.
+  const M::RetinaNetOutputs odd = model.outputs(Variable(Array::uniform({1, 3, 72, 40}, -1, 1)));
+  EXPECT_FALSE(odd.anchors.shares_memory_with(first.anchors));
+  EXPECT_EQ(odd.anchors.shape(), (Shape{(9 * 5 + 5 * 3 + 3 * 2) * 9, 4}));
+  EXPECT_EQ(odd.anchors_per_level, (std::vector<int64_t>{9 * 5 * 9, 5 * 3 * 9, 3 * 2 * 9}));
+  // The first size is still cached.
+  EXPECT_TRUE(model.outputs(x).anchors.shares_memory_with(first.anchors));
+  // Outputs without the host copy (put together by a caller) read the same detections.
+  M::RetinaNetOutputs bare = first;
+  bare.host_anchors = Array();
+  const M::Detections want = model.detections(first, 64, 64);
+  const M::Detections got = model.detections(bare, 64, 64);
+  ASSERT_EQ(got.bboxes.size(), want.bboxes.size());
+  EXPECT_EQ(got.bboxes[0].to_vector<float>(), want.bboxes[0].to_vector<float>());
+  EXPECT_EQ(got.labels[0].to_vector<int32_t>(), want.labels[0].to_vector<int32_t>());
 }
 
 TEST(RetinaNet, LossReachesEveryParameterAndTrainingFindsTheObjects) {
@@ -311,6 +353,18 @@ TEST_F(RetinaNetCuda, LossGradientsAndDetectionsMatchTheCpu) {
   }
   const M::Detections dc = cpu->predict(Variable(x));
   const M::Detections dg = gpu->predict(Variable(x.to_device(Device::cuda(0))));
+  // The anchors on the GPU are one cached copy of the host's (Note [Anchor cache]).
+  {
+    NoBackpropMode no_graph;
+    const Variable xg(x.to_device(Device::cuda(0)));
+    const M::RetinaNetOutputs first = gpu->outputs(xg), again = gpu->outputs(xg);
+    EXPECT_EQ(first.anchors.device(), Device::cuda(0));
+    EXPECT_EQ(first.host_anchors.device(), Device::cpu());
+    EXPECT_TRUE(again.anchors.shares_memory_with(first.anchors));
+    EXPECT_TRUE(again.host_anchors.shares_memory_with(first.host_anchors));
+    EXPECT_EQ(first.anchors.to_device(Device::cpu()).to_vector<float>(),
+              first.host_anchors.to_vector<float>());
+  }
   ASSERT_EQ(dg.bboxes.size(), dc.bboxes.size());
   for (size_t i = 0; i < dc.bboxes.size(); ++i) {
     EXPECT_EQ(dg.bboxes[i].device(), Device::cpu());
