@@ -124,9 +124,10 @@ void init_functions(py::module_& f) {
           py::gil_scoped_release r;
           return F::linear(x.v, W.v, bias, n_batch_axes);
         }, py::arg("x"), py::arg("W"), py::arg("b") = py::none(), py::arg("n_batch_axes") = 1);
-  f.def("embed_id", [](const ArrArg& x, const VarArg& W, py::handle ignore_label) {
-          return F::embed_id(x.a, W.v, optional_label(ignore_label));
-        }, py::arg("x"), py::arg("W"), py::arg("ignore_label") = py::none());
+  f.def("embed_id", [](const ArrArg& x, const VarArg& W, py::handle ignore_label, py::handle valid_ids) {
+          return F::embed_id(x.a, W.v, optional_label(ignore_label), optional_label(valid_ids));
+        }, py::arg("x"), py::arg("W"), py::arg("ignore_label") = py::none(), py::kw_only(),
+        py::arg("valid_ids") = py::none());
   f.def("convolution_2d",
         [](const VarArg& x, const VarArg& W, py::handle b, F::IntPair stride, F::IntPair pad, F::IntPair dilate,
            int64_t groups) {

@@ -392,16 +392,22 @@ void init_links(py::module_& m) {
       .def_property_readonly("eps", &L::BatchNormalization::eps);
 
   py::class_<L::EmbedID, Link, std::shared_ptr<L::EmbedID>>(m, "EmbedID", py::dynamic_attr())
-      .def(py::init([](int64_t in_size, int64_t out_size, py::handle initialW, py::handle ignore_label) {
-             return std::make_shared<L::EmbedID>(in_size, out_size, initializer_of(initialW, "EmbedID"),
-                                                 optional_int(ignore_label));
+      .def(py::init([](int64_t in_size, int64_t out_size, py::handle initialW, py::handle ignore_label,
+                       py::handle valid_ids) {
+             auto e = std::make_shared<L::EmbedID>(in_size, out_size, initializer_of(initialW, "EmbedID"),
+                                                   optional_int(ignore_label));
+             e->set_valid_ids(optional_int(valid_ids));
+             return e;
            }),
-           py::arg("in_size"), py::arg("out_size"), py::arg("initialW") = py::none(), py::arg("ignore_label") = py::none())
+           py::arg("in_size"), py::arg("out_size"), py::arg("initialW") = py::none(),
+           py::arg("ignore_label") = py::none(), py::kw_only(), py::arg("valid_ids") = py::none())
       .def("__call__", [](L::EmbedID& e, const ArrArg& x) {
         py::gil_scoped_release r;
         return e.forward(Variable(x.a));
       }, py::arg("x"))
-      .def_property_readonly("W", [](const L::EmbedID& l) { return param_or_none(l.W); });
+      .def_property_readonly("W", [](const L::EmbedID& l) { return param_or_none(l.W); })
+      .def_property("valid_ids", &L::EmbedID::valid_ids,
+                    [](L::EmbedID& e, py::handle n) { e.set_valid_ids(optional_int(n)); });
 
   py::class_<L::LSTM, Chain, std::shared_ptr<L::LSTM>>(m, "LSTM", py::dynamic_attr())
       .def(py::init([](py::handle in_size, py::handle out_size, py::handle lateral_init, py::handle upward_init,

@@ -47,11 +47,24 @@ Variable linear(const Variable& x_in, const Variable& W, const Variable& b, int 
 // gradient is the gather again, so the pair differentiates any number of times. Ignored ids are
 // replaced by 0 before indexing and their rows masked out, both in the gather's output and in the
 // scatter's input, so they neither read nor receive anything.
+
+// Note [Valid ids of an embedding]
+// A table may have rows that no id selects: GPT pads its vocabulary with rows that only make the
+// output layer's products faster (Note [Padded vocabulary] in src/models/gpt.cc). embed_id's
+// valid_ids (default: all rows) bounds the ids, and the ids are checked once, against it, so a
+// caller needs no pass of its own over them. The check is the one without a bound: on the CPU
+// (and on a GPU in debug mode) the ids are compared on the host before the gather, which reports
+// the first bad id and its position. On a GPU otherwise the gather reads W's first valid_ids
+// rows, a view, so take's own check (Note [Device-side argument errors]) refuses an id beyond
+// the bound as it refuses one beyond the table, and embed_id rethrows its IndexError under its
+// own name; negative ids down to -valid_ids wrap there, as they do in take. The gradient is still
+// a scatter into W's full shape: the rows beyond the bound receive zeros.
 namespace {
 
 struct EmbedIds {
   Array ids;    // ids with ignored entries replaced by 0 (int64)
   Array valid;  // bool, x.shape + (1,): false at ignored ids; undefined without ignore_label
+  int64_t valid_ids = 0;  // the rows the gather reads (Note [Valid ids of an embedding])
 };
 
 Variable embed_gather(const EmbedIds& e, const Variable& W);
@@ -65,7 +78,8 @@ Variable embed_scatter(const EmbedIds& e, const Variable& gy, const Shape& w_sha
 }
 
 Variable embed_gather(const EmbedIds& e, const Variable& W) {
-  Array y = kusari::take(W.data(), e.ids, 0);
+  const Array& w = W.data();
+  Array y = kusari::take(e.valid_ids < w.shape()[0] ? w.at({Slice(0, e.valid_ids)}) : w, e.ids, 0);
   if (e.valid.defined()) y = kusari::where(e.valid, y, Scalar(0.0));
   return record("embed_id", {W}, std::move(y), [e](BackwardContext& ctx) {
     ctx.set_input_grad(0, embed_scatter(e, ctx.output_grad(), ctx.input(0).shape()));
@@ -74,7 +88,8 @@ Variable embed_gather(const EmbedIds& e, const Variable& W) {
 
 }  // namespace
 
-Variable embed_id(const Array& x, const Variable& W, std::optional<int64_t> ignore_label) {
+Variable embed_id(const Array& x, const Variable& W, std::optional<int64_t> ignore_label,
+                  std::optional<int64_t> valid_ids) {
   const char* fn = "embed_id";
   KUSARI_CHECK(x.dtype() == int32 || x.dtype() == int64, DtypeError, fn,
                ": ids must be int32 or int64, got ", dtype_name(x.dtype()));
@@ -86,27 +101,37 @@ Variable embed_id(const Array& x, const Variable& W, std::optional<int64_t> igno
   KUSARI_CHECK(x.device() == W.device(), DeviceError, fn, ": W is on ", W.device(),
                " but the ids are on ", x.device());
   const int64_t vocab = W.shape()[0];
+  KUSARI_CHECK(!valid_ids || (*valid_ids > 0 && *valid_ids <= vocab), ValueError, fn,
+               ": valid_ids must satisfy 0 < valid_ids <= ", vocab, " (the rows of W of shape ",
+               W.shape(), "), got ", valid_ids.value_or(0));
   EmbedIds e;
+  e.valid_ids = valid_ids.value_or(vocab);
   e.ids = x.astype(int64);
   Array valid;
   if (ignore_label) {
     valid = kusari::not_equal(e.ids, *ignore_label);
     e.ids = kusari::where(valid, e.ids, Scalar(int64_t{0}));
   }
+  // What the ids must satisfy, for the messages.
+  auto expected = [&] {
+    return ::kusari::detail::concat(
+        "expected 0 <= id < ", e.valid_ids,
+        valid_ids ? ::kusari::detail::concat(" (the embedding's valid ids; W of shape ", W.shape(),
+                                             " has ", vocab, " rows)")
+                  : ::kusari::detail::concat(" (the rows of W of shape ", W.shape(), ")"),
+        ignore_label ? ::kusari::detail::concat(" or id == ignore_label (", *ignore_label, ")")
+                     : std::string());
+  };
   if (x.device().is_cpu() || is_debug()) {
     // Report the first id out of range (ids wrap in take, so they must be checked here). On a
     // GPU the check would wait for the device every call: it runs in debug mode only there.
-    Array bad =
-        kusari::logical_or(kusari::less(e.ids, int64_t{0}), kusari::greater_equal(e.ids, vocab));
+    Array bad = kusari::logical_or(kusari::less(e.ids, int64_t{0}),
+                                   kusari::greater_equal(e.ids, e.valid_ids));
     if (x.size() > 0 && kusari::any(bad).item<bool>()) {
       const int64_t i = kusari::argmax(bad.astype(int32)).item<int64_t>();
       const int64_t id = e.ids.reshape({x.size()}).at({i}).item<int64_t>();
-      const std::string or_ignored =
-          ignore_label ? ::kusari::detail::concat(" or id == ignore_label (", *ignore_label, ")")
-                       : std::string();
       KUSARI_THROW(IndexError, fn, ": id ", id, " (flat position ", i, " of ids of shape ",
-                   x.shape(), ") is out of range for W of shape ", W.shape(),
-                   "; expected 0 <= id < ", vocab, or_ignored);
+                   x.shape(), ") is out of range; ", expected());
     }
   }
   if (valid.defined()) {
@@ -114,7 +139,13 @@ Variable embed_id(const Array& x, const Variable& W, std::optional<int64_t> igno
     vs.push_back(1);
     e.valid = valid.reshape(vs);
   }
-  return embed_gather(e, W);
+  try {
+    return embed_gather(e, W);
+  } catch (const IndexError& err) {
+    // take's own check on a GPU (Note [Valid ids of an embedding]).
+    KUSARI_THROW(IndexError, fn, ": an id of ids of shape ", x.shape(), " is out of range; ",
+                 expected(), " (", err.what(), ")");
+  }
 }
 
 }  // namespace kusari::functions

@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "kusari/autograd/mode.h"
-#include "kusari/core/debug.h"
 #include "kusari/core/reporter.h"
 #include "kusari/core/routines.h"
 #include "kusari/functions/activation.h"
@@ -55,6 +54,7 @@ GPT::GPT(const GPTConfig& config, Generator* generator) : config_(config) {
   auto residual = std::make_shared<initializers::Normal>(0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)),
                                                          float32, generator);
   wte = add_link("wte", std::make_shared<links::EmbedID>(padded_vocab_size(), c.n_embd, normal));
+  wte->set_valid_ids(c.vocab_size);  // no token id selects the padding rows
   if (padded_vocab_size() > c.vocab_size) {
     wte->W.data()
         .at({Slice(c.vocab_size, padded_vocab_size())})
@@ -81,12 +81,14 @@ GPT::GPT(const GPTConfig& config, Generator* generator) : config_(config) {
 // at a time (Note [Aligning 16-bit GEMM operands] in src/backends/cuda/libs/cublas_linalg.cu).
 // So wte has padded_vocab_size() rows, vocab_size rounded up to a multiple of vocab_multiple (64:
 // 50,304, as llm.c and nanoGPT do), and the products are made over the padded rows. The padding
-// rows start at 0 and no token id selects them; the logits' padding columns are left out: the
-// loss reads the padded logits through softmax_cross_entropy_padded (Note [Padded classes] in
-// src/functions/loss.cc: not part of the softmax, gradient 0, no copy of the logits), and forward()
-// returns a view of the first vocab_size columns. The padding rows' gradient is therefore 0, and
-// the model computes exactly what an unpadded GPT computes; only wte's shape differs (a GPT-2
-// checkpoint is padded when loaded: python/kusari/gpt2.py). vocab_multiple = 1 turns it off.
+// rows start at 0 and no token id selects them (wte's valid_ids is vocab_size, so it refuses
+// those ids: Note [Valid ids of an embedding] in src/functions/connection.cc); the logits'
+// padding columns are left out: the loss reads the padded logits through
+// softmax_cross_entropy_padded (Note [Padded classes] in src/functions/loss.cc: not part of the
+// softmax, gradient 0, no copy of the logits), and forward() returns a view of the first vocab_size
+// columns. The padding rows' gradient is therefore 0, and the model computes exactly what an
+// unpadded GPT computes; only wte's shape differs (a GPT-2 checkpoint is padded when loaded:
+// python/kusari/gpt2.py). vocab_multiple = 1 turns it off.
 int64_t GPT::padded_vocab_size() const {
   const int64_t m = config_.vocab_multiple;
   return (config_.vocab_size + m - 1) / m * m;
@@ -106,16 +108,16 @@ Variable GPT::padded_logits(const Variable& idx, int64_t offset,
   const int64_t B = idx.shape()[0], T = idx.shape()[1];
   KUSARI_CHECK(offset + T <= config_.block_size, ShapeError, "GPT: a sequence of ", offset + T,
                " tokens is longer than the position table (block_size ", config_.block_size, ")");
-  if (padded_vocab_size() > config_.vocab_size && idx.size() > 0 &&
-      (idx.device().is_cpu() || is_debug())) {
-    // wte's padding rows would take ids up to padded_vocab_size() - 1 (on a GPU in debug mode
-    // only, as EmbedID's own check).
-    const int64_t top = kusari::amax(idx.data().astype(int64)).item<int64_t>();
-    KUSARI_CHECK(top < config_.vocab_size, IndexError, "GPT: token id ", top,
-                 " is out of range; expected 0 <= id < ", config_.vocab_size, " (vocab_size)");
+  // wte checks the ids against vocab_size, not its padded rows (its valid_ids): one pass over them.
+  Variable tok;
+  try {
+    tok = wte->forward(idx);
+  } catch (const IndexError& e) {
+    KUSARI_THROW(IndexError, "GPT: token ids must lie in [0, vocab_size) = [0, ",
+                 config_.vocab_size, "): ", e.what());
   }
   Array pos = Array::arange(static_cast<double>(offset), static_cast<double>(offset + T), 1.0, int64, idx.device());
-  Variable x = F::add(wte->forward(idx), wpe->forward(Variable(pos)));  // (B, T, C) + (T, C)
+  Variable x = F::add(tok, wpe->forward(Variable(pos)));  // (B, T, C) + (T, C)
   if (config_.dropout > 0.0) x = F::dropout(x, config_.dropout);
   for (size_t i = 0; i < h->size(); ++i) {
     auto& block = static_cast<links::TransformerBlock&>((*h)[i]);

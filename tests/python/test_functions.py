@@ -94,10 +94,47 @@ def test_convolution_and_pooling_arguments(rng):
     ('rms_normalization', lambda x, g: F.rms_normalization(x, g), [(3, 5), (5,)]),
     ('scaled_dot_product_attention', lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
      [(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 2)]),
+    ('embed_id_valid_ids', lambda W: F.embed_id(np.array([[0, 2], [2, -1]], np.int32), W, -1, valid_ids=3),
+     [(5, 4)]),
 ])
 def test_gradients_through_the_bindings(name, fn, shapes, rng):
     check_backward(fn, [rng.uniform(-1, 1, s) + (0.5 if name == 'max_pooling_2d' else 0) *
                         np.arange(np.prod(s)).reshape(s) for s in shapes])
+
+
+def test_embed_id_valid_ids(rng):
+    # valid_ids bounds the ids below W's rows (a padded vocabulary's): the ids below it look up as
+    # without it, an id between it and the rows is refused, naming the function, the id and the range.
+    W = rng.randn(5, 3).astype(np.float32)
+    ids = np.array([[0, 2], [1, 2]], np.int32)
+    np.testing.assert_array_equal(F.embed_id(ids, W, valid_ids=3).array, W[ids])
+    with pytest.raises(IndexError, match=r'embed_id: id 4 .*expected 0 <= id < 3 \(the embedding\'s valid ids; '
+                                         r'W of shape \(5, 3\) has 5 rows\)'):
+        F.embed_id(np.array([0, 4], np.int32), W, valid_ids=3)
+    with pytest.raises(IndexError, match=r'or id == ignore_label \(-1\)'):
+        F.embed_id(np.array([-1, 3], np.int32), W, -1, valid_ids=3)
+    for n in (0, 6):
+        with pytest.raises(ValueError, match=r'embed_id: valid_ids must satisfy 0 < valid_ids <= 5'):
+            F.embed_id(ids, W, valid_ids=n)
+    # The gradient is the one without the bound: rows 3 and 4 receive zeros.
+    Wv = kusari.Variable(W.astype(np.float64))
+    F.sum(F.embed_id(ids, Wv, valid_ids=3)).backward()
+    expected = np.zeros((5, 3))
+    np.add.at(expected, ids.ravel(), 1.0)
+    np.testing.assert_array_equal(np.asarray(Wv.grad), expected)
+    # EmbedID takes the bound as a keyword and as a property.
+    embed = kusari.links.EmbedID(5, 3, valid_ids=3)
+    assert embed.valid_ids == 3
+    np.testing.assert_array_equal(embed(ids).array, np.asarray(embed.W.array)[ids])
+    with pytest.raises(IndexError, match='expected 0 <= id < 3'):
+        embed(np.array([3], np.int32))
+    embed.valid_ids = None
+    assert embed.valid_ids is None
+    assert embed(np.array([4], np.int32)).shape == (1, 3)
+    with pytest.raises(ValueError, match='EmbedID: valid_ids must satisfy 0 < valid_ids <= in_size \\(5\\), got 6'):
+        embed.valid_ids = 6
+    with pytest.raises(ValueError, match='valid_ids'):
+        kusari.links.EmbedID(5, 3, valid_ids=0)
 
 
 def test_dropout_train_and_test():

@@ -16,8 +16,12 @@ Variable linear(const Variable& x, const Variable& W, const Variable& b = Variab
 
 /// y = W[x]: the rows of W (vocab, dim) picked by integer ids x (int32 or int64, any shape), so y
 /// has shape x.shape + (dim,). Ids equal to `ignore_label` give rows of zeros; every other id must
-/// lie in [0, vocab) (IndexError otherwise). The gradient with respect to W is a scatter-add of gy.
+/// lie in [0, valid_ids) (IndexError otherwise), where valid_ids defaults to vocab and may be set
+/// lower (0 < valid_ids <= vocab) to refuse rows that no id may select, such as the padding rows
+/// of a padded vocabulary (Note [Valid ids of an embedding]). The gradient with respect to W is a
+/// scatter-add of gy.
 Variable embed_id(const Array& x, const Variable& W,
-                  std::optional<int64_t> ignore_label = std::nullopt);
+                  std::optional<int64_t> ignore_label = std::nullopt,
+                  std::optional<int64_t> valid_ids = std::nullopt);
 
 }  // namespace kusari::functions

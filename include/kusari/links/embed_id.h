@@ -22,6 +22,12 @@ class EmbedID : public Link {
   /// Looks up the ids in x (an int32 or int64 array wrapped in a Variable; not differentiated).
   Variable forward(const Variable& x) override;
 
+  /// Refuses ids >= n (0 < n <= in_size; nullopt: in_size, the default): the rows from n on are
+  /// left to no id, such as a padded vocabulary's (functions::embed_id's valid_ids).
+  EmbedID& set_valid_ids(std::optional<int64_t> n);
+  /// The bound on the ids set by set_valid_ids (nullopt: the table's rows).
+  std::optional<int64_t> valid_ids() const { return valid_ids_; }
+
   /// The embedding table, (in_size, out_size).
   Parameter W;
   /// The id that maps to zeros (none by default).
@@ -29,6 +35,10 @@ class EmbedID : public Link {
 
  protected:
   const char* type_name() const override { return "EmbedID"; }
+
+ private:
+  int64_t in_size_;
+  std::optional<int64_t> valid_ids_;
 };
 
 }  // namespace kusari::links

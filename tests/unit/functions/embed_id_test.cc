@@ -1,8 +1,9 @@
 // embed_id: known values (lookup, ignore_label, scatter-add gradient with repeated ids), gradient
-// checks (first and second order, int32 and int64 ids, float64 and float32, non-contiguous W)
-// and error cases.
+// checks (first and second order, int32 and int64 ids, float64 and float32, non-contiguous W),
+// the bound valid_ids and error cases.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
 #include "function_test_util.h"
@@ -113,6 +114,80 @@ TEST_P(EmbedIdTest, Errors) {
   EXPECT_THROW(F::embed_id(Array::from({0, 1}, std::nullopt, float32, device()), W), DtypeError);
   EXPECT_THROW(F::embed_id(ids({0, 1}), Variable(uniform({5}, float32))), ShapeError);
   EXPECT_THROW(F::embed_id(ids({0, 1}), Variable(ids({0, 1, 2, 3}, Shape{2, 2}))), DtypeError);
+}
+
+// valid_ids bounds the ids below the table's rows (Note [Valid ids of an embedding]): the ids
+// below it look up and differentiate as without it; an id between it and the rows is refused, on
+// a GPU in debug mode by the host check and otherwise by take's own check of the ids.
+TEST_P(EmbedIdTest, ValidIdsBoundTheIds) {
+  Variable W(table(), true);
+  Array x = ids({0, 2, 1, 2}, Shape{2, 2});
+  Variable y = F::embed_id(x, W, std::nullopt, 3);
+  EXPECT_TRUE(ArraysClose(y.data(), F::embed_id(x, W).data(), 0, 0));
+  EXPECT_TRUE(ArraysClose(F::embed_id(x, W, std::nullopt, 5).data(), y.data(), 0, 0));
+  // The gradient is the one without the bound: the rows from 3 on receive zeros.
+  Array gy = uniform({2, 2, 3}, float64);
+  y.set_grad(gy);
+  y.backward();
+  Array bounded = W.grad();
+  W.cleargrad();
+  Variable y0 = F::embed_id(x, W);
+  y0.set_grad(gy);
+  y0.backward();
+  EXPECT_TRUE(ArraysClose(bounded, W.grad(), 0, 0));
+  for (Dtype d : testing::grad_dtypes()) {
+    SCOPED_TRACE(dtype_name(d));
+    check([x](const Variable& w) { return F::embed_id(x, w, std::nullopt, 3); },
+          uniform({5, 4}, d));
+    Array xi = ids({0, -1, 2, 1, -1, 0}, Shape{3, 2});
+    check([xi](const Variable& w) { return F::embed_id(xi, w, -1, 3); }, noncontig({5, 4}, d));
+  }
+  for (bool debug : {true, false}) {
+    SCOPED_TRACE(debug ? "debug mode" : "not in debug mode");
+    std::optional<testing::DebugModeScope> scope;
+    if (debug) scope.emplace();
+    for (int32_t bad : {3, 4}) {
+      try {
+        F::embed_id(ids({0, 1, bad, 2}), W, std::nullopt, 3);
+        FAIL() << "embed_id accepted id " << bad << " with valid_ids 3";
+      } catch (const IndexError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("embed_id"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(std::to_string(bad)), std::string::npos) << msg;
+        EXPECT_NE(
+            msg.find(
+                "expected 0 <= id < 3 (the embedding's valid ids; W of shape (5, 3) has 5 rows)"),
+            std::string::npos)
+            << msg;
+        if (debug || device().is_cpu()) {
+          EXPECT_NE(msg.find("id " + std::to_string(bad) + " (flat position 2"), std::string::npos)
+              << msg;
+        }
+      }
+    }
+    // With ignore_label the ignored id still passes, and the message names it.
+    EXPECT_TRUE(ArraysClose(F::embed_id(ids({-1, 2}), W, -1, 3).data(),
+                            Array::from({0, 0, 0, 20, 21, 22}, Shape{2, 3}, float64, device())));
+    try {
+      F::embed_id(ids({-1, 3}), W, -1, 3);
+      FAIL() << "embed_id accepted id 3 with valid_ids 3";
+    } catch (const IndexError& e) {
+      EXPECT_NE(std::string(e.what()).find("or id == ignore_label (-1)"), std::string::npos)
+          << e.what();
+    }
+  }
+  // The bound must lie in (0, rows].
+  for (int64_t n : {0, -1, 6}) {
+    try {
+      F::embed_id(ids({0}), W, std::nullopt, n);
+      FAIL() << "embed_id accepted valid_ids " << n;
+    } catch (const ValueError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("embed_id: valid_ids must satisfy 0 < valid_ids <= 5"), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("got " + std::to_string(n)), std::string::npos) << msg;
+    }
+  }
 }
 
 KUSARI_INSTANTIATE_DEVICE_TEST(EmbedIdTest);

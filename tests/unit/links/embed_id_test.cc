@@ -1,5 +1,5 @@
 // EmbedID: parameter name and shape, Chainer's Normal(1.0) default, forward equal to embed_id
-// (int32 / int64 ids, ignore_label), gradients, npz round trip, to_device, errors.
+// (int32 / int64 ids, ignore_label), gradients, npz round trip, to_device, valid_ids, errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,6 +103,24 @@ TEST_P(EmbedIDLinkTest, Errors) {
   KUSARI_EXPECT_THROW_WITH(embed(Array::zeros({2}, float32, device())), DtypeError, "EmbedID",
                            "float32");
   EXPECT_THROW(embed(ids({0, 3})), IndexError);
+}
+
+// set_valid_ids bounds the ids (functions::embed_id's valid_ids): the rows beyond are refused.
+TEST_P(EmbedIDLinkTest, ValidIds) {
+  L::EmbedID embed(5, 2);
+  embed.to_device(device());
+  EXPECT_FALSE(embed.valid_ids().has_value());
+  Array before = embed(ids({0, 4})).data();
+  embed.set_valid_ids(3);
+  EXPECT_EQ(embed.valid_ids(), 3);
+  EXPECT_TRUE(
+      ArraysClose(embed(ids({0, 2})).data(), F::embed_id(ids({0, 2}), embed.W).data(), 0, 0));
+  KUSARI_EXPECT_THROW_WITH(embed(ids({0, 4})), IndexError, "embed_id", "4", "expected 0 <= id < 3");
+  KUSARI_EXPECT_THROW_WITH(embed.set_valid_ids(6), ValueError, "EmbedID", "valid_ids", "5", "6");
+  KUSARI_EXPECT_THROW_WITH(embed.set_valid_ids(0), ValueError, "EmbedID", "valid_ids", "0");
+  EXPECT_EQ(embed.valid_ids(), 3);
+  embed.set_valid_ids(std::nullopt);
+  EXPECT_TRUE(ArraysClose(embed(ids({0, 4})).data(), before, 0, 0));
 }
 
 KUSARI_INSTANTIATE_DEVICE_TEST(EmbedIDLinkTest);

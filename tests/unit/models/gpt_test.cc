@@ -102,6 +102,7 @@ TEST(GPT, PaddedVocabularyComputesWhatTheUnpaddedModelComputes) {
   EXPECT_EQ(padded.padded_vocab_size(), 16);
   EXPECT_EQ(plain.padded_vocab_size(), 11);
   ASSERT_EQ(padded.wte->W.shape(), (Shape{16, 8}));
+  EXPECT_EQ(padded.wte->valid_ids(), 11);  // wte refuses the padding rows' ids
   // The same weights: wte's first 11 rows and every other parameter.
   auto pp = padded.namedparams(), qp = plain.namedparams();
   ASSERT_EQ(pp.size(), qp.size());
@@ -137,10 +138,14 @@ TEST(GPT, PaddedVocabularyComputesWhatTheUnpaddedModelComputes) {
     padded(Variable(Array::from_vector(std::vector<int32_t>{1, 12}, Shape{1, 2})));
     FAIL() << "no error";
   } catch (const IndexError& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "GPT: token id 12 is out of range; expected 0 <= id < 11 (vocab_size)"),
+    // One check, by wte (its valid_ids is vocab_size), that names the id, the range and vocab_size.
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("GPT: token ids must lie in [0, vocab_size) = [0, 11)"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("embed_id: id 12"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expected 0 <= id < 11 (the embedding's valid ids; W of shape (16, "),
               std::string::npos)
-        << e.what();
+        << msg;
   }
   GPTConfig bad = c;
   bad.vocab_multiple = 0;
